@@ -1,0 +1,3 @@
+"""kvchat: a terminal chat client for local GGUF models."""
+
+__version__ = "0.1.0"

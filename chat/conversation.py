@@ -1,0 +1,93 @@
+"""Value types for a chat: messages, reply statistics and conversations.
+
+No I/O here: the store persists these, the engine reads them, the UI shows them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+Role = Literal["system", "user", "assistant"]
+ROLES: tuple[Role, ...] = ("system", "user", "assistant")
+
+# Why a reply ended. "done": the model said it was finished (end-of-turn token
+# or a stop sequence); "stopped": the user pressed Escape; "max_tokens": the
+# reply reached the max-tokens setting; "context_full": the window is full;
+# "error": generation failed part-way.
+FinishReason = Literal["done", "stopped", "max_tokens", "context_full", "error"]
+FINISH_REASONS: tuple[FinishReason, ...] = (
+    "done",
+    "stopped",
+    "max_tokens",
+    "context_full",
+    "error",
+)
+
+
+@dataclass
+class ReplyStats:
+    """What the engine measured while generating one reply."""
+
+    prompt_tokens: int
+    """Tokens sent: system prompt, the whole earlier conversation, the new message."""
+    prompt_evaluated: int
+    """Of those, how many llama.cpp actually had to evaluate."""
+    generated_tokens: int
+    ttft_s: float
+    """Time to first token: from the request to the first sampled token."""
+    decode_tps: float
+    """Generated tokens per second after the first one."""
+    finish_reason: FinishReason
+    seed: int | None = None
+    total_s: float = 0.0
+
+    @property
+    def prompt_reused(self) -> int:
+        """Prompt tokens that the KV cache already held from the previous turn."""
+        return self.prompt_tokens - self.prompt_evaluated
+
+
+@dataclass
+class Message:
+    role: Role
+    content: str
+    created: float = field(default_factory=time.time)
+    token_count: int | None = None
+    """Tokens of this message in the chat template, once counted."""
+    stats: ReplyStats | None = None
+    """For assistant replies: how the reply was generated."""
+    id: int | None = None
+    """Row id once stored."""
+
+    def as_chat_dict(self) -> dict[str, str]:
+        """The OpenAI-style `{"role", "content"}` form that chat templates take."""
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass
+class Conversation:
+    """A system prompt and the messages after it, oldest first."""
+
+    system_prompt: str = ""
+    messages: list[Message] = field(default_factory=list)
+    title: str = ""
+    id: int | None = None
+    created: float = field(default_factory=time.time)
+    updated: float = field(default_factory=time.time)
+    model_path: str = ""
+    model_name: str = ""
+
+    def chat_messages(self, upto: int | None = None) -> list[dict[str, str]]:
+        """System prompt plus messages[:upto], as the chat template expects them."""
+        head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return head + [m.as_chat_dict() for m in self.messages[:upto]]
+
+    def default_title(self) -> str:
+        """The first line of the first user message, shortened."""
+        for message in self.messages:
+            if message.role == "user" and message.content.strip():
+                line = message.content.strip().splitlines()[0]
+                return line if len(line) <= 60 else line[:59] + "…"
+        return "New conversation"

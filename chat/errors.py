@@ -1,0 +1,33 @@
+"""Errors a user can cause, each with a message meant for people.
+
+The UI shows them in a notification or an error panel; the CLI prints them to
+stderr and exits with status 2. Anything that is not a `KvchatError` is a bug.
+"""
+
+
+class KvchatError(Exception):
+    """Base class: `str(error)` is a complete sentence for the user."""
+
+
+class ModelError(KvchatError):
+    """A model file is missing, is not a GGUF, or failed to load."""
+
+
+class NoModelError(ModelError):
+    """No model was given and none could be found anywhere."""
+
+
+class PromptTooLongError(KvchatError):
+    """The prompt does not fit in the model's context window."""
+
+
+class EngineBusyError(KvchatError):
+    """A reply is already being generated; one engine call runs at a time."""
+
+
+class ConfigError(KvchatError):
+    """A setting has a wrong type or a value out of range."""
+
+
+class StoreError(KvchatError):
+    """The conversation database cannot be used."""
