@@ -1,0 +1,146 @@
+"""The `chat` / `kvchat` command: parse arguments, resolve settings, pick the
+model, then run the TUI or one-shot mode."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from chat import __version__, paths
+from chat.config import ResolvedSettings, format_effective, resolve_settings
+from chat.errors import KvchatError, ModelError
+from chat.models import how_to_get_a_model, human_size, list_models, pick_model
+
+EXIT_USAGE = 2
+
+# CLI flag -> dotted setting key. Values stay strings here and are checked by
+# config.parse_value, so a bad flag gets the same message as a bad config line.
+SETTING_FLAGS = {
+    "model": "model.path",
+    "ctx": "model.n_ctx",
+    "gpu_layers": "model.n_gpu_layers",
+    "temperature": "sampling.temperature",
+    "top_p": "sampling.top_p",
+    "seed": "sampling.seed",
+    "max_tokens": "sampling.max_tokens",
+    "system": "chat.system_prompt",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="chat",
+        description="Chat with a local GGUF model in your terminal.",
+        epilog=(
+            "Without -p, opens the chat app. "
+            "Settings: CLI flag > KVCHAT_* environment > config file > default."
+        ),
+    )
+    parser.add_argument("-p", "--prompt", help="one-shot: print the reply to this prompt and exit")
+    parser.add_argument(
+        "--json", action="store_true", help="one-shot: print reply and stats as JSON"
+    )
+    parser.add_argument("-m", "--model", metavar="PATH", help="GGUF model file to load")
+    parser.add_argument(
+        "--list-models", action="store_true", help="list the GGUF models kvchat can find"
+    )
+    parser.add_argument("--system", metavar="TEXT", help="system prompt")
+    parser.add_argument("--temperature", metavar="T", help="sampling temperature (0 = greedy)")
+    parser.add_argument("--top-p", metavar="P", help="nucleus sampling threshold")
+    parser.add_argument(
+        "--seed", metavar="N", help="fixed seed ('random' for a new one each reply)"
+    )
+    parser.add_argument("--max-tokens", metavar="N", help="most tokens in one reply")
+    parser.add_argument("--ctx", metavar="N", help="context window in tokens (0 = the model's own)")
+    parser.add_argument("--gpu-layers", metavar="N", help="layers to offload to the GPU (-1 = all)")
+    parser.add_argument(
+        "--config", metavar="PATH", help="use this config file instead of the default"
+    )
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the effective settings and exit"
+    )
+    parser.add_argument("--version", action="version", version=f"kvchat {__version__}")
+    return parser
+
+
+def _resolve(args: argparse.Namespace) -> ResolvedSettings:
+    config_path = (
+        paths.config_file() if args.config is None else paths.Path(args.config).expanduser()
+    )
+    cli = {key: getattr(args, flag) for flag, key in SETTING_FLAGS.items()}
+    flags = {key: "--" + flag.replace("_", "-") for flag, key in SETTING_FLAGS.items()}
+    return resolve_settings(config_path, cli, os.environ, cli_flags=flags)
+
+
+def _print_models(config_model: str | None) -> None:
+    found = list_models(config_model)
+    if not found:
+        print(how_to_get_a_model())
+        return
+    for candidate in found:
+        print(f"{human_size(candidate.size):>9}  {candidate.path}  ({candidate.source})")
+
+
+def _read_prompt(args: argparse.Namespace) -> str | None:
+    """The one-shot prompt: -p, or standard input when it is not a terminal."""
+    if args.prompt is not None:
+        return str(args.prompt)
+    if not sys.stdin.isatty():
+        return sys.stdin.read()
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except KvchatError as error:
+        print(f"chat: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    resolved = _resolve(args)
+    settings = resolved.settings
+    if args.print_config:
+        print(format_effective(resolved))
+        return 0
+    if args.list_models:
+        _print_models(settings.model.path)
+        return 0
+    problems = [str(problem) for problem in resolved.problems]
+    prompt = _read_prompt(args)
+    if prompt is not None:
+        for problem in problems:
+            print(f"chat: warning: {problem}", file=sys.stderr)
+        if not prompt.strip():
+            raise KvchatError('The prompt is empty: pass it with -p "..." or on standard input.')
+        model = pick_model(args.model, None if args.model else settings.model.path)
+        if model is None:
+            raise KvchatError(how_to_get_a_model())
+        from chat.oneshot import run_oneshot
+
+        return run_oneshot(prompt, settings, model, as_json=args.json, out=sys.stdout)
+    return _run_app(args, resolved, problems)
+
+
+def _run_app(args: argparse.Namespace, resolved: ResolvedSettings, problems: list[str]) -> int:
+    settings = resolved.settings
+    model_error: str | None = None
+    if args.model:
+        model = pick_model(args.model, None)  # a bad --model is a usage error: stderr, exit 2
+    else:
+        try:
+            model = pick_model(None, settings.model.path)
+        except ModelError as error:
+            # The config names a bad file: open the app anyway and say so there.
+            model, model_error = None, str(error)
+    # Imported late: `chat -p` and `--list-models` need no Textual.
+    from chat.ui.app import ChatApp
+
+    ChatApp(settings, model, model_error=model_error, startup_problems=problems).run()
+    return 0

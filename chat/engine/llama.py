@@ -1,0 +1,260 @@
+"""The llama.cpp engine, through llama-cpp-python.
+
+Facts this module relies on are in DESIGN.md ("Facts checked on this machine").
+In short: load with `verbose=True` and route llama.cpp's log to a file (with
+`verbose=False` llama-cpp-python redirects fd 1 and 2, which Textual draws on);
+render prompts with the GGUF's own chat template and send token ids, so that
+the context meter counts exactly what the model sees; generate with
+`Llama.generate`, which keeps the longest common prefix of the KV cache.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import random
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import llama_cpp
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from chat.config import ModelSettings, SamplingSettings
+from chat.conversation import FinishReason, ReplyStats
+from chat.engine.base import ChatMessages, EngineEvent, Finished, ModelInfo, TokenEvent
+from chat.engine.reply_text import ReplyText
+from chat.errors import EngineBusyError, ModelError, PromptTooLongError
+from chat.models import check_gguf
+
+# Used only when a GGUF carries no chat template: ChatML is the most common format.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+_log_lock = threading.Lock()
+_log_file: IO[str] | None = None
+
+
+@llama_cpp.llama_log_callback
+def _log_to_file(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    with _log_lock:
+        if _log_file is not None:
+            _log_file.write(text.decode("utf-8", errors="replace"))
+            _log_file.flush()
+
+
+def route_llama_log(path: Path) -> None:
+    """Send llama.cpp's log lines to `path` instead of the terminal.
+
+    The callback is a module-level object so ctypes keeps it alive for as long
+    as llama.cpp may call it.
+    """
+    global _log_file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _log_lock:
+        if _log_file is None or _log_file.name != str(path):
+            if _log_file is not None:
+                _log_file.close()
+            _log_file = path.open("a", encoding="utf-8")
+    llama_cpp.llama_log_set(_log_to_file, ctypes.c_void_p(0))
+
+
+def gpu_offload_supported() -> bool:
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def load_engine(path: Path, settings: ModelSettings, log_path: Path) -> LlamaEngine:
+    """Load a GGUF model. Raises `ModelError` with a sentence naming the file."""
+    check_gguf(path)
+    route_llama_log(log_path)
+    kwargs: dict[str, Any] = {
+        "model_path": str(path),
+        "n_ctx": settings.n_ctx,
+        "n_gpu_layers": settings.n_gpu_layers,
+        "n_batch": settings.n_batch,
+        "flash_attn": settings.flash_attn,
+        # Loud on purpose: quiet mode dup2()s fds 1 and 2 away, which blanks a
+        # running Textual app. Our log callback already keeps it off the screen.
+        "verbose": True,
+    }
+    if settings.n_threads is not None:
+        kwargs["n_threads"] = settings.n_threads
+    try:
+        llm = llama_cpp.Llama(**kwargs)
+    except (ValueError, RuntimeError, OSError, MemoryError) as error:
+        reason = str(error).strip() or type(error).__name__
+        raise ModelError(
+            f"Could not load the model {path}: {reason}. llama.cpp's log is in {log_path}."
+        ) from error
+    llm.verbose = False  # no per-call chatter on stderr from now on
+    return LlamaEngine(llm, path, settings)
+
+
+class LlamaEngine:
+    """One loaded model. Calls that use the llama.cpp context are serialized."""
+
+    def __init__(self, llm: Any, path: Path, settings: ModelSettings) -> None:
+        self._llm = llm
+        self._lock = threading.Lock()
+        self._vocab = llm._model.vocab  # for llama_vocab_is_eog
+        n_layers = int(llama_cpp.llama_model_n_layer(llm.model))
+        supported = gpu_offload_supported()
+        requested = n_layers if settings.n_gpu_layers < 0 else settings.n_gpu_layers
+        self.info = ModelInfo(
+            path=path,
+            name=str(llm.metadata.get("general.name") or path.stem),
+            n_ctx=int(llm.n_ctx()),
+            n_ctx_train=int(llama_cpp.llama_model_n_ctx_train(llm.model)),
+            n_layers=n_layers,
+            gpu_layers=min(requested, n_layers) if supported else 0,
+            gpu_supported=supported,
+        )
+        # One formatter per mode: tokenize_chat runs on the UI thread and the
+        # engine thread at once, so they must not share mutable state.
+        self._formatters = {flag: self._chat_formatter(flag) for flag in (True, False)}
+
+    def _token_text(self, token_id: int) -> str:
+        if token_id < 0:
+            return ""
+        return bytes(self._llm.detokenize([token_id], special=True)).decode("utf-8", "replace")
+
+    def _chat_formatter(self, add_generation_prompt: bool) -> Jinja2ChatFormatter:
+        template = self._llm.metadata.get("tokenizer.chat_template") or CHATML_TEMPLATE
+        eos = self._llm.token_eos()
+        return Jinja2ChatFormatter(
+            template=template,
+            eos_token=self._token_text(eos),
+            bos_token=self._token_text(self._llm.token_bos()),
+            add_generation_prompt=add_generation_prompt,
+            stop_token_ids=[eos],
+        )
+
+    def tokenize_chat(
+        self, messages: ChatMessages, add_generation_prompt: bool = True
+    ) -> list[int]:
+        # Tokenizing reads only the vocabulary, never the context, so it does
+        # not take the lock: the context meter can count while a reply streams.
+        rendered = self._formatters[add_generation_prompt](messages=list(messages))  # type: ignore[arg-type]
+        return list(
+            self._llm.tokenize(
+                rendered.prompt.encode("utf-8"), add_bos=not rendered.added_special, special=True
+            )
+        )
+
+    def count_text_tokens(self, text: str) -> int:
+        return len(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    def stream_reply(
+        self,
+        messages: ChatMessages,
+        sampling: SamplingSettings,
+        cancel: threading.Event,
+    ) -> Iterator[EngineEvent]:
+        if not self._lock.acquire(blocking=False):
+            raise EngineBusyError(
+                "A reply is already being generated; wait for it or press Escape."
+            )
+        try:
+            prompt = self.tokenize_chat(messages)
+            n_ctx = self.info.n_ctx
+            if len(prompt) >= n_ctx:
+                raise PromptTooLongError(
+                    f"The prompt is {len(prompt):,} tokens but the model's context window holds "
+                    f"{n_ctx:,}. Shorten the message or start a new conversation."
+                )
+            yield from self._generate(prompt, sampling, cancel)
+        finally:
+            self._lock.release()
+
+    def _generate(
+        self, prompt: list[int], sampling: SamplingSettings, cancel: threading.Event
+    ) -> Iterator[EngineEvent]:
+        llm = self._llm
+        seed = sampling.seed if sampling.seed is not None else random.randrange(2**32)
+        llm.set_seed(seed)
+        reply = ReplyText(stop=sampling.stop)
+        llama_cpp.llama_perf_context_reset(llm.ctx)
+        started = time.perf_counter()
+        first_token_at: float | None = None
+        evaluated = 0
+        generated = 0
+        finish: FinishReason = "done"
+        tokens = llm.generate(
+            prompt,
+            temp=sampling.temperature,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            min_p=sampling.min_p,
+            typical_p=sampling.typical_p,
+            repeat_penalty=sampling.repeat_penalty,
+            presence_penalty=sampling.presence_penalty,
+            frequency_penalty=sampling.frequency_penalty,
+            mirostat_mode=sampling.mirostat_mode,
+            mirostat_tau=sampling.mirostat_tau,
+            mirostat_eta=sampling.mirostat_eta,
+            reset=True,  # keeps the longest common prefix of the KV cache
+        )
+        try:
+            for token in tokens:
+                if first_token_at is None:
+                    first_token_at = time.perf_counter()
+                    # Prompt evaluation is over; llama.cpp counts batches of one
+                    # token as n_eval, larger ones as n_p_eval.
+                    perf = llama_cpp.llama_perf_context(llm.ctx)
+                    evaluated = int(perf.n_p_eval) + int(perf.n_eval)
+                if llama_cpp.llama_vocab_is_eog(self._vocab, token):
+                    break
+                generated += 1
+                text = reply.feed(bytes(llm.detokenize([token])))
+                if reply.stopped:
+                    if text:
+                        yield TokenEvent(text, token)
+                    break
+                yield TokenEvent(text, token)
+                if cancel.is_set():
+                    finish = "stopped"
+                    break
+                if generated >= sampling.max_tokens:
+                    finish = "max_tokens"
+                    break
+                # The next token needs this one evaluated; the window has no room.
+                if len(prompt) + generated >= self.info.n_ctx:
+                    finish = "context_full"
+                    break
+        finally:
+            tokens.close()
+        tail = reply.flush()
+        if tail:
+            yield TokenEvent(tail, -1)
+        ended = time.perf_counter()
+        first = first_token_at or ended
+        decode_s = ended - first
+        stats = ReplyStats(
+            prompt_tokens=len(prompt),
+            prompt_evaluated=evaluated,
+            generated_tokens=generated,
+            ttft_s=first - started,
+            decode_tps=(generated - 1) / decode_s if generated > 1 and decode_s > 0 else 0.0,
+            finish_reason=finish,
+            seed=seed,
+            total_s=ended - started,
+        )
+        yield Finished(reply.text, stats)
+
+    @property
+    def cached_tokens(self) -> int:
+        """Tokens the KV cache holds now (the last sampled token is never evaluated)."""
+        return int(self._llm.n_tokens)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._llm.reset()
+
+    def close(self) -> None:
+        with self._lock:
+            self._llm.close()

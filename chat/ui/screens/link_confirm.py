@@ -1,0 +1,41 @@
+"""Asks before opening a link from a reply: model output is untrusted."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Button, Label, Static
+
+
+class LinkConfirmScreen(ModalScreen[bool]):
+    BINDINGS = [Binding("escape", "dismiss(False)", "Cancel")]
+
+    def __init__(self, href: str) -> None:
+        super().__init__()
+        self.href = href
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="link-dialog"):
+            yield Label("Open this link from the model's reply?")
+            yield Static(Content(self.href), id="link-href", markup=False)
+            with Horizontal(id="link-buttons"):
+                yield Button("Open", id="open", variant="warning")
+                yield Button("Copy", id="copy")
+                yield Button("Cancel", id="cancel", variant="primary")
+
+    def on_mount(self) -> None:
+        self.query_one("#cancel", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "open":
+            self.app.open_url(self.href)
+            self.dismiss(True)
+        elif event.button.id == "copy":
+            self.app.copy_to_clipboard(self.href)
+            self.app.notify("Link copied.")
+            self.dismiss(False)
+        else:
+            self.dismiss(False)

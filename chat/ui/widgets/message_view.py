@@ -1,0 +1,115 @@
+"""One message of the conversation: a header line and the text.
+
+Replies are untrusted: they are shown by a `Markdown` widget (which never
+interprets Rich markup) with `open_links=False`, so a link opens only after
+the user confirms. The user's own text is shown as plain text.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.content import Content
+from textual.widgets import Markdown, Static
+from textual.widgets.markdown import MarkdownStream
+
+from chat.conversation import Message, ReplyStats
+
+FINISH_NOTES = {
+    "done": "",
+    "stopped": "stopped",
+    "max_tokens": "max tokens reached",
+    "context_full": "context full",
+    "error": "failed",
+}
+
+
+def reply_summary(stats: ReplyStats) -> str:
+    """`212 tokens · 81.3 tok/s · first token 0.21 s · seed 42`."""
+    return (
+        f"{stats.generated_tokens:,} tokens · {stats.decode_tps:.1f} tok/s · "
+        f"first token {stats.ttft_s:.2f} s · seed {stats.seed}"
+    )
+
+
+class MessageView(Vertical):
+    """Base view: a header, and a body that subclasses provide."""
+
+    def __init__(self, message: Message) -> None:
+        super().__init__(classes=f"message {message.role}")
+        self.message = message
+
+    def compose(self) -> ComposeResult:
+        yield Static(self.header_text(), classes="message-header", markup=False)
+
+    def header_text(self) -> Content:
+        role = {"user": "You", "assistant": "Assistant", "system": "System prompt"}[
+            self.message.role
+        ]
+        parts = [role]
+        if self.message.token_count is not None:
+            parts.append(f"{self.message.token_count:,} tokens")
+        stats = self.message.stats
+        if stats is not None:
+            parts = [role, reply_summary(stats)]
+            note = FINISH_NOTES[stats.finish_reason]
+            if note:
+                parts.append(f"[{note}]")
+        return Content(" · ".join(parts))
+
+    def refresh_header(self) -> None:
+        self.query_one(".message-header", Static).update(self.header_text())
+
+
+class UserMessageView(MessageView):
+    def compose(self) -> ComposeResult:
+        yield from super().compose()
+        yield Static(Content(self.message.content), classes="message-body", markup=False)
+
+
+class SystemMessageView(UserMessageView):
+    """The system prompt, shown once at the top of the conversation."""
+
+
+class AssistantMessageView(MessageView):
+    def __init__(self, message: Message) -> None:
+        super().__init__(message)
+        self._stream: MarkdownStream | None = None
+
+    def compose(self) -> ComposeResult:
+        yield from super().compose()
+        yield Markdown(self.message.content, classes="message-body", open_links=False)
+
+    @property
+    def body(self) -> Markdown:
+        return self.query_one(Markdown)
+
+    def start_stream(self) -> None:
+        self.add_class("streaming")
+        self._stream = Markdown.get_stream(self.body)
+
+    async def append(self, text: str) -> None:
+        """Add streamed text; the stream batches appends when the UI falls behind."""
+        if self._stream is not None:
+            await self._stream.write(text)
+
+    async def finish(self, text: str, stats: ReplyStats | None) -> None:
+        """Stop streaming and render the final text once, in full."""
+        if self._stream is not None:
+            await self._stream.stop()
+            self._stream = None
+        self.remove_class("streaming")
+        self.message.content = text
+        self.message.stats = stats
+        if stats is not None:
+            self.set_class(stats.finish_reason != "done", "ended-early")
+        await self.body.update(text)
+        self.refresh_header()
+
+
+def view_for(message: Message) -> MessageView:
+    if message.role == "assistant":
+        return AssistantMessageView(message)
+    if message.role == "system":
+        return SystemMessageView(message)
+    return UserMessageView(message)

@@ -1,0 +1,47 @@
+"""The status bar: model, where it runs, and the last reply's figures."""
+
+from __future__ import annotations
+
+from textual.content import Content
+from textual.widgets import Static
+
+from chat.conversation import ReplyStats
+from chat.engine.base import ModelInfo
+from chat.ui.widgets.message_view import FINISH_NOTES, reply_summary
+
+
+class StatusBar(Static):
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__("", id=id, markup=False)
+        self._model = "no model"
+        self._device = ""
+        self._reply = ""
+
+    def show_loading(self, name: str) -> None:
+        self._model = f"Loading model {name}…"
+        self._device = ""
+        self._render_bar()
+
+    def show_model(self, info: ModelInfo) -> None:
+        self._model = f"{info.name} · {info.n_ctx:,} ctx"
+        self._device = info.device_text()
+        self._render_bar()
+
+    def show_no_model(self, text: str = "no model") -> None:
+        self._model = text
+        self._device = ""
+        self._render_bar()
+
+    def show_generating(self) -> None:
+        self._reply = "generating… (Esc to stop)"
+        self._render_bar()
+
+    def show_reply(self, stats: ReplyStats) -> None:
+        note = FINISH_NOTES[stats.finish_reason]
+        self._reply = "last reply: " + reply_summary(stats) + (f" · {note}" if note else "")
+        self._render_bar()
+
+    def _render_bar(self) -> None:
+        # Model names come from GGUF metadata: plain Content, never markup.
+        parts = [p for p in (self._model, self._device, self._reply) if p]
+        self.update(Content("  │  ".join(parts)))

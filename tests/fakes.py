@@ -1,0 +1,101 @@
+"""A scripted engine: fast, deterministic replies for UI tests.
+
+Every feature that touches the model also has a test with the real demo model;
+this only stands in where the UI itself is under test.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from chat.config import ModelSettings, SamplingSettings
+from chat.conversation import FinishReason, ReplyStats
+from chat.engine.base import ChatMessages, EngineEvent, Finished, ModelInfo, TokenEvent
+from chat.engine.reply_text import ReplyText
+from chat.errors import EngineBusyError, PromptTooLongError
+
+
+class ScriptedEngine:
+    """Replies with `replies` in turn, one chunk per token, `delay` seconds apart."""
+
+    def __init__(
+        self,
+        replies: Sequence[Sequence[str]] = (("Hello", " there", "!"),),
+        delay: float = 0.0,
+        n_ctx: int = 4096,
+    ) -> None:
+        self.replies = [list(r) for r in replies]
+        self.delay = delay
+        self.calls: list[tuple[list[dict[str, str]], SamplingSettings]] = []
+        self.started = threading.Event()
+        self._lock = threading.Lock()
+        self.info = ModelInfo(
+            path=Path("/models/scripted.gguf"),
+            name="scripted",
+            n_ctx=n_ctx,
+            n_ctx_train=n_ctx,
+            n_layers=4,
+            gpu_layers=0,
+            gpu_supported=False,
+        )
+
+    def tokenize_chat(
+        self, messages: ChatMessages, add_generation_prompt: bool = True
+    ) -> list[int]:
+        words = sum((len(m["content"].split()) + 4 for m in messages), 0)
+        return list(range(words + (3 if add_generation_prompt else 0)))
+
+    def stream_reply(
+        self, messages: ChatMessages, sampling: SamplingSettings, cancel: threading.Event
+    ) -> Iterator[EngineEvent]:
+        if not self._lock.acquire(blocking=False):
+            raise EngineBusyError("busy")
+        try:
+            prompt = self.tokenize_chat(messages)
+            if len(prompt) >= self.info.n_ctx:
+                raise PromptTooLongError(
+                    f"The prompt is {len(prompt)} tokens; the window holds {self.info.n_ctx}."
+                )
+            self.calls.append(([dict(m) for m in messages], sampling))
+            script = self.replies[(len(self.calls) - 1) % len(self.replies)]
+            reply = ReplyText()
+            self.started.set()
+            finish: FinishReason = "done"
+            generated = 0
+            for chunk in script:
+                if self.delay:
+                    time.sleep(self.delay)
+                generated += 1
+                yield TokenEvent(reply.feed(chunk.encode()), generated)
+                if cancel.is_set():
+                    finish = "stopped"
+                    break
+            reply.flush()
+            stats = ReplyStats(
+                prompt_tokens=len(prompt),
+                prompt_evaluated=len(prompt),
+                generated_tokens=generated,
+                ttft_s=0.01,
+                decode_tps=100.0,
+                finish_reason=finish,
+                seed=sampling.seed if sampling.seed is not None else 1234,
+            )
+            yield Finished(reply.text, stats)
+        finally:
+            self._lock.release()
+
+    def reset(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def scripted_factory(engine: ScriptedEngine):  # type: ignore[no-untyped-def]
+    def factory(path: Path, settings: ModelSettings) -> ScriptedEngine:
+        return engine
+
+    return factory

@@ -1,0 +1,200 @@
+"""The llama.cpp engine with the real demo model (SmolLM2-135M, ChatML)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from chat.config import ModelSettings, SamplingSettings
+from chat.engine.base import Finished, TokenEvent
+from chat.engine.llama import LlamaEngine, load_engine
+from chat.errors import ModelError, PromptTooLongError
+
+GREEDY = SamplingSettings(temperature=0.0, max_tokens=24)
+SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+
+
+def run(
+    engine: LlamaEngine,
+    messages: list[dict[str, str]],
+    sampling: SamplingSettings,
+    cancel_after: int | None = None,
+) -> tuple[list[TokenEvent], Finished]:
+    cancel = threading.Event()
+    tokens: list[TokenEvent] = []
+    finished = None
+    for event in engine.stream_reply(messages, sampling, cancel):
+        if isinstance(event, TokenEvent):
+            tokens.append(event)
+            if cancel_after is not None and len(tokens) >= cancel_after:
+                cancel.set()
+        else:
+            finished = event
+    assert finished is not None
+    return tokens, finished
+
+
+def test_streams_tokens_then_stats(engine: LlamaEngine) -> None:
+    messages = [SYSTEM, {"role": "user", "content": "Say hello."}]
+    tokens, finished = run(engine, messages, GREEDY)
+    assert len(tokens) >= 2
+    assert "".join(t.text for t in tokens) == finished.text
+    stats = finished.stats
+    assert stats.generated_tokens == len([t for t in tokens if t.token_id >= 0])
+    assert stats.prompt_tokens == len(engine.tokenize_chat(messages))
+    assert 0 < stats.prompt_evaluated <= stats.prompt_tokens
+    assert stats.ttft_s > 0
+    assert stats.decode_tps > 0
+    assert stats.finish_reason in ("done", "max_tokens")
+
+
+def test_model_info(engine: LlamaEngine, demo_model: Path) -> None:
+    info = engine.info
+    assert info.path == demo_model
+    assert info.n_ctx == 2048
+    assert info.n_ctx_train == 8192
+    assert info.n_layers == 30
+    assert "CPU only" in info.device_text() or info.device_text().startswith("GPU:")
+
+
+def test_chat_template_tokens(engine: LlamaEngine) -> None:
+    ids = engine.tokenize_chat([{"role": "user", "content": "hi"}])
+    # ChatML: <|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n
+    text = bytes(engine._llm.detokenize(ids, special=True)).decode()
+    assert text.startswith("<|im_start|>user\nhi<|im_end|>")
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+def test_cancel_keeps_partial_reply_and_kv_consistent(engine: LlamaEngine) -> None:
+    messages = [SYSTEM, {"role": "user", "content": "Count from one to fifty in words."}]
+    sampling = replace(GREEDY, max_tokens=200)
+    _, finished = run(engine, messages, sampling, cancel_after=5)
+    assert finished.stats.finish_reason == "stopped"
+    assert finished.stats.generated_tokens == 5
+    # The KV cache holds the prompt plus every generated token but the last,
+    # which was sampled and never evaluated.
+    assert engine.cached_tokens == finished.stats.prompt_tokens + 5 - 1
+    # The engine still works and reuses the cache after a stop.
+    follow = [
+        *messages,
+        {"role": "assistant", "content": finished.text},
+        {"role": "user", "content": "Go on."},
+    ]
+    _, after = run(engine, follow, GREEDY)
+    assert after.stats.prompt_reused > 0
+
+
+def test_kv_cache_reused_on_turn_two(engine: LlamaEngine) -> None:
+    engine.reset()
+    turn1 = [SYSTEM, {"role": "user", "content": "What is the capital of France?"}]
+    _, first = run(engine, turn1, GREEDY)
+    assert first.stats.prompt_evaluated == first.stats.prompt_tokens  # cold cache
+    turn2 = [
+        *turn1,
+        {"role": "assistant", "content": first.text},
+        {"role": "user", "content": "And of Italy?"},
+    ]
+    _, second = run(engine, turn2, GREEDY)
+    assert second.stats.prompt_tokens > first.stats.prompt_tokens
+    # Only the new part is evaluated: far fewer than are sent.
+    assert second.stats.prompt_evaluated < second.stats.prompt_tokens / 2
+    assert second.stats.prompt_reused == second.stats.prompt_tokens - second.stats.prompt_evaluated
+
+
+def test_reset_forgets_the_cache(engine: LlamaEngine) -> None:
+    messages = [SYSTEM, {"role": "user", "content": "Name a colour."}]
+    run(engine, messages, GREEDY)
+    engine.reset()
+    _, again = run(engine, messages, GREEDY)
+    assert again.stats.prompt_evaluated == again.stats.prompt_tokens
+
+
+def test_prompt_longer_than_window_is_refused(engine: LlamaEngine) -> None:
+    huge = "word " * 3000
+    with pytest.raises(PromptTooLongError, match="context window holds 2,048"):
+        run(engine, [{"role": "user", "content": huge}], GREEDY)
+    # and the engine is usable afterwards
+    _, finished = run(engine, [{"role": "user", "content": "Hi"}], GREEDY)
+    assert finished.stats.generated_tokens > 0
+
+
+def test_reply_reaching_the_window_end_stops_cleanly(demo_model: Path, tmp_path: Path) -> None:
+    small = load_engine(demo_model, ModelSettings(n_ctx=256), tmp_path / "llama.log")
+    try:
+        assert small.info.n_ctx == 256
+        prompt = [{"role": "user", "content": "Write a very long story about a dragon."}]
+        _, finished = run(
+            small, prompt, SamplingSettings(temperature=0.0, max_tokens=4096, repeat_penalty=1.3)
+        )
+        stats = finished.stats
+        if stats.finish_reason == "context_full":
+            assert stats.prompt_tokens + stats.generated_tokens == 256
+        else:  # the model ended on its own before filling the window
+            assert stats.finish_reason == "done"
+            assert stats.prompt_tokens + stats.generated_tokens < 256
+    finally:
+        small.close()
+
+
+def test_max_tokens(engine: LlamaEngine) -> None:
+    messages = [{"role": "user", "content": "Write a long poem about the sea."}]
+    _, finished = run(engine, messages, replace(GREEDY, max_tokens=7))
+    assert finished.stats.generated_tokens == 7
+    assert finished.stats.finish_reason == "max_tokens"
+
+
+def test_utf8_split_across_tokens_is_whole(engine: LlamaEngine) -> None:
+    # Emoji and CJK are several tokens each in this vocabulary: their bytes
+    # arrive split, and the reply must still contain whole characters.
+    messages = [{"role": "user", "content": "Repeat exactly: 😀🎉 漢字 café"}]
+    tokens, finished = run(engine, messages, replace(GREEDY, max_tokens=40))
+    assert "\ufffd" not in finished.text
+    assert "".join(t.text for t in tokens) == finished.text
+    emoji_ids = engine._llm.tokenize("😀".encode(), add_bos=False, special=False)
+    assert len(emoji_ids) > 1  # the premise: one character, several tokens
+
+
+def test_greedy_is_deterministic_and_seeds_matter(engine: LlamaEngine) -> None:
+    messages = [{"role": "user", "content": "Tell me a short fact about cats."}]
+    engine.reset()
+    _, a = run(engine, messages, replace(GREEDY, max_tokens=20))
+    engine.reset()
+    _, b = run(engine, messages, replace(GREEDY, max_tokens=20))
+    assert a.text == b.text
+    hot = SamplingSettings(temperature=1.5, top_k=0, top_p=1.0, min_p=0.0, max_tokens=20, seed=7)
+    engine.reset()
+    _, c = run(engine, messages, hot)
+    engine.reset()
+    _, d = run(engine, messages, hot)
+    assert c.text == d.text and c.stats.seed == 7
+    texts = set()
+    for _ in range(3):
+        _, e = run(engine, messages, replace(hot, seed=None))
+        texts.add(e.text)
+    assert len(texts) > 1
+
+
+def test_stop_sequences(engine: LlamaEngine) -> None:
+    messages = [{"role": "user", "content": "Count: 1, 2, 3, 4, 5, 6, 7, 8"}]
+    _, finished = run(engine, messages, replace(GREEDY, max_tokens=60, stop=["5"]))
+    assert "5" not in finished.text
+    assert finished.stats.finish_reason == "done"
+
+
+def test_missing_and_non_gguf_files(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="not found"):
+        load_engine(tmp_path / "nope.gguf", ModelSettings(), tmp_path / "log")
+    text = tmp_path / "notes.gguf"
+    text.write_text("hello")
+    with pytest.raises(ModelError, match="Not a GGUF"):
+        load_engine(text, ModelSettings(), tmp_path / "log")
+
+
+def test_truncated_gguf_fails_with_a_sentence(demo_model: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(demo_model.read_bytes()[: 1024 * 1024])
+    with pytest.raises(ModelError, match=r"Could not load the model .*broken\.gguf"):
+        load_engine(broken, ModelSettings(), tmp_path / "log")

