@@ -24,11 +24,12 @@ class ModelLoadFailed(Message):
 
 
 class ReplyToken(Message):
-    """A piece of the reply: one sampled token's text (already sanitized)."""
+    """One sampled token: its text (already sanitized; "" mid-character)."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, tokens: int = 1) -> None:
         super().__init__()
         self.text = text
+        self.tokens = tokens
 
 
 class ReplyFinished(Message):

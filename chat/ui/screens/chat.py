@@ -15,14 +15,18 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Footer, LoadingIndicator, Markdown, Static
 
 from chat.config import Settings
+from chat.context import ContextBudget, WindowPlan
 from chat.conversation import Conversation, Message
 from chat.engine.base import Engine, Finished, TokenEvent
 from chat.errors import KvchatError, PromptTooLongError
 from chat.ui.messages import ReplyFailed, ReplyFinished, ReplyToken
 from chat.ui.screens.link_confirm import LinkConfirmScreen
+from chat.ui.widgets.context_meter import HELP as CONTEXT_HELP
+from chat.ui.widgets.context_meter import ContextMeter, MeterState
 from chat.ui.widgets.conversation_view import ConversationView
 from chat.ui.widgets.message_view import AssistantMessageView
 from chat.ui.widgets.prompt_box import PromptBox
@@ -34,7 +38,11 @@ class ChatScreen(Screen[None]):
         Binding("escape", "stop", "Stop"),
         Binding("ctrl+r", "regenerate", "Regenerate"),
         Binding("ctrl+n", "new_conversation", "New chat"),
+        Binding("f1", "context_help", "Context help"),
     ]
+
+    # Typing updates the meter after this pause, not on every keystroke.
+    METER_DEBOUNCE_S = 0.15
 
     def __init__(self, settings: Settings) -> None:
         super().__init__()
@@ -44,6 +52,8 @@ class ChatScreen(Screen[None]):
         self._cancel = threading.Event()
         self._reply_view: AssistantMessageView | None = None
         self._reply_thread: threading.Thread | None = None
+        self.budget: ContextBudget | None = None
+        self._meter_timer: Timer | None = None
 
     @property
     def generating(self) -> bool:
@@ -52,6 +62,7 @@ class ChatScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield ConversationView(id="conversation")
         yield Static("", id="notice", markup=False)
+        yield ContextMeter(id="meter")
         yield PromptBox(id="prompt")
         yield StatusBar(id="status")
         yield Footer()
@@ -79,9 +90,11 @@ class ChatScreen(Screen[None]):
 
     async def show_model(self, engine: Engine) -> None:
         self.engine = engine
+        self.budget = ContextBudget(engine.tokenize_chat, engine.info.n_ctx)
         await self._remove_loading()
         self.query_one("#notice").display = False
         self.query_one(StatusBar).show_model(engine.info)
+        self.refresh_meter()
 
     async def show_problem(self, text: str, *, no_model: bool = False) -> None:
         """An error panel (a model that failed to load, or no model at all)."""
@@ -112,21 +125,93 @@ class ChatScreen(Screen[None]):
         if self.engine is None:
             self.notify("No model is loaded yet; your text stays in the box.", severity="warning")
             return
+        text = event.text.strip("\n")
+        plan = self._plan(text)
+        if plan is None:
+            return
+        if plan.problem:
+            # Nothing is sent and nothing is lost: the text stays in the box.
+            self.notify(plan.problem, severity="error", timeout=15)
+            return
         event.prompt_box.clear()
-        message = Message("user", event.text.strip("\n"))
+        message = Message("user", text, token_count=plan.new - self._generation_prompt())
         self.conversation.messages.append(message)
         await self.query_one(ConversationView).add_message(message)
-        await self._start_reply()
+        await self._start_reply(plan)
 
-    async def _start_reply(self) -> None:
+    def _plan(self, new_text: str | None) -> WindowPlan | None:
+        if self.budget is None:
+            return None
+        chat = self.settings.chat
+        return self.budget.plan(
+            self.conversation.system_prompt,
+            self.conversation.messages,
+            new_text,
+            self.settings.sampling.max_tokens,
+            chat.overflow,
+        )
+
+    def _generation_prompt(self) -> int:
+        assert self.budget is not None
+        messages = self.conversation.messages
+        return self.budget.generation_prompt_tokens(
+            self.conversation.system_prompt, messages[0] if messages else None
+        )
+
+    def _prompt_messages(self, plan: WindowPlan) -> list[dict[str, str]]:
+        """What this turn sends: the system prompt, the earlier messages that
+        fit, and the newest message."""
+        messages = self.conversation.messages
+        head = self.conversation.chat_messages(upto=0)
+        return (
+            head
+            + [messages[i].as_chat_dict() for i in plan.included]
+            + [messages[-1].as_chat_dict()]
+        )
+
+    def _mark_window(self, plan: WindowPlan) -> None:
+        """Show which messages are outside the window this turn, and each one's tokens."""
+        assert self.budget is not None
+        messages = self.conversation.messages
+        counts = self.budget.count_messages(self.conversation.system_prompt, messages)
+        position = {id(message): i for i, message in enumerate(messages)}
+        outside = {id(messages[i]) for i in plan.left_out}
+        for view in self.query_one(ConversationView).message_views():
+            index = position.get(id(view.message))
+            if view.message.role == "system":
+                view.message.token_count = plan.system
+            elif index is not None:
+                view.message.token_count = counts[index]
+            view.show_outside_window(id(view.message) in outside)
+
+    def refresh_meter(self) -> None:
+        """Recount the window for the text in the prompt box (idle or typing)."""
+        if self.budget is None or self.generating:
+            return
+        plan = self._plan(self.query_one(PromptBox).text)
+        if plan is not None:
+            self.query_one(ContextMeter).show(MeterState.from_plan(plan))
+
+    @on(PromptBox.Changed)
+    def _on_prompt_changed(self) -> None:
+        if self._meter_timer is not None:
+            self._meter_timer.stop()
+        self._meter_timer = self.set_timer(self.METER_DEBOUNCE_S, self.refresh_meter)
+
+    def action_context_help(self) -> None:
+        self.notify(CONTEXT_HELP, title="Why the whole conversation is sent again", timeout=20)
+
+    async def _start_reply(self, plan: WindowPlan) -> None:
         assert self.engine is not None
+        self._mark_window(plan)
+        self.query_one(ContextMeter).show(MeterState.from_plan(plan))
         reply = Message("assistant", "")
         self._reply_view = await self.query_one(ConversationView).start_reply(reply)
         self._cancel = threading.Event()
         self.query_one(StatusBar).show_generating()
         self._reply_thread = threading.Thread(
             target=self._generate,
-            args=(self.engine, self.conversation.chat_messages(), replace(self.settings.sampling)),
+            args=(self.engine, self._prompt_messages(plan), replace(self.settings.sampling)),
             name="kvchat-generate",
             daemon=True,  # never keeps the process alive after Ctrl+Q
         )
@@ -137,8 +222,9 @@ class ChatScreen(Screen[None]):
         try:
             for event in engine.stream_reply(messages, sampling, self._cancel):  # type: ignore[arg-type]
                 if isinstance(event, TokenEvent):
-                    if event.text:
-                        self.post_message(ReplyToken(event.text))
+                    counted = 1 if event.token_id >= 0 else 0  # -1: held-back text at the end
+                    if event.text or counted:
+                        self.post_message(ReplyToken(event.text, counted))
                 elif isinstance(event, Finished):
                     self.post_message(ReplyFinished(event))
         except PromptTooLongError as error:
@@ -150,7 +236,10 @@ class ChatScreen(Screen[None]):
 
     async def on_reply_token(self, message: ReplyToken) -> None:
         if self._reply_view is not None:
-            await self._reply_view.append(message.text)
+            if message.tokens:
+                self.query_one(ContextMeter).add_reply_tokens(message.tokens)
+            if message.text:
+                await self._reply_view.append(message.text)
 
     async def on_reply_finished(self, message: ReplyFinished) -> None:
         view = self._reply_view
@@ -204,10 +293,15 @@ class ChatScreen(Screen[None]):
         if not messages or messages[-1].role != "assistant":
             self.notify("There is no reply to regenerate yet.", severity="warning")
             return
-        messages.pop()
+        last_reply = messages.pop()
+        plan = self._plan(None)
+        if plan is None or plan.problem:
+            messages.append(last_reply)
+            self.notify(plan.problem or "" if plan else "No model is loaded.", severity="error")
+            return
         views = self.query_one(ConversationView).message_views()
         await views[-1].remove()
-        await self._start_reply()
+        await self._start_reply(plan)
 
     async def action_new_conversation(self) -> None:
         if self.generating:
@@ -217,6 +311,7 @@ class ChatScreen(Screen[None]):
         await self.query_one(ConversationView).clear()
         await self._show_system_prompt()
         self.query_one(PromptBox).focus()
+        self.refresh_meter()
 
     def stop_generating(self) -> None:
         """Called on quit: end the reply thread within one token."""

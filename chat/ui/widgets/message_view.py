@@ -38,6 +38,7 @@ class MessageView(Vertical):
     def __init__(self, message: Message) -> None:
         super().__init__(classes=f"message {message.role}")
         self.message = message
+        self.outside_window = False
 
     def compose(self) -> ComposeResult:
         yield Static(self.header_text(), classes="message-header", markup=False)
@@ -55,7 +56,14 @@ class MessageView(Vertical):
             note = FINISH_NOTES[stats.finish_reason]
             if note:
                 parts.append(f"[{note}]")
+        if self.outside_window:
+            parts.append("[outside the window: not sent this turn]")
         return Content(" · ".join(parts))
+
+    def show_outside_window(self, outside: bool) -> None:
+        self.outside_window = outside
+        self.set_class(outside, "outside-window")
+        self.refresh_header()
 
     def refresh_header(self) -> None:
         self.query_one(".message-header", Static).update(self.header_text())

@@ -1,0 +1,141 @@
+"""The context meter: one line showing how this turn fills the model's window.
+
+Segments, left to right: system prompt | earlier conversation re-sent this
+turn | the new message | the reply being generated | room reserved for the
+reply | free. Colours come from the theme through component classes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.widgets import Static
+
+from chat.context import WindowPlan
+
+SEGMENTS = ("system", "history", "new", "reply", "reserved", "free")
+BAR_WIDTH = 24
+
+HELP = (
+    "A language model has no memory between turns: every turn, kvchat sends the system prompt "
+    "and the whole earlier conversation again, and the reply's tokens go into the same window. "
+    "llama.cpp keeps the tokens it has already processed in its KV cache, so only the new part "
+    "is evaluated: that is why turn 20 starts about as fast as turn 1. When the window fills up, "
+    "the overflow policy (settings) decides which old messages are left out."
+)
+
+
+@dataclass(frozen=True)
+class MeterState:
+    n_ctx: int
+    system: int = 0
+    history: int = 0
+    new: int = 0
+    reply: int = 0
+    reserved: int = 0
+    left_out: int = 0
+
+    @classmethod
+    def from_plan(cls, plan: WindowPlan, reply: int = 0) -> MeterState:
+        return cls(
+            n_ctx=plan.n_ctx,
+            system=plan.system,
+            history=plan.history,
+            new=plan.new,
+            reply=reply,
+            reserved=max(0, plan.reserve - reply),
+            left_out=len(plan.left_out),
+        )
+
+    @property
+    def used(self) -> int:
+        return self.system + self.history + self.new + self.reply
+
+    @property
+    def free(self) -> int:
+        return max(0, self.n_ctx - self.used - self.reserved)
+
+    def sizes(self) -> dict[str, int]:
+        return {
+            "system": self.system,
+            "history": self.history,
+            "new": self.new,
+            "reply": self.reply,
+            "reserved": self.reserved,
+            "free": self.free,
+        }
+
+
+def bar_cells(sizes: dict[str, int], total: int, width: int) -> list[tuple[str, int]]:
+    """Split `width` cells between segments in proportion; a non-empty segment
+    gets at least one cell so it stays visible."""
+    if total <= 0:
+        return [("free", width)]
+    cells = {
+        name: (max(1, round(size * width / total)) if size else 0) for name, size in sizes.items()
+    }
+    # Give or take the rounding difference from the largest segment.
+    largest = max(cells, key=lambda name: cells[name])
+    cells[largest] += width - sum(cells.values())
+    return [(name, count) for name, count in cells.items() if count > 0]
+
+
+class ContextMeter(Static):
+    COMPONENT_CLASSES = {f"meter--{name}" for name in SEGMENTS}
+
+    DEFAULT_CSS = """
+    ContextMeter {
+        height: 1;
+        padding: 0 1;
+    }
+    ContextMeter > .meter--system { color: $meter-system; }
+    ContextMeter > .meter--history { color: $meter-history; }
+    ContextMeter > .meter--new { color: $meter-new; }
+    ContextMeter > .meter--reply { color: $meter-reply; }
+    ContextMeter > .meter--reserved { color: $meter-reserved; }
+    ContextMeter > .meter--free { color: $meter-free; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__("", id=id)
+        self.state: MeterState | None = None
+        self.tooltip = HELP
+
+    def show(self, state: MeterState | None) -> None:
+        self.state = state
+        self.update(self.render_text())
+
+    def add_reply_tokens(self, count: int) -> None:
+        """The reply grows by `count` tokens: it takes them from the reserve first."""
+        if self.state is None:
+            return
+        s = self.state
+        self.show(
+            MeterState(
+                n_ctx=s.n_ctx,
+                system=s.system,
+                history=s.history,
+                new=s.new,
+                reply=s.reply + count,
+                reserved=max(0, s.reserved - count),
+                left_out=s.left_out,
+            )
+        )
+
+    def render_text(self) -> Text:
+        state = self.state
+        if state is None:
+            return Text("context: no model loaded")
+        styles = {name: self.get_component_rich_style(f"meter--{name}") for name in SEGMENTS}
+        text = Text()
+        for name, count in bar_cells(state.sizes(), state.n_ctx, BAR_WIDTH):
+            text.append("░" * count if name == "free" else "█" * count, style=styles[name])
+        share = 100 * state.used / state.n_ctx if state.n_ctx else 0
+        text.append(f" {state.used:,} / {state.n_ctx:,} tokens · {share:.0f}%")
+        for name, size in state.sizes().items():
+            text.append("  ■ ", style=styles[name])
+            text.append(f"{name} {size:,}")
+        if state.left_out:
+            text.append(f"  · {state.left_out} messages outside the window", style="bold")
+        return text
