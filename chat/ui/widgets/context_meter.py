@@ -15,7 +15,15 @@ from textual.widgets import Static
 from chat.context import WindowPlan
 
 SEGMENTS = ("system", "history", "new", "reply", "reserved", "free")
-BAR_WIDTH = 24
+LABELS = {
+    "system": "system",
+    "history": "earlier",
+    "new": "new",
+    "reply": "reply",
+    "reserved": "reserved",
+    "free": "free",
+}
+BAR_WIDTH = 20
 
 HELP = (
     "A language model has no memory between turns: every turn, kvchat sends the system prompt "
@@ -134,8 +142,8 @@ class ContextMeter(Static):
         share = 100 * state.used / state.n_ctx if state.n_ctx else 0
         text.append(f" {state.used:,} / {state.n_ctx:,} tokens · {share:.0f}%")
         for name, size in state.sizes().items():
-            text.append("  ■ ", style=styles[name])
-            text.append(f"{name} {size:,}")
+            text.append(" ■", style=styles[name])
+            text.append(f"{LABELS[name]} {size:,}")
         if state.left_out:
             text.append(f"  · {state.left_out} messages outside the window", style="bold")
         return text

@@ -32,6 +32,14 @@ def reply_summary(stats: ReplyStats) -> str:
     )
 
 
+def cache_summary(stats: ReplyStats) -> str:
+    """What the KV cache saved this turn, from the engine's measured figures."""
+    return (
+        f"sent {stats.prompt_tokens:,} · reused from cache {stats.prompt_reused:,} · "
+        f"evaluated {stats.prompt_evaluated:,} · generated {stats.generated_tokens:,}"
+    )
+
+
 class MessageView(Vertical):
     """Base view: a header, and a body that subclasses provide."""
 
@@ -52,7 +60,7 @@ class MessageView(Vertical):
             parts.append(f"{self.message.token_count:,} tokens")
         stats = self.message.stats
         if stats is not None:
-            parts = [role, reply_summary(stats)]
+            parts = [role, reply_summary(stats), cache_summary(stats)]
             note = FINISH_NOTES[stats.finish_reason]
             if note:
                 parts.append(f"[{note}]")

@@ -38,7 +38,7 @@ class StatusBar(Static):
 
     def show_reply(self, stats: ReplyStats) -> None:
         note = FINISH_NOTES[stats.finish_reason]
-        self._reply = "last reply: " + reply_summary(stats) + (f" · {note}" if note else "")
+        self._reply = "last: " + reply_summary(stats) + (f" · {note}" if note else "")
         self._render_bar()
 
     def _render_bar(self) -> None:
