@@ -165,7 +165,7 @@ async def test_meter_is_exact_live_and_matches_the_kv_cache(demo_model: Path) ->
         # every message shows its own count
         for view in app.query(MessageView):
             assert view.message.token_count or view.message.stats
-        user_view = [v for v in app.query(MessageView) if v.message.role == "user"][0]
+        user_view = next(v for v in app.query(MessageView) if v.message.role == "user")
         assert f"{user_view.message.token_count} tokens" in str(user_view.header_text())
 
 
