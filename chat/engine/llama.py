@@ -95,6 +95,19 @@ def load_engine(path: Path, settings: ModelSettings, log_path: Path) -> LlamaEng
     return LlamaEngine(llm, path, settings)
 
 
+def _prompt_tokens_evaluated(ctx: Any) -> int:
+    """Tokens llama.cpp evaluated since the last perf reset.
+
+    llama.cpp counts batches of one token as n_eval and larger ones as
+    n_p_eval, and reports each count as at least 1 (to spare callers a division
+    by zero); a count is real only when its time is non-zero.
+    """
+    perf = llama_cpp.llama_perf_context(ctx)
+    batched = int(perf.n_p_eval) if perf.t_p_eval_ms > 0 else 0
+    single = int(perf.n_eval) if perf.t_eval_ms > 0 else 0
+    return batched + single
+
+
 class LlamaEngine:
     """One loaded model. Calls that use the llama.cpp context are serialized."""
 
@@ -203,10 +216,7 @@ class LlamaEngine:
             for token in tokens:
                 if first_token_at is None:
                     first_token_at = time.perf_counter()
-                    # Prompt evaluation is over; llama.cpp counts batches of one
-                    # token as n_eval, larger ones as n_p_eval.
-                    perf = llama_cpp.llama_perf_context(llm.ctx)
-                    evaluated = int(perf.n_p_eval) + int(perf.n_eval)
+                    evaluated = _prompt_tokens_evaluated(llm.ctx)
                 if llama_cpp.llama_vocab_is_eog(self._vocab, token):
                     break
                 generated += 1
