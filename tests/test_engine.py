@@ -54,6 +54,7 @@ def test_streams_tokens_then_stats(engine: LlamaEngine) -> None:
 def test_model_info(engine: LlamaEngine, demo_model: Path) -> None:
     info = engine.info
     assert info.path == demo_model
+    assert info.name == "SmolLM2-135M-Instruct.Q4_1"
     assert info.n_ctx == 2048
     assert info.n_ctx_train == 8192
     assert info.n_layers == 30

@@ -18,7 +18,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, LoadingIndicator, Markdown, Static
 
-from chat.config import Settings
+from chat.config import SamplingSettings, Settings
 from chat.context import ContextBudget, WindowPlan
 from chat.conversation import Conversation, Message
 from chat.engine.base import Engine, Finished, TokenEvent
@@ -191,6 +191,10 @@ class ChatScreen(Screen[None]):
         plan = self._plan(self.query_one(PromptBox).text)
         if plan is not None:
             self.query_one(ContextMeter).show(MeterState.from_plan(plan))
+            for view in self.query_one(ConversationView).message_views():
+                if view.message.role == "system" and view.message.token_count != plan.system:
+                    view.message.token_count = plan.system
+                    view.refresh_header()
 
     @on(PromptBox.Changed)
     def _on_prompt_changed(self) -> None:
@@ -211,16 +215,27 @@ class ChatScreen(Screen[None]):
         self.query_one(StatusBar).show_generating()
         self._reply_thread = threading.Thread(
             target=self._generate,
-            args=(self.engine, self._prompt_messages(plan), replace(self.settings.sampling)),
+            args=(
+                self.engine,
+                self._prompt_messages(plan),
+                replace(self.settings.sampling),
+                self.settings.chat.record_token_probs,
+            ),
             name="kvchat-generate",
             daemon=True,  # never keeps the process alive after Ctrl+Q
         )
         self._reply_thread.start()
 
-    def _generate(self, engine: Engine, messages: list[dict[str, str]], sampling: object) -> None:
+    def _generate(
+        self,
+        engine: Engine,
+        messages: list[dict[str, str]],
+        sampling: SamplingSettings,
+        record_probs: bool,
+    ) -> None:
         """Runs in the reply thread; only posts messages to the screen."""
         try:
-            for event in engine.stream_reply(messages, sampling, self._cancel):  # type: ignore[arg-type]
+            for event in engine.stream_reply(messages, sampling, self._cancel, record_probs):
                 if isinstance(event, TokenEvent):
                     counted = 1 if event.token_id >= 0 else 0  # -1: held-back text at the end
                     if event.text or counted:
@@ -246,6 +261,7 @@ class ChatScreen(Screen[None]):
         if view is None:
             return
         finished = message.finished
+        view.message.token_probs = list(finished.choices) or None
         await view.finish(finished.text, finished.stats)
         self.conversation.messages.append(view.message)
         self._reply_view = None
