@@ -103,10 +103,15 @@ def _warn_theme_problems(problems: Sequence[ThemeProblem]) -> None:
 def _print_themes(in_use: str) -> None:
     """Every theme with its mode and description; bad user theme files on stderr."""
     # Imported here: chat.themes imports Textual, which `chat -p` never needs.
-    from chat.themes import DEFAULT_THEME, load_themes
+    from chat.themes import DEFAULT_THEME, load_themes, unknown_theme_message
 
     themes, problems = load_themes()
     _warn_theme_problems(problems)
+    names = [theme.name for theme in themes]
+    if in_use not in names:  # from the config file or KVCHAT_THEME
+        message = unknown_theme_message(in_use, names)
+        print(f"chat: warning: {message} chat starts with {DEFAULT_THEME}.", file=sys.stderr)
+        in_use = DEFAULT_THEME
     width = max(len(theme.name) for theme in themes)
     for theme in themes:
         mark = "*" if theme.name == in_use else " "

@@ -98,6 +98,17 @@ def test_list_themes_marks_the_configured_theme() -> None:
     assert len(starred) == 1 and starred[0].startswith("* kvchat-nord ")
 
 
+def test_list_themes_with_an_unknown_configured_theme() -> None:
+    paths.config_file().parent.mkdir(parents=True, exist_ok=True)
+    paths.config_file().write_text('[ui]\ntheme = "dracula"\n')
+    result = chat("--list-themes")
+    assert result.returncode == 0
+    starred = [line for line in theme_lines(result.stdout) if line.startswith("* ")]
+    assert len(starred) == 1 and starred[0].startswith(f"* {DEFAULT_THEME} ")
+    assert result.stderr.startswith("chat: warning: There is no theme called 'dracula'")
+    assert result.stderr.endswith(f"chat starts with {DEFAULT_THEME}.\n")
+
+
 class FakeTerminal(io.StringIO):
     def isatty(self) -> bool:
         return True
