@@ -140,9 +140,9 @@ class ContextMeter(Static):
         for name, count in bar_cells(state.sizes(), state.n_ctx, BAR_WIDTH):
             text.append("░" * count if name == "free" else "█" * count, style=styles[name])
         share = 100 * state.used / state.n_ctx if state.n_ctx else 0
-        text.append(f" {state.used:,} / {state.n_ctx:,} tokens · {share:.0f}%")
+        text.append(f" {state.used:,} / {state.n_ctx:,} tokens · {share:.0f}% ")
         for name, size in state.sizes().items():
-            text.append(" ■", style=styles[name])
+            text.append(" ■ ", style=styles[name])
             text.append(f"{LABELS[name]} {size:,}")
         if state.left_out:
             text.append(f"  · {state.left_out} messages outside the window", style="bold")
