@@ -217,6 +217,10 @@ class ChatApp(App[None]):
             self.post_message(ModelLoaded(engine))
 
     async def on_model_loaded(self, message: ModelLoaded) -> None:
+        if self._exit or not self.chat_screen.is_attached:
+            # The user quit while the model was loading.
+            message.engine.close()
+            return
         self.engine = message.engine
         await self.chat_screen.show_model(message.engine)
 

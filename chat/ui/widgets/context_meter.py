@@ -105,31 +105,42 @@ class ContextMeter(Static):
     ContextMeter > .meter--free { color: $meter-free; }
     """
 
+    # While a reply streams the state changes with every token; drawing it at
+    # most this often keeps the UI thread free for the tokens themselves.
+    STREAM_REDRAW_S = 0.05
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("", id=id)
         self.state: MeterState | None = None
         self.tooltip = HELP
+        self._redraw_scheduled = False
 
     def show(self, state: MeterState | None) -> None:
         self.state = state
         self.update(self.render_text())
 
+    def _redraw(self) -> None:
+        self._redraw_scheduled = False
+        self.update(self.render_text())
+
     def add_reply_tokens(self, count: int) -> None:
-        """The reply grows by `count` tokens: it takes them from the reserve first."""
+        """The reply grows by `count` tokens: it takes them from the reserve first.
+        The state is exact at once; the drawing follows within STREAM_REDRAW_S."""
         if self.state is None:
             return
         s = self.state
-        self.show(
-            MeterState(
-                n_ctx=s.n_ctx,
-                system=s.system,
-                history=s.history,
-                new=s.new,
-                reply=s.reply + count,
-                reserved=max(0, s.reserved - count),
-                left_out=s.left_out,
-            )
+        self.state = MeterState(
+            n_ctx=s.n_ctx,
+            system=s.system,
+            history=s.history,
+            new=s.new,
+            reply=s.reply + count,
+            reserved=max(0, s.reserved - count),
+            left_out=s.left_out,
         )
+        if not self._redraw_scheduled:
+            self._redraw_scheduled = True
+            self.set_timer(self.STREAM_REDRAW_S, self._redraw)
 
     def render_text(self) -> Text:
         state = self.state
