@@ -83,6 +83,12 @@ class ChatScreen(Screen[None]):
         self.query_one("#notice").display = False
         self.query_one(StatusBar).show_model(engine.info)
 
+    async def show_reloading(self, name: str) -> None:
+        """Another model is loading to replace this one: no replies until `show_model`
+        (or `show_problem`); the conversation stays as it is."""
+        self.engine = None
+        self.query_one(StatusBar).show_reloading(name)
+
     async def show_problem(self, text: str, *, no_model: bool = False) -> None:
         """An error panel (a model that failed to load, or no model at all)."""
         await self._remove_loading()
@@ -110,7 +116,7 @@ class ChatScreen(Screen[None]):
             )
             return
         if self.engine is None:
-            self.notify("No model is loaded yet; your text stays in the box.", severity="warning")
+            self.notify("No model is ready yet; your text stays in the box.", severity="warning")
             return
         event.prompt_box.clear()
         message = Message("user", event.text.strip("\n"))
@@ -198,7 +204,7 @@ class ChatScreen(Screen[None]):
             )
             return
         if self.engine is None:
-            self.notify("No model is loaded.", severity="warning")
+            self.notify("No model is ready yet.", severity="warning")
             return
         messages = self.conversation.messages
         if not messages or messages[-1].role != "assistant":
