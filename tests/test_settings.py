@@ -507,7 +507,8 @@ async def test_model_change_reloads_in_the_background_and_the_chat_continues(
         new = factory.engines[1]
         assert screen.engine is new and app.engine is new
         assert factory.loads[1][1] == ModelSettings(path=str(gguf), n_ctx=2048, n_batch=128)
-        assert "2,048 ctx" in str(status.render())
+        # show_model sets the engine before it redraws the status bar.
+        await wait_for(lambda: "2,048 ctx" in str(status.render()), pilot)
         await wait_for(lambda: old.closed, pilot)
         assert not old.closed_while_busy
         assert app.settings.model.n_ctx == 2048
@@ -940,7 +941,8 @@ async def test_real_model_reload_and_a_failed_reload(demo_model: Path, tmp_path:
             timeout=120,
         )
         assert screen.engine.info.n_ctx == 1024  # type: ignore[union-attr]
-        assert "1,024 ctx" in str(app.query_one("#status", Static).render())
+        status = app.query_one("#status", Static)
+        await wait_for(lambda: "1,024 ctx" in str(status.render()), pilot)
         await real_reply(app, pilot, "Say goodbye.")
         assert len(screen.conversation.messages) == 4
         # A broken model file: the running model stays, and the user is told why.
