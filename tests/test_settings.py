@@ -499,7 +499,7 @@ async def test_model_change_reloads_in_the_background_and_the_chat_continues(
         status = app.query_one("#status", Static)
         await wait_for(lambda: "Reloading model fake" in str(status.render()), pilot)
         await send(pilot, "during")
-        assert any("No model is ready" in n.message for n in app._notifications)
+        assert any("No model is loaded yet" in n.message for n in app._notifications)
         assert len(list(app.query(MessageView))) == 3  # system, user, assistant
         assert not old.closed
         gate.set()

@@ -116,7 +116,7 @@ class ChatScreen(Screen[None]):
             )
             return
         if self.engine is None:
-            self.notify("No model is ready yet; your text stays in the box.", severity="warning")
+            self.notify("No model is loaded yet; your text stays in the box.", severity="warning")
             return
         event.prompt_box.clear()
         message = Message("user", event.text.strip("\n"))
@@ -204,7 +204,7 @@ class ChatScreen(Screen[None]):
             )
             return
         if self.engine is None:
-            self.notify("No model is ready yet.", severity="warning")
+            self.notify("No model is loaded.", severity="warning")
             return
         messages = self.conversation.messages
         if not messages or messages[-1].role != "assistant":
