@@ -290,6 +290,7 @@ class ChatApp(App[None]):
         elif reload is None:
             self.notify("Settings applied for this session.")
         if reload is not None:
+            self._model_busy = True  # from now: a second change waits for this one
             self.run_worker(self._reload(*reload, save=save), group="reload")
 
     async def _system_prompt_changed(self) -> None:
@@ -345,7 +346,6 @@ class ChatApp(App[None]):
         return candidate, copy.deepcopy(new)
 
     async def _reload(self, model: ModelCandidate, settings: ModelSettings, save: bool) -> None:
-        self._model_busy = True
         screen = self.chat_screen
         await screen.show_reloading(model.name)  # no new replies from here on
         if screen.generating:
@@ -387,7 +387,7 @@ class ChatApp(App[None]):
         else:
             await self.chat_screen.show_problem(message.error)
             kept = "No model is loaded."
-        not_done = "saved" if message.save else "applied"
+        not_done = "saved" if message.save and self.config_path is not None else "applied"
         self.notify(
             f"{message.error}\n{kept} The model settings were not {not_done}.",
             title="Model reload failed",
