@@ -165,20 +165,19 @@ def _run(args: argparse.Namespace) -> int:
     settings = resolved.settings
     if args.theme is not None:
         _check_theme(args.theme)
-    if args.print_config:
-        print(format_effective(resolved))
-        return 0
-    if args.list_models:
-        _print_models(settings.model.path)
-        return 0
-    if args.list_themes:
-        _print_themes(settings.ui.theme)
-        return 0
     problems = [str(problem) for problem in resolved.problems]
+    if args.print_config or args.list_models or args.list_themes:
+        _warn(problems)
+        if args.print_config:
+            print(format_effective(resolved))
+        elif args.list_models:
+            _print_models(settings.model.path)
+        else:
+            _print_themes(settings.ui.theme)
+        return 0
     prompt = _read_prompt(args)
     if prompt is not None:
-        for problem in problems:
-            print(f"chat: warning: {problem}", file=sys.stderr)
+        _warn(problems)
         if not prompt.strip():
             raise KvchatError('The prompt is empty: pass it with -p "..." or on standard input.')
         model = pick_model(args.model, None if args.model else settings.model.path)
@@ -188,6 +187,12 @@ def _run(args: argparse.Namespace) -> int:
 
         return run_oneshot(prompt, settings, model, as_json=args.json, out=sys.stdout)
     return _run_app(args, resolved, problems)
+
+
+def _warn(problems: list[str]) -> None:
+    """Config and environment problems: reported, never fatal."""
+    for problem in problems:
+        print(f"chat: warning: {problem}", file=sys.stderr)
 
 
 def _run_app(args: argparse.Namespace, resolved: ResolvedSettings, problems: list[str]) -> int:
@@ -204,12 +209,21 @@ def _run_app(args: argparse.Namespace, resolved: ResolvedSettings, problems: lis
     # Imported late: `chat -p` and `--list-models` need no Textual.
     from chat.ui.app import ChatApp
 
+    # Saving from the settings pane keeps a file that had problems as config.toml.bak.
+    file_problems = any(problem.path == resolved.config_path for problem in resolved.problems)
+    run_overrides = {
+        key: resolved.origins.get(key, source)
+        for key, source in resolved.sources.items()
+        if source in ("cli", "env")
+    }
     app = ChatApp(
         settings,
         model,
         model_error=model_error,
         startup_problems=problems,
         config_path=resolved.config_path,
+        config_had_problems=file_problems,
+        run_overrides=run_overrides,
     )
     app.run()
     return 0

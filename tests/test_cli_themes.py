@@ -122,4 +122,4 @@ def test_app_gets_the_theme_and_where_to_save_it(monkeypatch: pytest.MonkeyPatch
     assert cli.main(["--theme", "kvchat-light"]) == 0
     (app,) = started
     assert app.theme == "kvchat-light"
-    assert app._config_path == paths.config_file()
+    assert app.config_path == paths.config_file()

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from textual.message import Message
 
+from chat.config import ModelSettings
 from chat.engine.base import Engine, Finished
+from chat.models import ModelCandidate
 
 
 class ModelLoaded(Message):
@@ -43,3 +45,25 @@ class ReplyFailed(Message):
         super().__init__()
         self.error = error
         self.prompt_too_long = prompt_too_long
+
+
+class ModelReloaded(Message):
+    """A model loaded to replace the running one (settings changed)."""
+
+    def __init__(
+        self, engine: Engine, model: ModelCandidate, settings: ModelSettings, save: bool
+    ) -> None:
+        super().__init__()
+        self.engine = engine
+        self.model = model
+        self.settings = settings
+        self.save = save
+
+
+class ModelReloadFailed(Message):
+    """Loading a replacement model failed; the running one stays."""
+
+    def __init__(self, error: str, save: bool) -> None:
+        super().__init__()
+        self.error = error
+        self.save = save

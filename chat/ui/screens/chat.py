@@ -96,6 +96,12 @@ class ChatScreen(Screen[None]):
         self.query_one(StatusBar).show_model(engine.info)
         self.refresh_meter()
 
+    async def show_reloading(self, name: str) -> None:
+        """Another model is loading to replace this one: no replies until `show_model`
+        (or `show_problem`); the conversation stays as it is."""
+        self.engine = None
+        self.query_one(StatusBar).show_reloading(name)
+
     async def show_problem(self, text: str, *, no_model: bool = False) -> None:
         """An error panel (a model that failed to load, or no model at all)."""
         await self._remove_loading()

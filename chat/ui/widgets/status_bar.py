@@ -22,6 +22,11 @@ class StatusBar(Static):
         self._device = ""
         self._render_bar()
 
+    def show_reloading(self, name: str) -> None:
+        self._model = f"Reloading model {name}…"
+        self._device = ""
+        self._render_bar()
+
     def show_model(self, info: ModelInfo) -> None:
         self._model = f"{info.name} · {info.n_ctx:,} ctx"
         self._device = info.device_text()
