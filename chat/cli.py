@@ -137,7 +137,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.list or args.export is not None or args.import_file is not None:
         return _run_conversation_command(args)
     problems = [str(problem) for problem in resolved.problems]
-    prompt = _read_prompt(args)
+    reopening = args.continue_last or args.resume is not None
+    if reopening and args.prompt is not None:
+        raise KvchatError("--continue and --resume open the chat app; -p cannot go with them.")
+    # Reopening a conversation always opens the app, even with stdin redirected.
+    prompt = None if reopening else _read_prompt(args)
     if prompt is not None:
         for problem in problems:
             print(f"chat: warning: {problem}", file=sys.stderr)
