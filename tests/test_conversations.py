@@ -4,7 +4,12 @@ holds locked. Driven with Pilot on a scripted engine (the real model: at the end
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -30,6 +35,7 @@ from chat.ui.widgets.message_view import AssistantMessageView, MessageView, User
 from tests.fakes import ScriptedEngine
 from tests.test_ui import make_app, ready, rendered, send, wait_for
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
 STATS = ReplyStats(30, 12, 4, 0.05, 80.0, "done", seed=3, total_s=0.1)
 
 
@@ -189,6 +195,44 @@ async def test_a_locked_database_gives_a_notice_and_the_chat_goes_on(
         await turn_done(screen, pilot, 4)
     # Everything missed while locked was written, in order, with the next message.
     assert [m.content for m in saved().messages] == ["first", "one", "second", "two"]
+
+
+def test_kill_9_mid_reply_loses_at_most_the_last_second(tmp_path: Path) -> None:
+    """A real process: the app, headless, streaming a reply; then SIGKILL."""
+    side = tmp_path / "streamed.jsonl"
+    pythonpath = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.kill_driver", str(side)],
+        cwd=REPO_ROOT,
+        env=dict(os.environ, PYTHONPATH=pythonpath),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (side.exists() and side.stat().st_size > 0):
+            assert process.poll() is None, process.stderr.read()  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the driver never started streaming"
+            time.sleep(0.05)
+        time.sleep(3.0)
+    finally:
+        killed_at = time.time()
+        process.kill()
+        process.wait(timeout=10)
+    assert process.returncode == -signal.SIGKILL
+
+    with sqlite3.connect(db()) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    user, reply = saved().messages
+    assert (user.role, user.content) == ("user", "Count slowly")
+    streamed = [json.loads(line) for line in side.read_text().splitlines()]
+    everything = "".join(text for _, text in streamed)
+    by_a_second_ago = "".join(text for at, text in streamed if at <= killed_at - 1.0)
+    assert len(by_a_second_ago.split()) > 20  # it streamed for over a second
+    assert everything.startswith(reply.content)  # only streamed text was saved
+    assert reply.content.startswith(by_a_second_ago)
+    lost = len(everything.split()) - len(reply.content.split())
+    print(f"\nkill -9: {len(everything.split())} tokens streamed, {lost} not saved (100 tokens/s)")
 
 
 # --- reopening -----------------------------------------------------------------------
