@@ -7,6 +7,7 @@ one `ReplyFinished`; the screen streams them into the reply's Markdown view.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -63,6 +64,8 @@ class ChatScreen(Screen[None]):
 
     # Typing updates the meter after this pause, not on every keystroke.
     METER_DEBOUNCE_S = 0.15
+    # Longer conversations are counted in a thread when opened (see recount_meter).
+    COUNT_IN_THREAD_ABOVE = 100
 
     def __init__(self, settings: Settings) -> None:
         super().__init__()
@@ -120,7 +123,7 @@ class ChatScreen(Screen[None]):
         await self._remove_loading()
         self.query_one("#notice").display = False
         self.query_one(StatusBar).show_model(engine.info)
-        self.refresh_meter()
+        self.recount_meter()
         if self._check_model_when_loaded:
             self._check_model_when_loaded = False
             self._offer_model_switch()
@@ -234,6 +237,37 @@ class ChatScreen(Screen[None]):
         plan = self._plan(self.query_one(PromptBox).text)
         if plan is not None:
             self.query_one(ContextMeter).show(MeterState.from_plan(plan))
+
+    def recount_meter(self) -> None:
+        """Count every message of the conversation in a thread, then refresh the meter.
+
+        With a real tokenizer, a few thousand messages take seconds to count (each
+        is rendered through the chat template); counts are cached, so afterwards
+        `refresh_meter` is cheap. Meanwhile the screen stays responsive.
+        """
+        if self.budget is None:
+            return
+        if len(self.conversation.messages) <= self.COUNT_IN_THREAD_ABOVE:
+            self.refresh_meter()
+            return
+        self.query_one(ContextMeter).show_counting()
+        self.run_worker(
+            self._count_in_thread(self.budget, self.conversation),
+            group="count-messages",
+            exclusive=True,  # a newer count (another conversation) replaces this one
+            exit_on_error=False,
+        )
+
+    async def _count_in_thread(self, budget: ContextBudget, conversation: Conversation) -> None:
+        # After the next frame: the messages appear first, without competing for the GIL.
+        drawn = asyncio.Event()
+        self.call_after_refresh(drawn.set)
+        await drawn.wait()
+        messages = list(conversation.messages)
+        # The engine's tokenizer reads only the vocabulary: safe beside a reply.
+        await asyncio.to_thread(budget.count_messages, conversation.system_prompt, messages)
+        if self.budget is budget and self.conversation is conversation:
+            self.refresh_meter()
 
     @on(PromptBox.Changed)
     def _on_prompt_changed(self) -> None:
@@ -441,7 +475,7 @@ class ChatScreen(Screen[None]):
             Message("system", system) if system else None, conversation.messages
         )
         self.query_one(PromptBox).focus()
-        self.refresh_meter()
+        self.recount_meter()
         if self.engine is None:
             self._check_model_when_loaded = True
         else:

@@ -114,6 +114,11 @@ class ContextMeter(Static):
         self.state = state
         self.update(self.render_text())
 
+    def show_counting(self) -> None:
+        """While a long conversation's tokens are counted in the background."""
+        self.state = None
+        self.update(Text("context: counting the conversation's tokens…"))
+
     def add_reply_tokens(self, count: int) -> None:
         """The reply grows by `count` tokens: it takes them from the reserve first."""
         if self.state is None:
