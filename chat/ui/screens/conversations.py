@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -49,7 +50,7 @@ def _one_line(text: str) -> str:
     return " ".join(sanitize(text).split())
 
 
-class ConversationTable(DataTable[Content]):
+class ConversationTable(DataTable[Text]):
     """The list; its keys act on the highlighted conversation."""
 
     BINDINGS = [
@@ -177,15 +178,17 @@ class ConversationsScreen(Screen[OpenChoice]):
             self._total = len(self._rows)
         self._show_count()
 
-    def _cells(self, summary: ConversationSummary, now: float) -> tuple[Content, ...]:
+    def _cells(self, summary: ConversationSummary, now: float) -> tuple[Text, ...]:
+        # rich Text: DataTable measures it for the column widths, and never reads
+        # markup in it (a title may be anything the user typed or imported).
         title = _one_line(summary.title) or "(untitled)"
         if summary.id == self.open_id:
             title = "● " + title
         return (
-            Content(title),
-            Content(_one_line(summary.model_name)),
-            Content(f"{summary.message_count:,}"),
-            Content(relative_time(summary.updated, now)),
+            Text(title),
+            Text(_one_line(summary.model_name)),
+            Text(f"{summary.message_count:,}", justify="right"),
+            Text(relative_time(summary.updated, now)),
         )
 
     def _show_count(self) -> None:

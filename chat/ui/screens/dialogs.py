@@ -115,7 +115,11 @@ class StorageProblemScreen(ModalScreen[str]):
     user decides: "move" it aside and start a new one, "continue" without
     saving, or "quit". Nothing happens to the file without the first answer."""
 
-    DEFAULT_CSS = "StorageProblemScreen { align: center middle; }" + DIALOG_CSS
+    DEFAULT_CSS = (
+        "StorageProblemScreen { align: center middle; }"
+        + DIALOG_CSS
+        + "StorageProblemScreen .dialog { width: 92; }"  # three buttons in a row
+    )
     BINDINGS = [Binding("escape", "dismiss('continue')", "Continue without saving")]
 
     def __init__(self, problem: str) -> None:
