@@ -142,6 +142,20 @@ async def test_reply_is_saved_while_it_streams_and_stop_keeps_it() -> None:
     assert reply.stats is not None and reply.stats.finish_reason == "stopped"
 
 
+async def test_quit_mid_reply_saves_the_reply_so_far() -> None:
+    engine = ScriptedEngine(replies=[[f"w{i} " for i in range(5000)]], delay=0.01)
+    app = make_app(engine)
+    async with app.run_test() as pilot:
+        await ready(app, pilot)
+        await send(pilot, "go")
+        await wait_for(lambda: engine.started.is_set(), pilot)
+        await pilot.pause(0.3)
+        await pilot.press("ctrl+q")
+        await pilot.pause()
+    reply = saved().messages[-1]
+    assert reply.content.startswith("w0 w1 ")
+
+
 async def test_regenerate_replaces_the_reply_and_keeps_the_old_one() -> None:
     engine = ScriptedEngine(replies=[["first"], ["second"]])
     app = make_app(engine)
