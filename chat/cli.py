@@ -7,11 +7,15 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from chat import __version__, paths
 from chat.config import ResolvedSettings, format_effective, resolve_settings
 from chat.errors import KvchatError, ModelError
 from chat.models import how_to_get_a_model, human_size, list_models, pick_model
+
+if TYPE_CHECKING:  # chat.themes imports Textual: only the branches that need it import it
+    from chat.themes import ThemeProblem
 
 EXIT_USAGE = 2
 
@@ -26,6 +30,7 @@ SETTING_FLAGS = {
     "seed": "sampling.seed",
     "max_tokens": "sampling.max_tokens",
     "system": "chat.system_prompt",
+    "theme": "ui.theme",
 }
 
 
@@ -55,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", metavar="N", help="most tokens in one reply")
     parser.add_argument("--ctx", metavar="N", help="context window in tokens (0 = the model's own)")
     parser.add_argument("--gpu-layers", metavar="N", help="layers to offload to the GPU (-1 = all)")
+    parser.add_argument(
+        "--theme", metavar="NAME", help="colour theme for this run (not saved; see --list-themes)"
+    )
+    parser.add_argument(
+        "--list-themes", action="store_true", help="list the colour themes, built-in and yours"
+    )
     parser.add_argument(
         "--config", metavar="PATH", help="use this config file instead of the default"
     )
@@ -105,6 +116,52 @@ def _print_models(config_model: str | None) -> None:
         print(f"{human_size(candidate.size):>9}  {candidate.path}  ({candidate.source})")
 
 
+def _warn_theme_problems(problems: Sequence[ThemeProblem]) -> None:
+    for problem in problems:
+        # A problem reads "<file>: field 'x': what is wrong."
+        print(f"chat: warning: skipped theme file {problem}", file=sys.stderr)
+
+
+def _print_themes(in_use: str) -> None:
+    """Every theme with its mode and description; bad user theme files on stderr."""
+    # Imported here: chat.themes imports Textual, which `chat -p` never needs.
+    from chat.themes import DEFAULT_THEME, load_themes, unknown_theme_message
+
+    themes, problems = load_themes()
+    _warn_theme_problems(problems)
+    names = [theme.name for theme in themes]
+    if in_use not in names:  # from the config file or KVCHAT_THEME
+        message = unknown_theme_message(in_use, names)
+        print(f"chat: warning: {message} chat starts with {DEFAULT_THEME}.", file=sys.stderr)
+        in_use = DEFAULT_THEME
+    width = max(len(theme.name) for theme in themes)
+    for theme in themes:
+        mark = "*" if theme.name == in_use else " "
+        mode = "dark" if theme.dark else "light"
+        notes = [theme.description] if theme.description else []
+        if theme.name == DEFAULT_THEME:
+            notes.append("(default)")
+        if not theme.builtin:
+            notes.append(f"(your theme: {theme.path})")
+        print(f"{mark} {theme.name:<{width}}  {mode:<5}  {' '.join(notes)}")
+    print()
+    print("* = the theme chat starts with. Pick another for one run with --theme NAME,")
+    print("or in the app with Ctrl+P > Theme (saved as ui.theme in config.toml).")
+    print(f"Your own themes: one .toml file each in {paths.user_themes_dir()}")
+    print("(the README's Themes section has an example file to start from).")
+
+
+def _check_theme(name: str) -> None:
+    """A --theme that names no theme is a usage error (exit 2)."""
+    from chat.themes import load_themes, unknown_theme_message
+
+    themes, problems = load_themes()
+    names = [theme.name for theme in themes]
+    if name not in names:
+        _warn_theme_problems(problems)  # perhaps the theme meant is in a bad file
+        raise KvchatError(unknown_theme_message(name, names))
+
+
 def _read_prompt(args: argparse.Namespace) -> str | None:
     """The one-shot prompt: -p, or standard input when it is not a terminal."""
     if args.prompt is not None:
@@ -128,11 +185,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     resolved = _resolve(args)
     settings = resolved.settings
+    if args.theme is not None:
+        _check_theme(args.theme)
     if args.print_config:
         print(format_effective(resolved))
         return 0
     if args.list_models:
         _print_models(settings.model.path)
+        return 0
+    if args.list_themes:
+        _print_themes(settings.ui.theme)
         return 0
     if args.list or args.export is not None or args.import_file is not None:
         return _run_conversation_command(args)
@@ -171,9 +233,15 @@ def _run_app(args: argparse.Namespace, resolved: ResolvedSettings, problems: lis
     # Imported late: `chat -p` and `--list-models` need no Textual.
     from chat.ui.app import ChatApp
 
-    ChatApp(
-        settings, model, model_error=model_error, startup_problems=problems, resume=resume
-    ).run()
+    app = ChatApp(
+        settings,
+        model,
+        model_error=model_error,
+        startup_problems=problems,
+        config_path=resolved.config_path,
+        resume=resume,
+    )
+    app.run()
     return 0
 
 

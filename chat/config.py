@@ -657,6 +657,21 @@ def save_config(settings: Settings, path: Path, *, keep_backup: bool = False) ->
                 os.unlink(temp_name)
 
 
+def update_config(path: Path, key: str, value: object) -> Path | None:
+    """Change one setting in the config file, keeping the others as the file has them.
+
+    The file is read again rather than the settings in memory saved: those may
+    hold values for this run only (command-line flags, environment variables).
+    A file with problems loses its bad entries when rewritten, so it is copied
+    to `config.toml.bak` first; returns that copy's path, or None when the file
+    had no problems. Raises ConfigError for a bad value or a failed write.
+    """
+    settings, problems = load_config(path)
+    set_value(settings, key, parse_value(key, value))
+    save_config(settings, path, keep_backup=bool(problems))
+    return backup_path(path) if problems else None
+
+
 # --- resolving: CLI > environment > config file > default ----------------------
 
 Source = Literal["cli", "env", "config", "default"]

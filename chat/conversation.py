@@ -6,8 +6,8 @@ No I/O here: the store persists these, the engine reads them, the UI shows them.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant"]
 ROLES: tuple[Role, ...] = ("system", "user", "assistant")
@@ -49,6 +49,38 @@ class ReplyStats:
         return self.prompt_tokens - self.prompt_evaluated
 
 
+@dataclass(frozen=True)
+class TokenChoice:
+    """One step of a reply: the token chosen and what else was likely."""
+
+    token_id: int
+    text: str
+    prob: float
+    """Probability of the chosen token after the sampling settings."""
+    raw_prob: float
+    """Probability of the chosen token in the model's own distribution."""
+    top: list[tuple[str, float]]
+    """The most likely tokens after the sampling settings."""
+    raw_top: list[tuple[str, float]]
+    greedy: bool
+    """Whether the chosen token was the model's most likely one."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TokenChoice:
+        return cls(
+            token_id=int(data["token_id"]),
+            text=str(data["text"]),
+            prob=float(data["prob"]),
+            raw_prob=float(data["raw_prob"]),
+            top=[(str(t), float(p)) for t, p in data["top"]],
+            raw_top=[(str(t), float(p)) for t, p in data["raw_top"]],
+            greedy=bool(data["greedy"]),
+        )
+
+
 @dataclass
 class Message:
     role: Role
@@ -60,6 +92,8 @@ class Message:
     """For assistant replies: how the reply was generated."""
     id: int | None = None
     """Row id once stored."""
+    token_probs: list[TokenChoice] | None = None
+    """For replies generated with probability recording: one entry per token."""
 
     def as_chat_dict(self) -> dict[str, str]:
         """The OpenAI-style `{"role", "content"}` form that chat templates take."""

@@ -17,6 +17,7 @@ import difflib
 import functools
 import re
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,10 +101,15 @@ class ThemeProblem:
     field: str | None
     message: str
 
-    def __str__(self) -> str:
+    @property
+    def detail(self) -> str:
+        """The problem without the file: "field 'primary': 'blurple' is not a colour ..."."""
         if self.field is None:
-            return f"{self.path}: {self.message}"
-        return f"{self.path}: field '{self.field}': {self.message}"
+            return self.message
+        return f"field '{self.field}': {self.message}"
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.detail}"
 
 
 class ThemeError(KvchatError):
@@ -312,7 +318,7 @@ def load_theme_file(path: Path | str, *, require_all_variables: bool = False) ->
         raise ThemeError(problems)
     assert isinstance(name, str) and isinstance(dark, bool) and isinstance(description, str)
     if missing:
-        fallback = _fallback_variables(dark)
+        fallback = app_variable_defaults(dark)
         variables = {**{var: fallback[var] for var in missing}, **variables}
     return KvchatTheme(
         name=name,
@@ -334,11 +340,24 @@ def load_theme_file(path: Path | str, *, require_all_variables: bool = False) ->
 
 
 @functools.lru_cache(maxsize=2)
-def _fallback_variables(dark: bool) -> dict[str, str]:
-    """The app variables of the built-in theme a user theme falls back to."""
+def _builtin_app_variables(dark: bool) -> dict[str, str]:
     name = DEFAULT_THEME if dark else DEFAULT_LIGHT_THEME
     theme = load_theme_file(builtin_themes_dir() / f"{name}.toml", require_all_variables=True)
     return {key: theme.variables[key] for key in APP_VARIABLES}
+
+
+def app_variable_defaults(dark: bool = True) -> dict[str, str]:
+    """kvchat's own variables as `kvchat-dark` (or `kvchat-light`) sets them.
+
+    The values a user theme leaves out, and the app's CSS defaults: the
+    theme files are the only place kvchat's colours are written down.
+    """
+    return dict(_builtin_app_variables(dark))
+
+
+def unknown_theme_message(name: str, available: Iterable[str]) -> str:
+    """One sentence for a theme name that is not among `available`."""
+    return f"There is no theme called {name!r}; the themes are: {', '.join(available)}."
 
 
 def load_themes(

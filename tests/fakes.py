@@ -49,7 +49,11 @@ class ScriptedEngine:
         return list(range(words + (3 if add_generation_prompt else 0)))
 
     def stream_reply(
-        self, messages: ChatMessages, sampling: SamplingSettings, cancel: threading.Event
+        self,
+        messages: ChatMessages,
+        sampling: SamplingSettings,
+        cancel: threading.Event,
+        record_probs: bool = False,
     ) -> Iterator[EngineEvent]:
         if not self._lock.acquire(blocking=False):
             raise EngineBusyError("busy")

@@ -38,9 +38,13 @@ class LoggingEngine(ScriptedEngine):
         self.log = log
 
     def stream_reply(
-        self, messages: ChatMessages, sampling: SamplingSettings, cancel: threading.Event
+        self,
+        messages: ChatMessages,
+        sampling: SamplingSettings,
+        cancel: threading.Event,
+        record_probs: bool = False,
     ) -> Iterator[EngineEvent]:
-        for event in super().stream_reply(messages, sampling, cancel):
+        for event in super().stream_reply(messages, sampling, cancel, record_probs):
             if isinstance(event, TokenEvent) and event.text:
                 self.log.write(json.dumps([time.time(), event.text]) + "\n")
                 self.log.flush()

@@ -23,6 +23,7 @@ from chat.config import (
     resolve_settings,
     save_config,
     set_value,
+    update_config,
 )
 from chat.errors import ConfigError, KvchatError
 
@@ -356,6 +357,36 @@ def test_keep_backup(tmp_path: Path) -> None:
     (tmp_path / "config.toml.bak").unlink()
     save_config(Settings(), path)
     assert not (tmp_path / "config.toml.bak").exists()
+
+
+def test_update_config_changes_one_setting_and_keeps_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    assert update_config(path, "ui.theme", "kvchat-light") is None  # no file yet
+    assert tomllib.loads(path.read_text()) == {"ui": {"theme": "kvchat-light"}}
+    path.write_text('[sampling]\ntemperature = 0.5\n\n[ui]\ntheme = "kvchat-light"\n')
+    assert update_config(path, "ui.theme", "kvchat-nord") is None
+    assert tomllib.loads(path.read_text()) == {
+        "sampling": {"temperature": 0.5},
+        "ui": {"theme": "kvchat-nord"},
+    }
+    assert not config.backup_path(path).exists()
+    with pytest.raises(ConfigError, match=r"ui\.theme"):
+        update_config(path, "ui.theme", " ")
+
+
+def test_update_config_backs_up_a_file_with_problems(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    original = "[sampling]\ntemperature = 0.5\ntop_p = 7\n"
+    path.write_text(original)
+    assert update_config(path, "ui.theme", "kvchat-light") == config.backup_path(path)
+    assert config.backup_path(path).read_text() == original
+    assert tomllib.loads(path.read_text()) == {
+        "sampling": {"temperature": 0.5},
+        "ui": {"theme": "kvchat-light"},
+    }
+    # Now the file is clean: the next update leaves the backup alone.
+    assert update_config(path, "ui.theme", "kvchat-sand") is None
+    assert config.backup_path(path).read_text() == original
 
 
 # --- bad config files ----------------------------------------------------------------

@@ -138,6 +138,7 @@ async def test_meter_is_exact_live_and_matches_the_kv_cache(demo_model: Path) ->
         screen = app.chat_screen
         await wait_for(lambda: screen.engine is not None, pilot)
         meter = app.query_one(ContextMeter)
+        await wait_for(lambda: meter.state is not None, pilot)
         assert meter.state is not None and meter.state.n_ctx == 1024
         box = app.query_one(PromptBox)
         box.insert("Tell me about the sea.")

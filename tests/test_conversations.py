@@ -94,12 +94,16 @@ class CheckingEngine(ScriptedEngine):
         self.seen_in_db: list[list[str]] = []
 
     def stream_reply(
-        self, messages: ChatMessages, sampling: SamplingSettings, cancel: threading.Event
+        self,
+        messages: ChatMessages,
+        sampling: SamplingSettings,
+        cancel: threading.Event,
+        record_probs: bool = False,
     ) -> Iterator[EngineEvent]:
         with sqlite3.connect(db()) as conn:
             rows = conn.execute("SELECT content FROM messages ORDER BY id").fetchall()
         self.seen_in_db.append([row[0] for row in rows])
-        yield from super().stream_reply(messages, sampling, cancel)
+        yield from super().stream_reply(messages, sampling, cancel, record_probs)
 
 
 async def test_user_message_is_saved_before_generation_and_reply_at_the_end() -> None:

@@ -54,6 +54,7 @@ def test_streams_tokens_then_stats(engine: LlamaEngine) -> None:
 def test_model_info(engine: LlamaEngine, demo_model: Path) -> None:
     info = engine.info
     assert info.path == demo_model
+    assert info.name == "SmolLM2-135M-Instruct.Q4_1"
     assert info.n_ctx == 2048
     assert info.n_ctx_train == 8192
     assert info.n_layers == 30
@@ -62,10 +63,10 @@ def test_model_info(engine: LlamaEngine, demo_model: Path) -> None:
 
 def test_chat_template_tokens(engine: LlamaEngine) -> None:
     ids = engine.tokenize_chat([{"role": "user", "content": "hi"}])
-    # ChatML: <|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n
+    # ChatML, with the default system prompt SmolLM2's template adds when none is given.
     text = bytes(engine._llm.detokenize(ids, special=True)).decode()
-    assert text.startswith("<|im_start|>user\nhi<|im_end|>")
-    assert text.endswith("<|im_start|>assistant\n")
+    assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+    assert text.endswith("<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
 
 
 def test_cancel_keeps_partial_reply_and_kv_consistent(engine: LlamaEngine) -> None:
@@ -178,9 +179,14 @@ def test_greedy_is_deterministic_and_seeds_matter(engine: LlamaEngine) -> None:
 
 
 def test_stop_sequences(engine: LlamaEngine) -> None:
-    messages = [{"role": "user", "content": "Count: 1, 2, 3, 4, 5, 6, 7, 8"}]
-    _, finished = run(engine, messages, replace(GREEDY, max_tokens=60, stop=["5"]))
-    assert "5" not in finished.text
+    messages = [{"role": "user", "content": "Write two sentences about the moon."}]
+    _, full = run(engine, messages, replace(GREEDY, max_tokens=40))
+    words = full.text.split()
+    assert len(words) > 6
+    stop = " ".join(words[4:6])  # a stop sequence that spans several tokens
+    tokens, finished = run(engine, messages, replace(GREEDY, max_tokens=40, stop=[stop]))
+    assert finished.text == full.text[: full.text.index(stop)]
+    assert "".join(t.text for t in tokens) == finished.text  # held-back text never leaked
     assert finished.stats.finish_reason == "done"
 
 

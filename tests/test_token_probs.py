@@ -1,0 +1,98 @@
+"""The distribution behind each sampled token, recorded with the real model."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import numpy as np
+
+from chat.config import SamplingSettings
+from chat.conversation import TokenChoice
+from chat.engine.base import Finished, TokenEvent
+from chat.engine.llama import LlamaEngine
+from chat.engine.token_probs import sampled_distribution, summarize
+
+PROMPT = [{"role": "user", "content": "Tell me a short story about a cat."}]
+
+
+def reply(engine: LlamaEngine, sampling: SamplingSettings) -> Finished:
+    finished = None
+    for event in engine.stream_reply(PROMPT, sampling, threading.Event(), record_probs=True):
+        if isinstance(event, TokenEvent) and event.token_id >= 0:
+            assert event.choice is not None and event.choice.token_id == event.token_id
+        elif isinstance(event, Finished):
+            finished = event
+    assert finished is not None
+    return finished
+
+
+def test_probabilities_are_valid_distributions(engine: LlamaEngine) -> None:
+    sampling = SamplingSettings(
+        temperature=0.9, top_k=40, top_p=0.95, min_p=0.05, max_tokens=30, seed=3
+    )
+    finished = reply(engine, sampling)
+    assert len(finished.choices) == finished.stats.generated_tokens
+    for choice in finished.choices:
+        for top in (choice.top, choice.raw_top):
+            probs = [p for _, p in top]
+            assert probs == sorted(probs, reverse=True)
+            assert 0 < sum(probs) <= 1 + 1e-6
+            assert len(top) <= 5
+        assert 0 < choice.prob <= 1 and 0 < choice.raw_prob <= 1
+        # the chosen token was possible after the sampling settings
+        if choice.text and choice.prob >= choice.top[-1][1]:
+            assert any(abs(p - choice.prob) < 1e-9 for _, p in choice.top)
+        # sampling settings only sharpen: the top choice never loses mass
+        assert choice.top[0][1] >= choice.raw_top[0][1] - 1e-9
+        assert choice.greedy == (choice.raw_top[0][1] == choice.raw_prob)
+
+
+def test_temperature_zero_always_picks_the_top_token(engine: LlamaEngine) -> None:
+    finished = reply(engine, SamplingSettings(temperature=0.0, max_tokens=25))
+    assert finished.choices
+    assert all(c.greedy and c.prob == 1.0 for c in finished.choices)
+    summary = summarize(list(finished.choices))
+    assert summary.not_greedy == 0 and summary.mean_prob == 1.0
+
+
+def test_hot_sampling_leaves_the_greedy_path(engine: LlamaEngine) -> None:
+    hot = SamplingSettings(temperature=1.5, top_k=0, top_p=1.0, min_p=0.0, max_tokens=40, seed=11)
+    summary = summarize(list(reply(engine, hot).choices))
+    assert summary.not_greedy > 0
+    assert summary.least_likely is not None and summary.least_likely.prob < 0.5
+
+
+def test_recording_does_not_change_the_reply(engine: LlamaEngine) -> None:
+    sampling = SamplingSettings(temperature=0.8, max_tokens=20, seed=5)
+    engine.reset()
+    with_probs = reply(engine, sampling)
+    engine.reset()
+    plain = None
+    for event in engine.stream_reply(PROMPT, sampling, threading.Event()):
+        if isinstance(event, Finished):
+            plain = event
+    assert plain is not None and plain.text == with_probs.text and plain.choices == ()
+
+
+def test_sampled_distribution_rules() -> None:
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05], dtype=np.float32))
+    base = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0)
+    np.testing.assert_allclose(
+        sampled_distribution(logits, base), [0.5, 0.3, 0.15, 0.05], rtol=1e-5
+    )
+    top2 = sampled_distribution(logits, replace(base, top_k=2))
+    np.testing.assert_allclose(top2, [0.625, 0.375, 0, 0], rtol=1e-5)
+    nucleus = sampled_distribution(logits, replace(base, top_p=0.8))
+    np.testing.assert_allclose(nucleus, [0.625, 0.375, 0, 0], rtol=1e-5)
+    minp = sampled_distribution(logits, replace(base, min_p=0.2))  # keeps p >= 0.1
+    assert minp[3] == 0 and minp[2] > 0
+    greedy = sampled_distribution(logits, replace(base, temperature=0.0))
+    assert list(greedy) == [1, 0, 0, 0]
+    cold = sampled_distribution(logits, replace(base, temperature=0.5))
+    assert cold[0] > 0.5
+
+
+def test_choice_round_trips_through_a_dict() -> None:
+    choice = TokenChoice(7, "hi", 0.5, 0.4, [("hi", 0.5)], [("hi", 0.4)], True)
+    assert TokenChoice.from_dict(choice.to_dict()) == choice
