@@ -341,7 +341,7 @@ def _open_in_app_row(conversation: Conversation) -> Row:
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause()
             started = time.perf_counter()
-            await app.chat_screen.open_conversation(conversation)  # type: ignore[attr-defined]
+            await app.chat_screen.open_conversation(conversation)
             await pilot.pause()
             return time.perf_counter() - started
 

@@ -72,6 +72,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--print-config", action="store_true", help="print the effective settings and exit"
     )
+    saved = parser.add_argument_group("saved conversations")
+    opening = saved.add_mutually_exclusive_group()
+    opening.add_argument(
+        "--continue",
+        dest="continue_last",
+        action="store_true",
+        help="open the most recent conversation",
+    )
+    opening.add_argument("--resume", metavar="ID", type=int, help="open conversation ID")
+    saved.add_argument("--list", action="store_true", help="list saved conversations and exit")
+    saved.add_argument(
+        "--export", metavar="ID", type=int, help="print conversation ID (see --format) and exit"
+    )
+    saved.add_argument(
+        "--format", choices=("md", "json"), default="md", help="--export format (default: md)"
+    )
+    saved.add_argument(
+        "--import",
+        dest="import_file",
+        metavar="FILE",
+        help="import a JSON conversation, print its new id and exit",
+    )
     parser.add_argument("--version", action="version", version=f"kvchat {__version__}")
     return parser
 
@@ -175,7 +197,13 @@ def _run(args: argparse.Namespace) -> int:
         else:
             _print_themes(settings.ui.theme)
         return 0
-    prompt = _read_prompt(args)
+    if args.list or args.export is not None or args.import_file is not None:
+        return _run_conversation_command(args)
+    reopening = args.continue_last or args.resume is not None
+    if reopening and args.prompt is not None:
+        raise KvchatError("--continue and --resume open the chat app; -p cannot go with them.")
+    # Reopening a conversation always opens the app, even with stdin redirected.
+    prompt = None if reopening else _read_prompt(args)
     if prompt is not None:
         _warn(problems)
         if not prompt.strip():
@@ -206,6 +234,7 @@ def _run_app(args: argparse.Namespace, resolved: ResolvedSettings, problems: lis
         except ModelError as error:
             # The config names a bad file: open the app anyway and say so there.
             model, model_error = None, str(error)
+    resume = _conversation_to_open(args, problems)
     # Imported late: `chat -p` and `--list-models` need no Textual.
     from chat.ui.app import ChatApp
 
@@ -224,6 +253,37 @@ def _run_app(args: argparse.Namespace, resolved: ResolvedSettings, problems: lis
         config_path=resolved.config_path,
         config_had_problems=file_problems,
         run_overrides=run_overrides,
+        resume=resume,
     )
     app.run()
     return 0
+
+
+def _run_conversation_command(args: argparse.Namespace) -> int:
+    from chat import conversations_cli
+    from chat.store import Store
+
+    with Store(paths.database_file()) as store:
+        if args.import_file is not None:
+            conversations_cli.import_file(store, paths.Path(args.import_file), sys.stdout)
+        elif args.export is not None:
+            conversations_cli.export(store, args.export, args.format, sys.stdout)
+        else:
+            conversations_cli.print_list(store, sys.stdout)
+    return 0
+
+
+def _conversation_to_open(args: argparse.Namespace, problems: list[str]) -> int | None:
+    """The id that --continue or --resume asks for; an unknown id is a usage error."""
+    if not args.continue_last and args.resume is None:
+        return None
+    from chat import conversations_cli
+    from chat.store import Store
+
+    with Store(paths.database_file()) as store:
+        if args.resume is not None:
+            return conversations_cli.check_exists(store, args.resume)
+        latest = store.latest_conversation_id()
+    if latest is None:
+        problems.append("There are no saved conversations yet: this is a new one.")
+    return latest

@@ -96,8 +96,16 @@ class ContextBudget:
         )
         return self._cached(
             key,
-            lambda: self._count([*head, message.as_chat_dict()], False) - self._count(head, False),
+            lambda: self._count([*head, message.as_chat_dict()], False) - self._head_tokens(head),
         )
+
+    def _head_tokens(self, head: list[dict[str, str]]) -> int:
+        """The same for every message after it: counted once, not once per message
+        (a reopened conversation of thousands of messages is counted twice as fast)."""
+        if not head:
+            return 0
+        key = ("\0head", head[0]["role"], head[0]["content"], "")
+        return self._cached(key, lambda: self._count(head, False))
 
     def new_message_tokens(self, system_prompt: str, text: str, anchor: Message | None) -> int:
         """The message being typed, plus the template's opening of the reply."""

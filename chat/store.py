@@ -613,6 +613,12 @@ class Store:
                 "another kvchat window may have deleted its conversation."
             )
 
+    def delete_message(self, message_id: int) -> None:
+        """Delete one message, e.g. a reply that failed before it was shown.
+        Deleting a missing one is a no-op."""
+        with self._write() as conn:
+            conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+
     def supersede_message(self, message_id: int) -> None:
         """Hide a message from the visible history (regenerate); it stays retrievable."""
         with self._lock, self._translate_errors():
@@ -746,6 +752,13 @@ class Store:
             )
             for id_, title, model_name, updated, created, count in rows
         ]
+
+    def count_conversations(self, query: str = "") -> int:
+        """How many conversations `list_conversations(query)` pages through."""
+        where, params = self._search_clause(query.strip()) if query.strip() else ("", [])
+        with self._read() as conn:
+            row = conn.execute(f"SELECT COUNT(*) FROM conversations c {where}", params).fetchone()
+        return int(row[0])
 
     def _search_clause(self, query: str) -> tuple[str, list[Any]]:
         title = "c.title LIKE ? ESCAPE '\\'"

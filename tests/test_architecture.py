@@ -22,6 +22,9 @@ NON_UI_MODULES = [
     "chat.cli",
     "chat.store",
     "chat.transcript",
+    "chat.saving",
+    "chat.exporting",
+    "chat.conversations_cli",
 ]
 
 

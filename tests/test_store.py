@@ -170,6 +170,18 @@ def test_regenerate_keeps_the_superseded_reply(store: Store) -> None:
     assert [m.content for m in store.get_superseded(conv_id)] == ["first answer", "second answer"]
 
 
+def test_delete_message(store: Store) -> None:
+    conv = sample_conversation()
+    conv_id = store.create_conversation(conv)
+    last = conv.messages[-1].id
+    assert last is not None
+    store.delete_message(last)
+    store.delete_message(last)  # already gone: no error
+    assert [m.content for m in store.get_conversation(conv_id).messages] == ["Hello there", "Hi."]
+    store.add_message(conv_id, Message("user", "again"))
+    assert store.get_conversation(conv_id).messages[-1].content == "again"
+
+
 def test_delete_messages_after(store: Store) -> None:
     conv = sample_conversation()
     conv_id = store.create_conversation(conv)
@@ -289,6 +301,8 @@ def test_search_matches_title_and_message_text(
         opened.rename(ids["text"], "50% off?")
         assert found("%") == [ids["text"]] if fts else [ids["odd"], ids["text"]]
         assert found("  ") == found("") and len(found("")) == 3
+        for query in ("", "rust", "bread pizza", "%", "sourdough"):
+            assert opened.count_conversations(query) == len(found(query))
 
 
 def test_search_index_is_rebuilt_when_fts_comes_back(

@@ -299,8 +299,12 @@ async def test_real_model_chat_round_trip(demo_model: Path) -> None:
     async with app.run_test() as pilot:
         screen = app.chat_screen
         await wait_for(lambda: screen.engine is not None, pilot, timeout=60)
-        status = str(app.query_one("#status", Static).render())
-        assert "CPU only" in status or "GPU:" in status
+
+        def status() -> str:
+            return str(app.query_one("#status", Static).render())
+
+        # show_model sets the engine, then updates the status bar after an await.
+        await wait_for(lambda: "CPU only" in status() or "GPU:" in status(), pilot)
         await send(pilot, "Say hello in one short sentence.")
         await wait_for(
             lambda: len(screen.conversation.messages) == 2 and not screen.generating,

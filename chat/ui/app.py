@@ -52,6 +52,7 @@ from chat.config import (
 from chat.engine.base import Engine
 from chat.errors import ConfigError, KvchatError, ModelError
 from chat.models import ModelCandidate, how_to_get_a_model, human_size, list_models, pick_model
+from chat.store import CorruptDatabaseError, NewerSchemaError, Store, StoreError, move_aside
 from chat.themes import (
     DEFAULT_THEME,
     KvchatTheme,
@@ -62,6 +63,7 @@ from chat.themes import (
 )
 from chat.ui.messages import ModelLoaded, ModelLoadFailed, ModelReloaded, ModelReloadFailed
 from chat.ui.screens.chat import ChatScreen
+from chat.ui.screens.dialogs import StorageProblemScreen
 from chat.ui.screens.settings import SettingsResult, SettingsScreen
 
 EngineFactory = Callable[[Path, ModelSettings], Engine]
@@ -142,12 +144,16 @@ class ChatApp(App[None]):
         config_path: Path | None = None,
         config_had_problems: bool = False,
         run_overrides: Mapping[str, str] | None = None,
+        database: Path | None = None,
+        resume: int | None = None,
     ) -> None:
-        """`config_path`: where Save in the settings pane writes (None: it does not
-        write). `config_had_problems`: the file had problems when it was loaded, so
-        the first save keeps it as `config.toml.bak`. `run_overrides`: settings
-        given for this run only, each with where it came from ("--temperature",
-        "KVCHAT_SEED")."""
+        """`config_path`: where Save in the settings pane and theme changes write
+        (None: nothing is written). `config_had_problems`: the file had problems
+        when it was loaded, so the first save keeps it as `config.toml.bak`.
+        `run_overrides`: settings given for this run only, each with where it came
+        from ("--temperature", "KVCHAT_SEED"). `database`: the conversation
+        database (default: paths.database_file()); `resume`: the id of a saved
+        conversation to open at start."""
         super().__init__()
         self.settings = settings
         self.model = model
@@ -166,6 +172,9 @@ class ChatApp(App[None]):
         self._opening_settings = False
         self._theme_problems: list[ThemeProblem] = []
         self.chat_screen = ChatScreen(settings)
+        self.database = database if database is not None else paths.database_file()
+        self.store: Store | None = None
+        self._resume = resume
         self._use_kvchat_themes(settings.ui.theme)
 
     # -- themes -------------------------------------------------------------
@@ -236,6 +245,7 @@ class ChatApp(App[None]):
         self.call_after_refresh(self._start)
 
     async def _start(self) -> None:
+        await self._open_store()
         for problem in self._startup_problems:
             # Not markup: problems quote the user's text, and "[model]" is a section.
             self.notify(problem, severity="warning", timeout=15, markup=False)
@@ -343,7 +353,8 @@ class ChatApp(App[None]):
                 key: f"Set by {origin} for this run." for key, origin in self._run_overrides.items()
             }
             pane = SettingsScreen(
-                self.settings,
+                # What is in use: a reopened conversation's own sampling settings.
+                self.chat_screen.settings,
                 choices={"model.path": models, "ui.theme": self._theme_choices()},
                 notes=notes,
                 config_path=self.config_path,
@@ -384,14 +395,20 @@ class ChatApp(App[None]):
     async def apply_settings(self, new: Settings, *, save: bool = False) -> None:
         """Use `new` from now on (see the module docstring); `save`: write the file too."""
         current = self.settings
-        # The chat screen shares this Settings object and reads it per reply.
+        # The chat screen reads its settings per reply: usually this very object;
+        # a reopened conversation has its own copy, which gets the pane's values too.
         current.sampling = copy.deepcopy(new.sampling)
+        in_use = self.chat_screen.settings
+        if in_use is not current:
+            in_use.sampling = copy.deepcopy(new.sampling)
         prompt_changed = new.chat.system_prompt != current.chat.system_prompt
         current.chat = copy.deepcopy(new.chat)
         if prompt_changed:
             await self._system_prompt_changed()
         theme_changed = new.ui.theme != current.ui.theme
         current.ui = copy.deepcopy(new.ui)
+        if in_use is not current:
+            in_use.chat, in_use.ui = current.chat, current.ui
         if theme_changed:
             self._apply_theme()
         reload = self._plan_reload(new.model)
@@ -546,6 +563,72 @@ class ChatApp(App[None]):
     async def action_quit(self) -> None:
         self.chat_screen.stop_generating()
         self.exit()
+
+    def on_unmount(self) -> None:
+        if self.store is not None:
+            self.store.close()
+
+    # -- the conversation database ----------------------------------------------
+
+    async def _open_store(self) -> None:
+        """Open the database; one kvchat cannot use is left untouched and the user
+        decides what happens (StorageProblemScreen)."""
+        try:
+            store = Store(self.database)
+        except (CorruptDatabaseError, NewerSchemaError) as error:
+            self.push_screen(StorageProblemScreen(str(error)), self._storage_choice)
+            return
+        except StoreError as error:
+            self.chat_screen.stop_saving(f"cannot open {self.database}")
+            self.notify(str(error), title="Not saving", severity="error", timeout=15, markup=False)
+            return
+        await self._use_store(store)
+
+    async def _use_store(self, store: Store) -> None:
+        self.store = store
+        self.chat_screen.attach_store(store)
+        if self._resume is not None:
+            await self.chat_screen.open_conversation(self._resume)
+            self._resume = None
+
+    async def _storage_choice(self, choice: str | None) -> None:
+        if choice == "quit":
+            self.exit()
+            return
+        if choice == "move":
+            try:
+                moved = move_aside(self.database)
+                store = Store(self.database)
+            except StoreError as error:
+                self.chat_screen.stop_saving(f"cannot open {self.database}")
+                self.notify(
+                    str(error), title="Not saving", severity="error", timeout=15, markup=False
+                )
+                return
+            self.notify(
+                f"The old database is kept as {moved}. New conversations are saved in "
+                f"{self.database}.",
+                title="Started a new database",
+                timeout=15,
+                markup=False,
+            )
+            await self._use_store(store)
+            return
+        self.chat_screen.stop_saving(f"{self.database} cannot be used (kept as it is)")
+
+    # -- switching models -------------------------------------------------------
+
+    def switch_model(self, path: Path) -> None:
+        """Load the model at `path` in the background and use it from the next
+        reply: the same reload as a model change in the settings pane (the
+        running model stays if loading fails, and is closed only once the new
+        one is in place). For this session: Save in the pane keeps it."""
+        new = copy.deepcopy(self.settings.model)
+        new.path = str(path)
+        reload = self._plan_reload(new)
+        if reload is not None:
+            self._model_busy = True
+            self.run_worker(self._reload(*reload, save=False), group="reload")
 
 
 def _resolved(path: Path) -> Path:

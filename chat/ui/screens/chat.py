@@ -7,8 +7,11 @@ one `ReplyFinished`; the screen streams them into the reply's Markdown view.
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from dataclasses import replace
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from textual import on
 from textual.app import ComposeResult
@@ -23,26 +26,46 @@ from chat.context import ContextBudget, WindowPlan
 from chat.conversation import Conversation, Message
 from chat.engine.base import Engine, Finished, TokenEvent
 from chat.errors import KvchatError, PromptTooLongError
+from chat.exporting import export_conversation
+from chat.saving import SAVE_INTERVAL_S, ConversationSaver, ConversationSettings, restore_sampling
+from chat.store import Store
+from chat.ui.commands import ConversationCommands
 from chat.ui.messages import ReplyFailed, ReplyFinished, ReplyToken
+from chat.ui.screens.conversations import ConversationsScreen, OpenChoice
+from chat.ui.screens.dialogs import ConfirmScreen
 from chat.ui.screens.link_confirm import LinkConfirmScreen
 from chat.ui.widgets.context_meter import HELP as CONTEXT_HELP
 from chat.ui.widgets.context_meter import ContextMeter, MeterState
 from chat.ui.widgets.conversation_view import ConversationView
-from chat.ui.widgets.message_view import AssistantMessageView
+from chat.ui.widgets.message_view import AssistantMessageView, MessageView
 from chat.ui.widgets.prompt_box import PromptBox
 from chat.ui.widgets.status_bar import StatusBar
 
+if TYPE_CHECKING:
+    from chat.ui.app import ChatApp
+
 
 class ChatScreen(Screen[None]):
+    """`settings` are this conversation's: a reopened conversation gets a copy with
+    its own saved sampling settings, and `ChatApp.settings` (the defaults that new
+    conversations start from) is not changed. The conversation is saved as it
+    happens through `saver` (see chat.saving)."""
+
     BINDINGS = [
         Binding("escape", "stop", "Stop"),
         Binding("ctrl+r", "regenerate", "Regenerate"),
         Binding("ctrl+n", "new_conversation", "New chat"),
+        Binding("ctrl+o", "open_conversations", "Open"),
+        # priority: in the prompt box, Ctrl+E would otherwise move to the end of the line.
+        Binding("ctrl+e", "export", "Export", priority=True),
         Binding("f1", "context_help", "Context help"),
     ]
+    COMMANDS = {ConversationCommands}
 
     # Typing updates the meter after this pause, not on every keystroke.
     METER_DEBOUNCE_S = 0.15
+    # Longer conversations are counted in a thread when opened (see recount_meter).
+    COUNT_IN_THREAD_ABOVE = 100
 
     def __init__(self, settings: Settings) -> None:
         super().__init__()
@@ -54,6 +77,12 @@ class ChatScreen(Screen[None]):
         self._reply_thread: threading.Thread | None = None
         self.budget: ContextBudget | None = None
         self._meter_timer: Timer | None = None
+        self.saver = ConversationSaver(self._report_save_problem)
+        self._save_timer: Timer | None = None
+        self._outside_window: set[int] = set()
+        """id() of the messages outside the window at the last turn."""
+        self._system_tokens = 0
+        self._check_model_when_loaded = False
 
     @property
     def generating(self) -> bool:
@@ -94,7 +123,10 @@ class ChatScreen(Screen[None]):
         await self._remove_loading()
         self.query_one("#notice").display = False
         self.query_one(StatusBar).show_model(engine.info)
-        self.refresh_meter()
+        self.recount_meter()
+        if self._check_model_when_loaded:
+            self._check_model_when_loaded = False
+            self._offer_model_switch()
 
     async def show_reloading(self, name: str) -> None:
         """Another model is loading to replace this one: no replies until `show_model`
@@ -142,6 +174,8 @@ class ChatScreen(Screen[None]):
         event.prompt_box.clear()
         message = Message("user", text, token_count=plan.new - self._generation_prompt())
         self.conversation.messages.append(message)
+        # Saved before generation starts: a crash mid-reply never loses the question.
+        self.saver.save_messages(self.conversation, self._conversation_settings())
         await self.query_one(ConversationView).add_message(message)
         await self._start_reply(plan)
 
@@ -177,18 +211,30 @@ class ChatScreen(Screen[None]):
 
     def _mark_window(self, plan: WindowPlan) -> None:
         """Show which messages are outside the window this turn, and each one's tokens."""
+        messages = self.conversation.messages
+        self._outside_window = {id(messages[i]) for i in plan.left_out}
+        self._system_tokens = plan.system
+        self._mark_views(self.query_one(ConversationView).message_views())
+
+    def _mark_views(self, views: list[MessageView]) -> None:
+        """Token counts and window state of these views, as of the last turn."""
         assert self.budget is not None
         messages = self.conversation.messages
-        counts = self.budget.count_messages(self.conversation.system_prompt, messages)
-        position = {id(message): i for i, message in enumerate(messages)}
-        outside = {id(messages[i]) for i in plan.left_out}
-        for view in self.query_one(ConversationView).message_views():
-            index = position.get(id(view.message))
+        anchor = messages[0] if messages else None
+        in_conversation = {id(message) for message in messages}
+        for view in views:
             if view.message.role == "system":
-                view.message.token_count = plan.system
-            elif index is not None:
-                view.message.token_count = counts[index]
-            view.show_outside_window(id(view.message) in outside)
+                view.message.token_count = self._system_tokens
+            elif id(view.message) in in_conversation:
+                view.message.token_count = self.budget.message_tokens(
+                    self.conversation.system_prompt, view.message, anchor
+                )
+            view.show_outside_window(id(view.message) in self._outside_window)
+
+    @on(ConversationView.EarlierShown)
+    def _on_earlier_shown(self, event: ConversationView.EarlierShown) -> None:
+        if self.budget is not None and self._outside_window:
+            self._mark_views(event.views)
 
     def refresh_meter(self) -> None:
         """Recount the window for the text in the prompt box (idle or typing)."""
@@ -202,6 +248,37 @@ class ChatScreen(Screen[None]):
                     view.message.token_count = plan.system
                     view.refresh_header()
 
+    def recount_meter(self) -> None:
+        """Count every message of the conversation in a thread, then refresh the meter.
+
+        With a real tokenizer, a few thousand messages take seconds to count (each
+        is rendered through the chat template); counts are cached, so afterwards
+        `refresh_meter` is cheap. Meanwhile the screen stays responsive.
+        """
+        if self.budget is None:
+            return
+        if len(self.conversation.messages) <= self.COUNT_IN_THREAD_ABOVE:
+            self.refresh_meter()
+            return
+        self.query_one(ContextMeter).show_counting()
+        self.run_worker(
+            self._count_in_thread(self.budget, self.conversation),
+            group="count-messages",
+            exclusive=True,  # a newer count (another conversation) replaces this one
+            exit_on_error=False,
+        )
+
+    async def _count_in_thread(self, budget: ContextBudget, conversation: Conversation) -> None:
+        # After the next frame: the messages appear first, without competing for the GIL.
+        drawn = asyncio.Event()
+        self.call_after_refresh(drawn.set)
+        await drawn.wait()
+        messages = list(conversation.messages)
+        # The engine's tokenizer reads only the vocabulary: safe beside a reply.
+        await asyncio.to_thread(budget.count_messages, conversation.system_prompt, messages)
+        if self.budget is budget and self.conversation is conversation:
+            self.refresh_meter()
+
     @on(PromptBox.Changed)
     def _on_prompt_changed(self) -> None:
         if self._meter_timer is not None:
@@ -211,12 +288,15 @@ class ChatScreen(Screen[None]):
     def action_context_help(self) -> None:
         self.notify(CONTEXT_HELP, title="Why the whole conversation is sent again", timeout=20)
 
-    async def _start_reply(self, plan: WindowPlan) -> None:
+    async def _start_reply(self, plan: WindowPlan, replaces: int | None = None) -> None:
+        """`replaces`: the saved id of the reply that this one regenerates."""
         assert self.engine is not None
         self._mark_window(plan)
         self.query_one(ContextMeter).show(MeterState.from_plan(plan))
         reply = Message("assistant", "")
         self._reply_view = await self.query_one(ConversationView).start_reply(reply)
+        self.saver.start_reply(self.conversation, self._conversation_settings(), reply, replaces)
+        self._save_timer = self.set_interval(SAVE_INTERVAL_S, self.saver.save_progress)
         self._cancel = threading.Event()
         self.query_one(StatusBar).show_generating()
         self._reply_thread = threading.Thread(
@@ -260,6 +340,7 @@ class ChatScreen(Screen[None]):
             if message.tokens:
                 self.query_one(ContextMeter).add_reply_tokens(message.tokens)
             if message.text:
+                self.saver.reply_grew(message.text)
                 await self._reply_view.append(message.text)
 
     async def on_reply_finished(self, message: ReplyFinished) -> None:
@@ -271,6 +352,8 @@ class ChatScreen(Screen[None]):
         await view.finish(finished.text, finished.stats)
         self.conversation.messages.append(view.message)
         self._reply_view = None
+        self._stop_save_timer()
+        self.saver.finish_reply(finished.text, finished.stats)
         self.query_one(StatusBar).show_reply(finished.stats)
         if finished.stats.finish_reason == "context_full":
             self.notify(
@@ -282,12 +365,15 @@ class ChatScreen(Screen[None]):
     async def on_reply_failed(self, message: ReplyFailed) -> None:
         view = self._reply_view
         self._reply_view = None
+        self._stop_save_timer()
         if view is not None:
+            self.saver.discard(self.conversation, view.message)
             await view.finish("", None)
             await view.remove()
         if message.prompt_too_long and self.conversation.messages:
             # Nothing is lost: the message goes back into the box to be shortened.
             last = self.conversation.messages.pop()
+            self.saver.discard(self.conversation, last)
             views = self.query_one(ConversationView).message_views()
             if views and views[-1].message is last:
                 await views[-1].remove()
@@ -323,21 +409,181 @@ class ChatScreen(Screen[None]):
             return
         views = self.query_one(ConversationView).message_views()
         await views[-1].remove()
-        await self._start_reply(plan)
+        # The new reply supersedes the old one in the database, which keeps it.
+        await self._start_reply(plan, replaces=last_reply.id)
 
     async def action_new_conversation(self) -> None:
         if self.generating:
             self.notify("Stop the reply first (Esc).", severity="warning")
             return
+        self.settings = self._chat_app().settings
         self.conversation = Conversation(system_prompt=self.settings.chat.system_prompt)
+        self._outside_window = set()
         await self.query_one(ConversationView).clear()
         await self._show_system_prompt()
         self.query_one(PromptBox).focus()
         self.refresh_meter()
 
     def stop_generating(self) -> None:
-        """Called on quit: end the reply thread within one token."""
+        """Called on quit: end the reply thread within one token, and save the reply
+        so far (its final write, with stats, will not happen)."""
         self._cancel.set()
+        self.saver.save_progress()
+
+    # -- saved conversations ------------------------------------------------
+
+    def _chat_app(self) -> ChatApp:
+        return cast("ChatApp", self.app)
+
+    def _conversation_settings(self) -> ConversationSettings:
+        """What the conversation's row records: its system prompt, sampling and model."""
+        info = self.engine.info if self.engine is not None else None
+        return ConversationSettings(
+            system_prompt=self.conversation.system_prompt,
+            sampling=asdict(self.settings.sampling),
+            model_path=str(info.path) if info else self.conversation.model_path,
+            model_name=info.name if info else self.conversation.model_name,
+        )
+
+    def _report_save_problem(self, text: str) -> None:
+        self.notify(text, title="Not saved", severity="error", timeout=10, markup=False)
+
+    def _stop_save_timer(self) -> None:
+        if self._save_timer is not None:
+            self._save_timer.stop()
+            self._save_timer = None
+
+    def attach_store(self, store: Store) -> None:
+        """Save from now on (messages sent before are saved with the next one)."""
+        self.saver.attach(store)
+        self.query_one(StatusBar).show_not_saving(None)
+
+    def stop_saving(self, reason: str) -> None:
+        """Go on without a database: `reason` stays in the status bar."""
+        self.saver.stop_saving(reason)
+        self.query_one(StatusBar).show_not_saving(reason)
+
+    async def open_conversation(self, conversation: int | Conversation) -> bool:
+        """Show a saved conversation and continue it with its own system prompt and
+        sampling settings (for this conversation only: see the class docstring).
+
+        `conversation`: its id in the store, or one already loaded from the store
+        (its saved sampling settings are then not read: the defaults apply).
+        """
+        if self.generating:
+            self.notify("Stop the reply first (Esc).", severity="warning")
+            return False
+        sampling: dict[str, Any] = {}
+        if isinstance(conversation, int):
+            loaded = self._load_conversation(conversation)
+            if loaded is None:
+                return False
+            conversation, sampling = loaded
+        defaults = self._chat_app().settings
+        self.settings = replace(defaults, sampling=restore_sampling(sampling, defaults.sampling))
+        self.conversation = conversation
+        self._outside_window = set()
+        self.saver.opened(
+            conversation,
+            ConversationSettings(
+                conversation.system_prompt,
+                sampling,
+                conversation.model_path,
+                conversation.model_name,
+            ),
+        )
+        system = conversation.system_prompt
+        await self.query_one(ConversationView).show_messages(
+            Message("system", system) if system else None, conversation.messages
+        )
+        self.query_one(PromptBox).focus()
+        self.recount_meter()
+        if self.engine is None:
+            self._check_model_when_loaded = True
+        else:
+            self._offer_model_switch()
+        return True
+
+    def _load_conversation(self, conv_id: int) -> tuple[Conversation, dict[str, Any]] | None:
+        store = self.saver.store
+        if store is None:
+            self.notify("Conversations are not being saved, so none can be opened.")
+            return None
+        try:
+            return store.get_conversation(conv_id), store.get_sampling(conv_id)
+        except KvchatError as error:
+            self.notify(str(error), severity="error", timeout=10, markup=False)
+            return None
+
+    def _offer_model_switch(self) -> None:
+        """Say so when the conversation was made with another model, and offer it."""
+        conversation, engine = self.conversation, self.engine
+        if not conversation.model_path or engine is None:
+            return
+        path = Path(conversation.model_path)
+        if path == engine.info.path or path.resolve() == engine.info.path.resolve():
+            return
+        made_with = conversation.model_name or path.name
+        if not path.is_file():
+            self.notify(
+                f"This conversation was made with {made_with} ({path}), which is no longer "
+                f"there; it continues with {engine.info.name}.",
+                severity="warning",
+                timeout=10,
+                markup=False,
+            )
+            return
+
+        def answer(switch: bool | None) -> None:
+            if switch:
+                self._chat_app().switch_model(path)
+
+        question = ConfirmScreen(
+            "Made with another model",
+            f"This conversation was made with {made_with} ({path}). The loaded model is "
+            f"{engine.info.name} ({engine.info.path}). The conversation continues on "
+            "either; switch models?",
+            f"Switch to {made_with}",
+            f"Keep {engine.info.name}",
+        )
+        self.app.push_screen(question, answer)
+
+    def action_open_conversations(self) -> None:
+        if self.generating:
+            self.notify("Stop the reply first (Esc).", severity="warning")
+            return
+        store = self.saver.store
+        if store is None:
+            reason = self.saver.not_saving or "the database is not open yet"
+            self.notify(
+                f"Saved conversations are not available: {reason}.",
+                severity="warning",
+                markup=False,
+            )
+            return
+        browser = ConversationsScreen(store, open_id=self.conversation.id)
+
+        async def chosen(choice: OpenChoice) -> None:
+            conv_id = self.conversation.id
+            if conv_id is not None and conv_id in browser.renamed:
+                self.conversation.title = browser.renamed[conv_id]
+            if isinstance(choice, int):
+                await self.open_conversation(choice)
+            elif choice == "new" or (conv_id is not None and conv_id in browser.deleted):
+                await self.action_new_conversation()
+
+        self.app.push_screen(browser, chosen)
+
+    def action_export(self) -> None:
+        if not self.conversation.messages:
+            self.notify("There is nothing to export yet.", severity="warning")
+            return
+        try:
+            path = export_conversation(self.conversation, asdict(self.settings.sampling))
+        except KvchatError as error:
+            self.notify(str(error), severity="error", timeout=10, markup=False)
+            return
+        self.notify(f"Exported to {path}", title="Conversation exported", timeout=10, markup=False)
 
     # -- links in replies ---------------------------------------------------
 

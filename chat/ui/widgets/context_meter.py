@@ -119,6 +119,11 @@ class ContextMeter(Static):
         self.state = state
         self.update(self.render_text())
 
+    def show_counting(self) -> None:
+        """While a long conversation's tokens are counted in the background."""
+        self.state = None
+        self.update(Text("context: counting the conversation's tokens…"))
+
     def _redraw(self) -> None:
         self._redraw_scheduled = False
         self.update(self.render_text())

@@ -1,20 +1,152 @@
 """The scrolling conversation: one view per message, pinned to the bottom while a
-reply streams unless the user scrolls up."""
+reply streams unless the user scrolls up.
+
+A reopened conversation may hold thousands of messages. A message view costs
+about 15 ms to mount (Markdown parsing, styles, layout), so mounting them all
+would take half a minute. Only the newest `FIRST_PAGE` are mounted at once;
+older ones wait in `_earlier` and are mounted `PAGE` at a time whenever less
+than a screenful is left above what the user sees: right after opening, and as
+the user scrolls up. The line at the top says how many are left (click: more).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from textual import events
 from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.message import Message as TextualMessage
+from textual.widgets import Static
 
 from chat.conversation import Message
 from chat.ui.widgets.message_view import AssistantMessageView, MessageView, view_for
 
 
+class EarlierMessages(Static):
+    """The line above the oldest mounted message: how many are not shown yet."""
+
+    DEFAULT_CSS = """
+    EarlierMessages {
+        height: auto;
+        margin: 1 0 0 0;
+        padding: 0 1;
+        color: $text-muted;
+        text-align: center;
+    }
+    EarlierMessages:hover {
+        color: $text;
+        background: $boost;
+    }
+    """
+
+    def show_count(self, count: int) -> None:
+        noun = "message" if count == 1 else "messages"
+        self.update(
+            Content(f"▲ {count:,} earlier {noun}: scroll up or click to show more"),
+        )
+
+    def on_click(self, event: events.Click) -> None:
+        event.stop()
+        view = self.parent
+        if isinstance(view, ConversationView):
+            view.request_earlier()
+
+
 class ConversationView(VerticalScroll):
+    FIRST_PAGE = 16
+    """Message views mounted when a conversation opens: more than a screenful."""
+    PAGE = 10
+    """Older message views mounted at a time, as the user scrolls up."""
+
+    class EarlierShown(TextualMessage):
+        """Older message views were mounted (the screen marks their window state)."""
+
+        def __init__(self, views: list[MessageView]) -> None:
+            super().__init__()
+            self.views = views
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._earlier: list[Message] = []
+        """Messages older than the oldest mounted view, oldest first."""
+        self._mounting_earlier = False
+
+    @property
+    def earlier_count(self) -> int:
+        return len(self._earlier)
+
     async def add_message(self, message: Message) -> MessageView:
         view = view_for(message)
         await self.mount(view)
         self.anchor()
         return view
+
+    async def show_messages(self, system: Message | None, messages: Sequence[Message]) -> None:
+        """Replace everything with a whole conversation: the system prompt, then the
+        newest FIRST_PAGE messages; older ones follow as described above."""
+        await self.clear()
+        first = self.FIRST_PAGE
+        self._earlier = list(messages[:-first]) if len(messages) > first else []
+        widgets: list[Static | MessageView] = [] if system is None else [view_for(system)]
+        if self._earlier:
+            marker = EarlierMessages(markup=False)
+            marker.show_count(len(self._earlier))
+            widgets.append(marker)
+        widgets += [view_for(message) for message in messages[-first:]]
+        await self.mount_all(widgets)
+        self.anchor()
+        self.call_after_refresh(self._fill_above)
+
+    def _fill_above(self) -> None:
+        """Keep at least a screenful of messages mounted above the view."""
+        if self.scroll_y < self.size.height:
+            self.request_earlier()
+
+    def request_earlier(self) -> None:
+        """Mount the next page of older messages, unless that is already under way."""
+        if self._earlier and not self._mounting_earlier:
+            self._mounting_earlier = True
+            self.run_worker(self.show_earlier(), group="earlier")
+
+    async def show_earlier(self) -> None:
+        """Mount the next PAGE older messages above the oldest one shown, keeping
+        what the user is looking at in place."""
+        try:
+            await self._mount_earlier()
+        finally:
+            self._mounting_earlier = False
+
+    async def _mount_earlier(self) -> None:
+        if not self._earlier:
+            return
+        batch = self._earlier[-self.PAGE :]
+        del self._earlier[-self.PAGE :]
+        marker = self.query_one(EarlierMessages)
+        height_before = self.virtual_size.height
+        views = [view_for(message) for message in batch]
+        await self.mount_all(views, after=marker)
+        if self._earlier:
+            marker.show_count(len(self._earlier))
+        else:
+            await marker.remove()
+        self.post_message(self.EarlierShown(views))
+
+        def keep_position() -> None:
+            # The new views pushed the content down: scroll by as much, so that
+            # what the user was reading stays where it was. (At the bottom the
+            # anchor already keeps the newest message in view.)
+            if self.scroll_y < self.max_scroll_y:
+                grown = self.virtual_size.height - height_before
+                self.scroll_to(y=self.scroll_y + grown, animate=False, immediate=True)
+            self._fill_above()
+
+        self.call_after_refresh(keep_position)
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if new_value < old_value and new_value < self.size.height:
+            self.request_earlier()
 
     async def start_reply(self, message: Message) -> AssistantMessageView:
         view = AssistantMessageView(message)
@@ -29,4 +161,5 @@ class ConversationView(VerticalScroll):
         return list(self.query(MessageView))
 
     async def clear(self) -> None:
+        self._earlier = []
         await self.remove_children()

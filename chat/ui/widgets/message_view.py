@@ -14,6 +14,7 @@ from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
 from chat.conversation import Message, ReplyStats
+from chat.sanitize import sanitize
 
 FINISH_NOTES = {
     "done": "",
@@ -80,7 +81,8 @@ class MessageView(Vertical):
 class UserMessageView(MessageView):
     def compose(self) -> ComposeResult:
         yield from super().compose()
-        yield Static(Content(self.message.content), classes="message-body", markup=False)
+        # sanitize: a saved or imported message may hold escape sequences.
+        yield Static(Content(sanitize(self.message.content)), classes="message-body", markup=False)
 
 
 class SystemMessageView(UserMessageView):
@@ -94,7 +96,7 @@ class AssistantMessageView(MessageView):
 
     def compose(self) -> ComposeResult:
         yield from super().compose()
-        yield Markdown(self.message.content, classes="message-body", open_links=False)
+        yield Markdown(sanitize(self.message.content), classes="message-body", open_links=False)
 
     @property
     def body(self) -> Markdown:

@@ -16,6 +16,7 @@ class StatusBar(Static):
         self._model = "no model"
         self._device = ""
         self._reply = ""
+        self._not_saving = ""
 
     def show_loading(self, name: str) -> None:
         self._model = f"Loading model {name}…"
@@ -46,7 +47,13 @@ class StatusBar(Static):
         self._reply = "last: " + reply_summary(stats) + (f" · {note}" if note else "")
         self._render_bar()
 
+    def show_not_saving(self, reason: str | None) -> None:
+        """Conversations are not being saved (None: they are again); stays until fixed."""
+        self._not_saving = f"⚠ not saving: {reason}" if reason else ""
+        self.set_class(bool(reason), "not-saving")
+        self._render_bar()
+
     def _render_bar(self) -> None:
         # Model names come from GGUF metadata: plain Content, never markup.
-        parts = [p for p in (self._model, self._device, self._reply) if p]
+        parts = [p for p in (self._not_saving, self._model, self._device, self._reply) if p]
         self.update(Content("  │  ".join(parts)))
