@@ -25,6 +25,7 @@ from chat.engine.base import Engine, Finished, TokenEvent
 from chat.errors import KvchatError, PromptTooLongError
 from chat.ui.messages import ReplyFailed, ReplyFinished, ReplyToken
 from chat.ui.screens.link_confirm import LinkConfirmScreen
+from chat.ui.screens.token_view import TokenViewCommands, open_token_view
 from chat.ui.widgets.context_meter import HELP as CONTEXT_HELP
 from chat.ui.widgets.context_meter import ContextMeter, MeterState
 from chat.ui.widgets.conversation_view import ConversationView
@@ -39,7 +40,9 @@ class ChatScreen(Screen[None]):
         Binding("ctrl+r", "regenerate", "Regenerate"),
         Binding("ctrl+n", "new_conversation", "New chat"),
         Binding("f1", "context_help", "Context help"),
+        Binding("ctrl+t", "token_view", "Tokens"),
     ]
+    COMMANDS = {TokenViewCommands}
 
     # Typing updates the meter after this pause, not on every keystroke.
     METER_DEBOUNCE_S = 0.15
@@ -201,6 +204,9 @@ class ChatScreen(Screen[None]):
         if self._meter_timer is not None:
             self._meter_timer.stop()
         self._meter_timer = self.set_timer(self.METER_DEBOUNCE_S, self.refresh_meter)
+
+    def action_token_view(self) -> None:
+        open_token_view(self, self.conversation.messages)
 
     def action_context_help(self) -> None:
         self.notify(CONTEXT_HELP, title="Why the whole conversation is sent again", timeout=20)
