@@ -299,6 +299,10 @@ async def test_real_model_chat_round_trip(demo_model: Path) -> None:
     async with app.run_test() as pilot:
         screen = app.chat_screen
         await wait_for(lambda: screen.engine is not None, pilot, timeout=60)
+        # show_model sets the engine, then awaits, then updates the status bar.
+        await wait_for(
+            lambda: "Loading" not in str(app.query_one("#status", Static).render()), pilot
+        )
         status = str(app.query_one("#status", Static).render())
         assert "CPU only" in status or "GPU:" in status
         await send(pilot, "Say hello in one short sentence.")
