@@ -6,6 +6,7 @@ No I/O here: the store persists these, the engine reads them, the UI shows them.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -92,8 +93,9 @@ class Message:
     """For assistant replies: how the reply was generated."""
     id: int | None = None
     """Row id once stored."""
-    token_probs: list[TokenChoice] | None = None
-    """For replies generated with probability recording: one entry per token."""
+    token_probs: Sequence[TokenChoice] | None = None
+    """For replies generated with probability recording: one entry per token
+    (a list, or a `StoredTokenChoices` decoded on first read when loaded)."""
 
     def as_chat_dict(self) -> dict[str, str]:
         """The OpenAI-style `{"role", "content"}` form that chat templates take."""

@@ -182,7 +182,10 @@ class ConversationSaver:
                 reply.id = self.store.add_message(conversation.id, row, replaces=self._replaces)
                 self._replaces = None
             else:
-                self.store.update_message_content(reply.id, text, stats=stats)
+                # The final write carries the recorded token probabilities too.
+                self.store.update_message_content(
+                    reply.id, text, stats=stats, token_probs=reply.token_probs
+                )
         except StoreError as error:
             self._failed(conversation, error)
             return False

@@ -13,15 +13,23 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 from chat import paths
-from chat.conversation import Conversation, FinishReason, Message, ReplyStats, Role
+from chat.conversation import (
+    Conversation,
+    FinishReason,
+    Message,
+    ReplyStats,
+    Role,
+    TokenChoice,
+)
 from chat.errors import StoreError
+from chat.token_probs_codec import StoredTokenChoices, encode_token_probs
 
 BUSY_TIMEOUT_S = 5.0
 """How long a write waits for another kvchat process to finish its own."""
@@ -92,7 +100,7 @@ _SCHEMA_1 = (
     # `superseded` hides a regenerated reply from the visible history but keeps it;
     # `replaced_by` points at the reply that took its place. It is deliberately not a
     # foreign key: deleting messages would then scan the table for referrers.
-    # `token_probs` is reserved for a later feature (per-token probabilities).
+    # `token_probs`: the reply's per-token probabilities (chat/token_probs_codec.py).
     """
     CREATE TABLE messages (
         id               INTEGER PRIMARY KEY,
@@ -310,13 +318,14 @@ def move_aside(path: Path) -> Path:
 
 _MESSAGE_COLUMNS = (
     "id, role, content, created, token_count, prompt_tokens, prompt_evaluated, "
-    "generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s"
+    "generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s, token_probs"
 )
 
 
 def _message_from_row(row: tuple[Any, ...]) -> Message:
     (id_, role, content, created, token_count, prompt_tokens, prompt_evaluated) = row[:7]
-    generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s = row[7:]
+    generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s = row[7:13]
+    token_probs = row[13]
     stats = None
     if finish_reason is not None:  # a reply with stats always has a finish reason
         stats = ReplyStats(
@@ -336,6 +345,9 @@ def _message_from_row(row: tuple[Any, ...]) -> Message:
         token_count=token_count,
         stats=stats,
         id=id_,
+        # Decoded only when the token view reads it: opening a long conversation
+        # does not pay for every reply's probabilities.
+        token_probs=None if token_probs is None else StoredTokenChoices(bytes(token_probs)),
     )
 
 
@@ -352,6 +364,10 @@ def _stats_values(stats: ReplyStats | None) -> tuple[Any, ...]:
         stats.seed,
         stats.total_s,
     )
+
+
+def _token_probs_value(choices: Sequence[TokenChoice] | None) -> bytes | None:
+    return None if choices is None else encode_token_probs(choices)
 
 
 def _sampling_json(sampling: Mapping[str, Any] | None) -> str:
@@ -511,9 +527,9 @@ class Store:
             cursor = conn.execute(
                 "INSERT INTO messages (conversation_id, position, role, content, created, "
                 "token_count, prompt_tokens, prompt_evaluated, generated_tokens, ttft_s, "
-                "decode_tps, finish_reason, seed, total_s) VALUES (?, "
+                "decode_tps, finish_reason, seed, total_s, token_probs) VALUES (?, "
                 "(SELECT COALESCE(MAX(position), -1) + 1 FROM messages "
-                "WHERE conversation_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "WHERE conversation_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     conv_id,
                     conv_id,
@@ -522,6 +538,7 @@ class Store:
                     message.created,
                     message.token_count,
                     *_stats_values(message.stats),
+                    _token_probs_value(message.token_probs),
                 ),
             )
             message.id = cursor.lastrowid
@@ -587,10 +604,11 @@ class Store:
         content: str,
         token_count: int | None = None,
         stats: ReplyStats | None = None,
+        token_probs: Sequence[TokenChoice] | None = None,
     ) -> None:
         """Save a streaming reply's text so far: one UPDATE, committed at once.
 
-        `token_count` and `stats` are left as they are when not given.
+        `token_count`, `stats` and `token_probs` are left as they are when not given.
         """
         if stats is None:
             sql = (
@@ -605,6 +623,9 @@ class Store:
                 "decode_tps = ?, finish_reason = ?, seed = ?, total_s = ? WHERE id = ?"
             )
             params = (content, token_count, *_stats_values(stats), message_id)
+        if token_probs is not None:
+            sql = sql.replace(" WHERE id = ?", ", token_probs = ? WHERE id = ?")
+            params = (*params[:-1], encode_token_probs(token_probs), message_id)
         with self._lock, self._translate_errors():
             cursor = self._conn.execute(sql, params)  # autocommit: its own transaction
         if cursor.rowcount == 0:

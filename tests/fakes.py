@@ -12,14 +12,32 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from chat.config import ModelSettings, SamplingSettings
-from chat.conversation import FinishReason, ReplyStats
+from chat.conversation import FinishReason, ReplyStats, TokenChoice
 from chat.engine.base import ChatMessages, EngineEvent, Finished, ModelInfo, TokenEvent
 from chat.engine.reply_text import ReplyText
 from chat.errors import EngineBusyError, PromptTooLongError
 
 
+def scripted_choice(text: str, index: int) -> TokenChoice:
+    """A made-up but consistent distribution for the chunk `text`, the index-th
+    token of a reply: every third token (0, 3, 6, ...) was sampled outside the
+    greedy choice with probability 0.25; the others had 0.5 + index / 100."""
+    if index % 3 == 0:
+        prob, raw = 0.25, 0.125
+        top = [("other", 0.5), (text, prob), ("else", 0.25)]
+        raw_top = [("other", 0.5), ("else", 0.25), (text, raw), ("x", 0.0625)]
+    else:
+        prob, raw = 0.5 + index / 100, 0.25 + index / 200
+        top = [(text, prob), ("alt", 1 - prob)]
+        raw_top = [(text, raw), ("alt", 0.5 - index / 200), ("z", 0.125)]
+    return TokenChoice(index + 1000, text, prob, raw, top, raw_top, greedy=index % 3 != 0)
+
+
 class ScriptedEngine:
-    """Replies with `replies` in turn, one chunk per token, `delay` seconds apart."""
+    """Replies with `replies` in turn, one chunk per token, `delay` seconds apart.
+
+    With `record_probs`, each token carries `scripted_choice(chunk, index)`.
+    """
 
     def __init__(
         self,
@@ -69,11 +87,15 @@ class ScriptedEngine:
             self.started.set()
             finish: FinishReason = "done"
             generated = 0
+            choices: list[TokenChoice] = []
             for chunk in script:
                 if self.delay:
                     time.sleep(self.delay)
+                choice = scripted_choice(chunk, generated) if record_probs else None
+                if choice is not None:
+                    choices.append(choice)
                 generated += 1
-                yield TokenEvent(reply.feed(chunk.encode()), generated)
+                yield TokenEvent(reply.feed(chunk.encode()), generated, choice)
                 if cancel.is_set():
                     finish = "stopped"
                     break
@@ -87,7 +109,7 @@ class ScriptedEngine:
                 finish_reason=finish,
                 seed=sampling.seed if sampling.seed is not None else 1234,
             )
-            yield Finished(reply.text, stats)
+            yield Finished(reply.text, stats, tuple(choices))
         finally:
             self._lock.release()
 

@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import IO, Any
 
 import llama_cpp
-from llama_cpp import LogitsProcessorList
+import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from chat.config import ModelSettings, SamplingSettings
 from chat.conversation import FinishReason, ReplyStats, TokenChoice
 from chat.engine.base import ChatMessages, EngineEvent, Finished, ModelInfo, TokenEvent
 from chat.engine.reply_text import ReplyText
-from chat.engine.token_probs import ProbabilityRecorder
+from chat.engine.token_probs import Logits, ProbabilityRecorder
 from chat.errors import EngineBusyError, ModelError, PromptTooLongError
 from chat.models import check_gguf
 from chat.sanitize import sanitize
@@ -118,6 +118,7 @@ class LlamaEngine:
         self._llm = llm
         self._lock = threading.Lock()
         self._vocab = llm._model.vocab  # for llama_vocab_is_eog
+        self._n_vocab = int(llm.n_vocab())
         n_layers = int(llama_cpp.llama_model_n_layer(llm.model))
         supported = gpu_offload_supported()
         requested = n_layers if settings.n_gpu_layers < 0 else settings.n_gpu_layers
@@ -134,6 +135,20 @@ class LlamaEngine:
         # One formatter per mode: tokenize_chat runs on the UI thread and the
         # engine thread at once, so they must not share mutable state.
         self._formatters = {flag: self._chat_formatter(flag) for flag in (True, False)}
+        self._pieces: dict[int, str] = {}
+
+    def _cached_piece(self, token_id: int) -> str:
+        """`_piece`, remembered: the token view names the same alternatives often."""
+        text = self._pieces.get(token_id)
+        if text is None:
+            text = self._pieces[token_id] = self._piece(token_id)
+        return text
+
+    def _step_logits(self) -> Logits:
+        """The logits the last token was sampled from: a view of llama.cpp's
+        buffer, valid until the next token is evaluated."""
+        pointer = llama_cpp.llama_get_logits_ith(self._llm.ctx, -1)
+        return np.ctypeslib.as_array(pointer, shape=(self._n_vocab,))
 
     def _piece(self, token_id: int) -> str:
         """One token's own text, for showing tokens one by one (a token that is
@@ -202,7 +217,7 @@ class LlamaEngine:
         record_probs: bool,
     ) -> Iterator[EngineEvent]:
         llm = self._llm
-        recorder = ProbabilityRecorder(sampling, self._piece) if record_probs else None
+        recorder = ProbabilityRecorder(sampling, self._cached_piece) if record_probs else None
         choices: list[TokenChoice] = []
         seed = sampling.seed if sampling.seed is not None else random.randrange(2**32)
         llm.set_seed(seed)
@@ -226,7 +241,6 @@ class LlamaEngine:
             mirostat_mode=sampling.mirostat_mode,
             mirostat_tau=sampling.mirostat_tau,
             mirostat_eta=sampling.mirostat_eta,
-            logits_processor=LogitsProcessorList([recorder]) if recorder else None,
             reset=True,  # keeps the longest common prefix of the KV cache
         )
         try:
@@ -239,7 +253,11 @@ class LlamaEngine:
                 generated += 1
                 piece = bytes(llm.detokenize([token]))
                 text = reply.feed(piece)
-                choice = recorder.choice(token, self._piece(token)) if recorder else None
+                choice = (
+                    recorder.choice(self._step_logits(), token, self._cached_piece(token))
+                    if recorder
+                    else None
+                )
                 if choice is not None:
                     choices.append(choice)
                 if reply.stopped:

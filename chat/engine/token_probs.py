@@ -1,12 +1,16 @@
 """What the model could have said: the distribution behind each sampled token.
 
-A `logits_processor` sees the raw logits of the current step (no `logits_all`,
-which would keep n_ctx x vocabulary floats). After the token is sampled, the
-step is summarised: the chosen token's probability and the top alternatives,
-both in the raw model distribution and after the sampling settings
-(top-k, typical-p, top-p, min-p, then temperature, in llama.cpp's order).
-Repetition penalties are not replayed: they depend on llama.cpp's own history.
-"""
+After a token is sampled, llama.cpp's logits buffer still holds that step's
+logits (no `logits_all`, which would keep n_ctx x vocabulary floats): the step
+is summarised from it, the chosen token's probability and the top alternatives,
+both in the raw model distribution and after the sampling settings (top-k,
+typical-p, top-p, min-p, then temperature, in llama.cpp's order). Repetition
+penalties are not replayed: they depend on llama.cpp's own history.
+
+This runs once per token, so it must cost little next to a decode step:
+`step_distribution` works over the few tokens that can be kept rather than the
+whole vocabulary; `sampled_distribution` is the plain whole-vocabulary
+definition it is tested against."""
 
 from __future__ import annotations
 
@@ -95,36 +99,179 @@ def _typical_mask(
     return mask
 
 
+# Candidate sets are first looked for among the tokens whose logit is within
+# GAP of the best one (one comparison over the vocabulary); a wider gap, then
+# the whole vocabulary, only when that set cannot hold every token needed.
+_GAPS = (4.0, 8.0, 16.0)
+
+
+def _by_logit(logits: Logits, ids: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+    """`ids` (ascending) ordered by logit, largest first; ties keep the lower id
+    first, as argmax does."""
+    return ids[np.argsort(-logits[ids], kind="stable")]
+
+
+def _largest(logits: Logits, ids: npt.NDArray[np.intp], k: int) -> npt.NDArray[np.intp]:
+    """The k ids of `ids` with the largest logits, largest first."""
+    if len(ids) > k:
+        ids = np.sort(ids[np.argpartition(-logits[ids], k - 1)[:k]])
+    return _by_logit(logits, ids)
+
+
+def _near_top(logits: Logits, best: float, at_least: int) -> npt.NDArray[np.intp]:
+    """Ascending ids within the smallest gap of the best logit that holds
+    `at_least` tokens, or every id."""
+    # Real models put a handful of tokens within 4 of the best logit and tens
+    # within 8: a top_k of 40 would nearly always need the second try.
+    for gap in _GAPS if at_least <= TOP_N else _GAPS[1:]:
+        ids = np.flatnonzero(logits >= best - gap)
+        if len(ids) >= at_least:
+            return ids
+    return np.arange(len(logits))
+
+
+@dataclass(frozen=True)
+class StepDistribution:
+    """One step, reduced to what a `TokenChoice` shows."""
+
+    prob: float
+    """The chosen token's probability after the sampling settings."""
+    raw_prob: float
+    top: list[tuple[int, float]]
+    """The most likely tokens after the sampling settings (none with probability 0)."""
+    raw_top: list[tuple[int, float]]
+    argmax: int
+
+
+def step_distribution(
+    logits: Logits, token_id: int, sampling: SamplingSettings, scratch: Logits | None = None
+) -> StepDistribution:
+    """`sampled_distribution` and the raw softmax, reduced to the chosen token
+    and the top TOP_N of each, without sorting the vocabulary or computing in
+    float64 over it.
+
+    The raw distribution takes one pass (max, exp, sum in float32). The sampled
+    one is computed over a candidate set that provably holds every kept token:
+    the top_k tokens, or (top_k off) the head of the vocabulary by logit down to
+    where top_p's mass is reached or min_p's threshold cuts off. Only typical_p
+    without top_k falls back to the whole-vocabulary computation.
+
+    `scratch`, an array shaped like `logits`, spares allocating one per step.
+    """
+    n = len(logits)
+    argmax = int(logits.argmax())
+    best = float(logits[argmax])
+    if scratch is None or scratch.shape != logits.shape:
+        scratch = np.empty(logits.shape, dtype=np.float32)
+    exps = np.subtract(logits, best, out=scratch, dtype=np.float32, casting="same_kind")
+    np.exp(exps, out=exps)
+    total = float(exps.sum())
+    shown = min(TOP_N, n)
+    top_k = sampling.top_k if 0 < sampling.top_k < n else 0
+    temperature = sampling.temperature
+
+    def raw(ids: npt.NDArray[np.intp]) -> list[tuple[int, float]]:
+        return [(int(i), float(exps[i]) / total) for i in ids[:shown]]
+
+    head = _largest(logits, _near_top(logits, best, max(top_k, shown)), max(top_k, shown))
+    raw_prob = float(exps[token_id]) / total
+    if temperature <= 0:
+        prob = 1.0 if token_id == argmax else 0.0
+        return StepDistribution(prob, raw_prob, [(argmax, 1.0)], raw(head), argmax)
+
+    if not (top_k or sampling.top_p < 1 or sampling.min_p > 0 or sampling.typical_p < 1):
+        # Every token is kept: temperature alone reshapes the distribution.
+        scaled = np.exp((logits - best) / temperature)
+        scaled_total = float(scaled.sum())
+        top = [(int(i), float(scaled[i]) / scaled_total) for i in head[:shown]]
+        return StepDistribution(
+            float(scaled[token_id]) / scaled_total, raw_prob, top, raw(head), argmax
+        )
+
+    if top_k:
+        candidates = head[:top_k]
+    elif sampling.typical_p < 1:
+        full = sampled_distribution(logits, sampling)
+        top_ids = _largest(logits, np.flatnonzero(full > 0), shown)
+        top = [(int(i), float(full[i])) for i in top_ids]
+        return StepDistribution(float(full[token_id]), raw_prob, top, raw(head), argmax)
+    else:
+        candidates = _head_of_vocabulary(logits, best, exps, total, shown, sampling)
+
+    probs = exps[candidates].astype(np.float64) / total
+    keep = np.ones(len(candidates), dtype=bool)
+    if sampling.typical_p < 1:
+        keep &= _typical_mask(probs, keep, sampling.typical_p)
+    if sampling.top_p < 1:
+        kept = np.where(keep, probs, 0.0)
+        # With top_k, top_p renormalizes over the top_k tokens; without it the
+        # candidates are a prefix of the whole vocabulary, already normalized.
+        if top_k:
+            kept /= kept.sum()
+        cut = int(np.searchsorted(np.cumsum(kept), sampling.top_p)) + 1
+        keep[cut:] = False
+    if sampling.min_p > 0:
+        keep &= probs >= sampling.min_p * probs[0]
+        keep[0] = True
+    kept_ids = candidates[keep]
+    sampled = _softmax(logits[kept_ids].astype(np.float64) / temperature)
+    where = np.flatnonzero(kept_ids == token_id)
+    prob = float(sampled[where[0]]) if len(where) else 0.0
+    top = [(int(i), float(p)) for i, p in zip(kept_ids[:shown], sampled[:shown], strict=True)]
+    return StepDistribution(prob, raw_prob, top, raw(head), argmax)
+
+
+def _head_of_vocabulary(
+    logits: Logits,
+    best: float,
+    exps: Logits,
+    total: float,
+    at_least: int,
+    sampling: SamplingSettings,
+) -> npt.NDArray[np.intp]:
+    """Without top_k, the tokens top_p and min_p keep are a prefix of the
+    vocabulary ordered by logit: that prefix ends within the first gap that
+    holds top_p's mass, or that is wider than min_p's threshold (min_p keeps
+    logits >= best + log(min_p)). Returns it ordered, largest first."""
+    min_p_gap = -float(np.log(sampling.min_p)) if sampling.min_p > 0 else np.inf
+    for gap in _GAPS:
+        ids = np.flatnonzero(logits >= best - gap)
+        if len(ids) == len(logits):
+            break
+        if len(ids) >= at_least and (
+            gap > min_p_gap
+            or (sampling.top_p < 1 and float(exps[ids].sum()) / total >= sampling.top_p)
+        ):
+            return _by_logit(logits, ids)
+    return _by_logit(logits, np.arange(len(logits)))
+
+
 class ProbabilityRecorder:
-    """A `logits_processor` that keeps the current step's logits, and turns
-    them into a `TokenChoice` once the token is known."""
+    """Turns one step's logits into a `TokenChoice` once its token is known.
+
+    The engine passes llama.cpp's logits buffer of that step (a view, no copy):
+    it stays as it is until the next token is evaluated. Nothing is added to
+    llama.cpp's sampler chain, so recording cannot change what is sampled.
+    """
 
     def __init__(self, sampling: SamplingSettings, token_text: Callable[[int], str]) -> None:
         self._sampling = sampling
         self._token_text = token_text
-        self._logits: Logits | None = None
+        self._scratch: Logits | None = None
 
-    def __call__(self, input_ids: npt.NDArray[np.intc], scores: Logits) -> Logits:
-        self._logits = np.array(scores, dtype=np.float32, copy=True)
-        return scores
-
-    def choice(self, token_id: int, text: str) -> TokenChoice | None:
-        logits = self._logits
-        if logits is None or token_id >= len(logits):
+    def choice(self, logits: Logits, token_id: int, text: str) -> TokenChoice | None:
+        if not 0 <= token_id < len(logits):
             return None
-        raw = _softmax(logits.astype(np.float64))
-        sampled = sampled_distribution(logits, self._sampling)
+        if self._scratch is None or self._scratch.shape != logits.shape:
+            self._scratch = np.empty(logits.shape, dtype=np.float32)
+        step = step_distribution(logits, token_id, self._sampling, self._scratch)
+        texts = self._token_text
         return TokenChoice(
             token_id=token_id,
             text=text,
-            prob=float(sampled[token_id]),
-            raw_prob=float(raw[token_id]),
-            top=self._top(sampled),
-            raw_top=self._top(raw),
-            greedy=token_id == int(logits.argmax()),
+            prob=step.prob,
+            raw_prob=step.raw_prob,
+            top=[(texts(i), p) for i, p in step.top if p > 0],
+            raw_top=[(texts(i), p) for i, p in step.raw_top],
+            greedy=token_id == step.argmax,
         )
-
-    def _top(self, probs: npt.NDArray[np.float64]) -> list[tuple[str, float]]:
-        best = np.argpartition(-probs, TOP_N)[:TOP_N]
-        best = best[np.argsort(-probs[best])]
-        return [(self._token_text(int(i)), float(probs[i])) for i in best if probs[i] > 0]

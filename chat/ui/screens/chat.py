@@ -34,6 +34,7 @@ from chat.ui.messages import ReplyFailed, ReplyFinished, ReplyToken
 from chat.ui.screens.conversations import ConversationsScreen, OpenChoice
 from chat.ui.screens.dialogs import ConfirmScreen
 from chat.ui.screens.link_confirm import LinkConfirmScreen
+from chat.ui.screens.token_view import TokenViewCommands, open_token_view
 from chat.ui.widgets.context_meter import HELP as CONTEXT_HELP
 from chat.ui.widgets.context_meter import ContextMeter, MeterState
 from chat.ui.widgets.conversation_view import ConversationView
@@ -59,8 +60,9 @@ class ChatScreen(Screen[None]):
         # priority: in the prompt box, Ctrl+E would otherwise move to the end of the line.
         Binding("ctrl+e", "export", "Export", priority=True),
         Binding("f1", "context_help", "Context help"),
+        Binding("ctrl+t", "token_view", "Tokens"),
     ]
-    COMMANDS = {ConversationCommands}
+    COMMANDS = {ConversationCommands, TokenViewCommands}
 
     # Typing updates the meter after this pause, not on every keystroke.
     METER_DEBOUNCE_S = 0.15
@@ -284,6 +286,9 @@ class ChatScreen(Screen[None]):
         if self._meter_timer is not None:
             self._meter_timer.stop()
         self._meter_timer = self.set_timer(self.METER_DEBOUNCE_S, self.refresh_meter)
+
+    def action_token_view(self) -> None:
+        open_token_view(self, self.conversation.messages)
 
     def action_context_help(self) -> None:
         self.notify(CONTEXT_HELP, title="Why the whole conversation is sent again", timeout=20)

@@ -102,6 +102,11 @@ class AssistantMessageView(MessageView):
     def body(self) -> Markdown:
         return self.query_one(Markdown)
 
+    def on_click(self) -> None:
+        """A clicked reply is the one the token view (Ctrl+T) opens next."""
+        for view in self.screen.query(AssistantMessageView):
+            view.set_class(view is self, "selected")
+
     def start_stream(self) -> None:
         self.add_class("streaming")
         self._stream = Markdown.get_stream(self.body)
