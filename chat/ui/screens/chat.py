@@ -54,12 +54,12 @@ class ChatScreen(Screen[None]):
 
     BINDINGS = [
         Binding("escape", "stop", "Stop"),
-        Binding("ctrl+r", "regenerate", "Regenerate"),
-        Binding("ctrl+n", "new_conversation", "New chat"),
+        Binding("ctrl+r", "regenerate", "Regen", tooltip="Regenerate the last reply"),
+        Binding("ctrl+n", "new_conversation", "New", tooltip="New conversation"),
         Binding("ctrl+o", "open_conversations", "Open"),
         # priority: in the prompt box, Ctrl+E would otherwise move to the end of the line.
         Binding("ctrl+e", "export", "Export", priority=True),
-        Binding("f1", "context_help", "Context help"),
+        Binding("f1", "context_help", "Help", tooltip="Why the whole conversation is re-sent"),
         Binding("ctrl+t", "token_view", "Tokens"),
     ]
     COMMANDS = {ConversationCommands, TokenViewCommands}
@@ -96,7 +96,8 @@ class ChatScreen(Screen[None]):
         yield ContextMeter(id="meter")
         yield PromptBox(id="prompt")
         yield StatusBar(id="status")
-        yield Footer()
+        # Compact: every key of the chat screen fits on one line at 100 columns.
+        yield Footer(compact=True)
 
     async def on_mount(self) -> None:
         self.query_one("#notice").display = False

@@ -158,7 +158,8 @@ class ContextMeter(Static):
         share = 100 * state.used / state.n_ctx if state.n_ctx else 0
         text.append(f" {state.used:,} / {state.n_ctx:,} tokens · {share:.0f}% ")
         for name, size in state.sizes().items():
-            text.append(" ■ ", style=styles[name])
+            # A full block, like the bar: "■" is ambiguous-width in many fonts.
+            text.append("  █ ", style=styles[name])
             text.append(f"{LABELS[name]} {size:,}")
         if state.left_out:
             text.append(f"  · {state.left_out} messages outside the window", style="bold")
