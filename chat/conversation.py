@@ -127,3 +127,23 @@ class Conversation:
                 line = message.content.strip().splitlines()[0]
                 return line if len(line) <= 60 else line[:59] + "…"
         return "New conversation"
+
+
+@dataclass(frozen=True)
+class ReplyProbSummary:
+    mean_prob: float
+    least_likely: TokenChoice | None
+    not_greedy: int
+    """Tokens sampled from outside the greedy (most likely) choice."""
+    tokens: int
+
+
+def summarize(choices: Sequence[TokenChoice]) -> ReplyProbSummary:
+    if not choices:
+        return ReplyProbSummary(0.0, None, 0, 0)
+    return ReplyProbSummary(
+        mean_prob=sum(c.prob for c in choices) / len(choices),
+        least_likely=min(choices, key=lambda c: c.prob),
+        not_greedy=sum(1 for c in choices if not c.greedy),
+        tokens=len(choices),
+    )

@@ -10,14 +10,13 @@ import numpy as np
 import pytest
 
 from chat.config import SamplingSettings
-from chat.conversation import TokenChoice
+from chat.conversation import TokenChoice, summarize
 from chat.engine.base import Finished, TokenEvent
 from chat.engine.llama import LlamaEngine
 from chat.engine.token_probs import (
     ProbabilityRecorder,
     sampled_distribution,
     step_distribution,
-    summarize,
 )
 
 PROMPT = [{"role": "user", "content": "Tell me a short story about a cat."}]

@@ -46,7 +46,9 @@ _log_file: IO[str] | None = None
 @llama_cpp.llama_log_callback
 def _log_to_file(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
     with _log_lock:
-        if _log_file is not None:
+        # At interpreter exit the file may already be closed while llama.cpp
+        # still logs (freeing the model): those lines are dropped.
+        if _log_file is not None and not _log_file.closed:
             _log_file.write(text.decode("utf-8", errors="replace"))
             _log_file.flush()
 

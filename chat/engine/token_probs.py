@@ -27,26 +27,6 @@ TOP_N = 5
 Logits = npt.NDArray[np.float32]
 
 
-@dataclass(frozen=True)
-class ReplyProbSummary:
-    mean_prob: float
-    least_likely: TokenChoice | None
-    not_greedy: int
-    """Tokens sampled from outside the greedy (most likely) choice."""
-    tokens: int
-
-
-def summarize(choices: list[TokenChoice]) -> ReplyProbSummary:
-    if not choices:
-        return ReplyProbSummary(0.0, None, 0, 0)
-    return ReplyProbSummary(
-        mean_prob=sum(c.prob for c in choices) / len(choices),
-        least_likely=min(choices, key=lambda c: c.prob),
-        not_greedy=sum(1 for c in choices if not c.greedy),
-        tokens=len(choices),
-    )
-
-
 def _softmax(logits: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     shifted = np.exp(logits - logits.max())
     return shifted / shifted.sum()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -63,6 +64,10 @@ class ChatScreen(Screen[None]):
         Binding("ctrl+t", "token_view", "Tokens"),
     ]
     COMMANDS = {ConversationCommands, TokenViewCommands}
+
+    # One frame at 30 frames a second: tokens closer together than this are
+    # shown together.
+    FRAME_S = 1 / 30
 
     # Typing updates the meter after this pause, not on every keystroke.
     METER_DEBOUNCE_S = 0.15
@@ -325,14 +330,25 @@ class ChatScreen(Screen[None]):
         sampling: SamplingSettings,
         record_probs: bool,
     ) -> None:
-        """Runs in the reply thread; only posts messages to the screen."""
+        """Runs in the reply thread; only posts messages to the screen.
+
+        Tokens that arrive within one frame (FRAME_S) of the last post travel
+        together: the screen cannot show them apart anyway, and every post costs
+        the UI a Markdown update, which competes with the engine for the CPU.
+        """
+        text, tokens, posted_at = "", 0, 0.0
         try:
             for event in engine.stream_reply(messages, sampling, self._cancel, record_probs):
                 if isinstance(event, TokenEvent):
-                    counted = 1 if event.token_id >= 0 else 0  # -1: held-back text at the end
-                    if event.text or counted:
-                        self.post_message(ReplyToken(event.text, counted))
+                    text += event.text
+                    tokens += 1 if event.token_id >= 0 else 0  # -1: held-back text at the end
+                    now = time.monotonic()
+                    if (text or tokens) and now - posted_at >= self.FRAME_S:
+                        self.post_message(ReplyToken(text, tokens))
+                        text, tokens, posted_at = "", 0, now
                 elif isinstance(event, Finished):
+                    if text or tokens:
+                        self.post_message(ReplyToken(text, tokens))
                     self.post_message(ReplyFinished(event))
         except PromptTooLongError as error:
             self.post_message(ReplyFailed(str(error), prompt_too_long=True))
