@@ -143,15 +143,21 @@ async def test_meter_is_exact_live_and_matches_the_kv_cache(demo_model: Path) ->
         box = app.query_one(PromptBox)
         box.insert("Tell me about the sea.")
         await wait_for(lambda: meter.state is not None and meter.state.new > 0, pilot)
+        # Record the reply segment each time the meter grows (polling from the
+        # test could miss the stream on a busy machine).
         seen: list[int] = []
+        grow = meter.add_reply_tokens
 
-        def sample() -> bool:
+        def recording(count: int) -> None:
+            grow(count)
             assert meter.state is not None
             seen.append(meter.state.reply)
-            return len(screen.conversation.messages) == 2 and not screen.generating
 
+        meter.add_reply_tokens = recording  # type: ignore[method-assign]
         await pilot.press("enter")
-        await wait_for(sample, pilot)
+        await wait_for(
+            lambda: len(screen.conversation.messages) == 2 and not screen.generating, pilot
+        )
         reply = screen.conversation.messages[-1]
         assert reply.stats is not None
         generated = reply.stats.generated_tokens
