@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # chat.themes imports Textual: only the branches that need it
     from chat.themes import ThemeProblem
 
 EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for such a writer
 
 # CLI flag -> dotted setting key. Values stay strings here and are checked by
 # config.parse_value, so a bad flag gets the same message as a bad config line.
@@ -180,6 +181,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`chat -p ... | head`): stop quietly, as other
+        # command-line tools do. Point stdout at /dev/null so that Python's own
+        # flush at exit does not fail a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -102,3 +102,30 @@ def test_list_models_finds_the_models_folder(tmp_path: Path, demo_model: Path) -
     (data / "models" / "mine.gguf").write_bytes(b"GGUF" + b"\0" * 100)
     result = chat("--list-models", env_extra={"KVCHAT_DATA_DIR": str(data)})
     assert "mine.gguf" in result.stdout and "models folder" in result.stdout
+
+
+def test_a_closed_pipe_is_not_a_traceback(demo_model: Path) -> None:
+    """`chat -p ... | head -c 5`: the reader leaves early; chat stops quietly."""
+    env = dict(os.environ)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "chat",
+            "-p",
+            "Write a long poem about the sea.",
+            "--max-tokens",
+            "200",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.read(5)
+    proc.stdout.close()  # like `head` exiting
+    stderr = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert "Traceback" not in stderr
+    assert proc.returncode in (0, 141)
