@@ -76,18 +76,12 @@ class ContextBudget:
         return len(self.tokenize(messages, add_generation_prompt)) if messages else 0
 
     def system_tokens(self, system_prompt: str) -> int:
-        if not system_prompt:
-            return 0
-        return self._cached(
-            ("system", system_prompt, "", ""), lambda: self._count(_system(system_prompt), False)
-        )
+        return self._head_tokens(_system(system_prompt))
 
     def message_tokens(self, system_prompt: str, message: Message, anchor: Message | None) -> int:
         """Tokens `message` adds after the system prompt (or after `anchor`,
         the conversation's first message, when there is no system prompt)."""
-        head = _system(system_prompt) or (
-            [anchor.as_chat_dict()] if anchor and anchor is not message else []
-        )
+        head = _head(system_prompt, None if anchor is message else anchor)
         key = (
             system_prompt,
             head[0]["content"] if head and not system_prompt else "",
@@ -101,7 +95,8 @@ class ContextBudget:
 
     def _head_tokens(self, head: list[dict[str, str]]) -> int:
         """The same for every message after it: counted once, not once per message
-        (a reopened conversation of thousands of messages is counted twice as fast)."""
+        (a reopened conversation of thousands of messages is counted twice as fast)
+        nor once per keystroke."""
         if not head:
             return 0
         key = ("\0head", head[0]["role"], head[0]["content"], "")
@@ -109,16 +104,16 @@ class ContextBudget:
 
     def new_message_tokens(self, system_prompt: str, text: str, anchor: Message | None) -> int:
         """The message being typed, plus the template's opening of the reply."""
-        message = Message("user", text)
-        head = _system(system_prompt) or ([anchor.as_chat_dict()] if anchor else [])
-        base = self._count(head, False)
-        return self._count([*head, message.as_chat_dict()], True) - base
+        head = _head(system_prompt, anchor)
+        typed = {"role": "user", "content": text}
+        return self._count([*head, typed], True) - self._head_tokens(head)
 
     def generation_prompt_tokens(self, system_prompt: str, anchor: Message | None) -> int:
-        head = _system(system_prompt) or ([anchor.as_chat_dict()] if anchor else [])
+        head = _head(system_prompt, anchor)
         if not head:
             return 0
-        return self._count(head, True) - self._count(head, False)
+        key = ("\0opening", head[0]["role"], head[0]["content"], "")
+        return self._cached(key, lambda: self._count(head, True) - self._head_tokens(head))
 
     def _cached(self, key: tuple[str, str, str, str], compute: Callable[[], int]) -> int:
         if key not in self._cache:
@@ -186,6 +181,13 @@ class ContextBudget:
 
 def _system(system_prompt: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": system_prompt}] if system_prompt else []
+
+
+def _head(system_prompt: str, anchor: Message | None) -> list[dict[str, str]]:
+    """What a message is counted after: the system prompt, or else the
+    conversation's first message (templates may add a default system prompt
+    for the first message, which must be counted once)."""
+    return _system(system_prompt) or ([anchor.as_chat_dict()] if anchor else [])
 
 
 def _turns(indices: list[int], messages: Sequence[Message]) -> list[list[int]]:

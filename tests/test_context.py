@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from chat.ui.app import ChatApp
 from chat.ui.widgets.context_meter import ContextMeter, bar_cells
 from chat.ui.widgets.message_view import MessageView
 from chat.ui.widgets.prompt_box import PromptBox
+from tests.test_ui import wait_for as ui_wait_for
 
 SYSTEM = "You are a helpful assistant."
 
@@ -114,11 +116,8 @@ def test_bar_cells_fill_the_width() -> None:
     assert all(name != "history" for name, _ in cells)
 
 
-async def wait_for(condition, pilot, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        await pilot.pause(0.01)
+# The real model needs longer than test_ui's default.
+wait_for = partial(ui_wait_for, timeout=60.0)
 
 
 def small_window_settings(
