@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from chat.conversation import Message
-from chat.errors import PromptTooLongError
 
 Tokenize = Callable[[Sequence[dict[str, str]], bool], list[int]]
 
@@ -136,7 +135,7 @@ class ContextBudget:
     ) -> WindowPlan:
         """Which earlier messages to send with `new_text` (None: regenerate the
         reply to the last message). When the turn cannot fit, `problem` says
-        why; `require_fit` turns that into a `PromptTooLongError`."""
+        why, and the caller refuses to send it."""
         counts = self.count_messages(system_prompt, messages)
         anchor = messages[0] if messages else None
         system = self.system_tokens(system_prompt)
@@ -172,11 +171,6 @@ class ContextBudget:
         return WindowPlan(
             self.n_ctx, system, history, new, reserve, tuple(included), left_out, problem
         )
-
-    def require_fit(self, plan: WindowPlan) -> WindowPlan:
-        if plan.problem:
-            raise PromptTooLongError(plan.problem)
-        return plan
 
 
 def _system(system_prompt: str) -> list[dict[str, str]]:

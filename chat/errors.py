@@ -13,10 +13,6 @@ class ModelError(KvchatError):
     """A model file is missing, is not a GGUF, or failed to load."""
 
 
-class NoModelError(ModelError):
-    """No model was given and none could be found anywhere."""
-
-
 class PromptTooLongError(KvchatError):
     """The prompt does not fit in the model's context window."""
 

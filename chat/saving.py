@@ -76,10 +76,6 @@ class ConversationSaver:
         self._saved_text = ""
         self._progress_failed = False
 
-    @property
-    def saving(self) -> bool:
-        return self.store is not None
-
     def attach(self, store: Store) -> None:
         self.store = store
         self.not_saving = None

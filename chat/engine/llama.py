@@ -185,9 +185,6 @@ class LlamaEngine:
             )
         )
 
-    def count_text_tokens(self, text: str) -> int:
-        return len(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
-
     def stream_reply(
         self,
         messages: ChatMessages,
