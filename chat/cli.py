@@ -4,6 +4,7 @@ model, then run the TUI or one-shot mode."""
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -242,6 +243,10 @@ def _run_app(args: argparse.Namespace, resolved: ResolvedSettings, problems: lis
             # The config names a bad file: open the app anyway and say so there.
             model, model_error = None, str(error)
     resume = _conversation_to_open(args, problems)
+    # Startup builds many objects that live as long as the app (Textual's styles,
+    # widgets, modules): the cyclic collector would walk them again and again.
+    # It stays off until the first frame is drawn (ChatApp turns it back on).
+    gc.disable()
     # Imported late: `chat -p` and `--list-models` need no Textual.
     from chat.ui.app import ChatApp
 

@@ -1,4 +1,5 @@
-"""Command palette (Ctrl+P) entries for conversations, offered on the chat screen."""
+"""Command palette (Ctrl+P) entries offered on the chat screen: conversations and
+the token view."""
 
 from __future__ import annotations
 
@@ -39,3 +40,24 @@ class ConversationCommands(Provider):
             score = matcher.match(name)
             if score > 0:
                 yield Hit(score, matcher.highlight(name), callback, help=help_text)
+
+
+class TokenViewCommands(Provider):
+    """The command palette entry for the token view (on the chat screen)."""
+
+    TITLE = "Token view"
+    HELP = "Ctrl+T: the reply's tokens and the distribution each was sampled from"
+
+    async def discover(self) -> Hits:
+        yield DiscoveryHit(self.TITLE, self._open, help=self.HELP)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for name in (self.TITLE, "Show token probabilities"):
+            score = matcher.match(name)
+            if score > 0:
+                yield Hit(score, matcher.highlight(name), self._open, help=self.HELP)
+                return
+
+    async def _open(self) -> None:
+        await self.screen.run_action("token_view")

@@ -20,22 +20,17 @@ from textual.binding import Binding
 from textual.content import Content
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, LoadingIndicator, Markdown, Static
+from textual.widgets import Footer, LoadingIndicator, Static
 
 from chat.config import SamplingSettings, Settings
 from chat.context import ContextBudget, WindowPlan
 from chat.conversation import Conversation, Message
 from chat.engine.base import Engine, Finished, TokenEvent
 from chat.errors import KvchatError, PromptTooLongError
-from chat.exporting import export_conversation
 from chat.saving import SAVE_INTERVAL_S, ConversationSaver, ConversationSettings, restore_sampling
 from chat.store import Store
-from chat.ui.commands import ConversationCommands
+from chat.ui.commands import ConversationCommands, TokenViewCommands
 from chat.ui.messages import ReplyFailed, ReplyFinished, ReplyToken
-from chat.ui.screens.conversations import ConversationsScreen, OpenChoice
-from chat.ui.screens.dialogs import ConfirmScreen
-from chat.ui.screens.link_confirm import LinkConfirmScreen
-from chat.ui.screens.token_view import TokenViewCommands, open_token_view
 from chat.ui.widgets.context_meter import HELP as CONTEXT_HELP
 from chat.ui.widgets.context_meter import ContextMeter, MeterState
 from chat.ui.widgets.conversation_view import ConversationView
@@ -43,8 +38,14 @@ from chat.ui.widgets.message_view import AssistantMessageView, MessageView
 from chat.ui.widgets.prompt_box import PromptBox
 from chat.ui.widgets.status_bar import StatusBar
 
+# The screens this one opens (conversations, token view, dialogs) and the
+# exporter are imported where they are opened: the first frame does not need
+# them, and startup to the first frame is a measured target (chat.bench).
 if TYPE_CHECKING:
+    from textual.widgets import Markdown
+
     from chat.ui.app import ChatApp
+    from chat.ui.screens.conversations import OpenChoice
 
 
 class ChatScreen(Screen[None]):
@@ -102,7 +103,7 @@ class ChatScreen(Screen[None]):
         yield PromptBox(id="prompt")
         yield StatusBar(id="status")
         # Compact: every key of the chat screen fits on one line at 100 columns.
-        yield Footer(compact=True)
+        yield Footer()  # compact: see app.tcss
 
     async def on_mount(self) -> None:
         self.query_one("#notice").display = False
@@ -294,6 +295,8 @@ class ChatScreen(Screen[None]):
         self._meter_timer = self.set_timer(self.METER_DEBOUNCE_S, self.refresh_meter)
 
     def action_token_view(self) -> None:
+        from chat.ui.screens.token_view import open_token_view
+
         open_token_view(self, self.conversation.messages)
 
     def action_context_help(self) -> None:
@@ -560,6 +563,8 @@ class ChatScreen(Screen[None]):
             if switch:
                 self._chat_app().switch_model(path)
 
+        from chat.ui.screens.dialogs import ConfirmScreen
+
         question = ConfirmScreen(
             "Made with another model",
             f"This conversation was made with {made_with} ({path}). The loaded model is "
@@ -583,6 +588,8 @@ class ChatScreen(Screen[None]):
                 markup=False,
             )
             return
+        from chat.ui.screens.conversations import ConversationsScreen
+
         browser = ConversationsScreen(store, open_id=self.conversation.id)
 
         async def chosen(choice: OpenChoice) -> None:
@@ -600,6 +607,8 @@ class ChatScreen(Screen[None]):
         if not self.conversation.messages:
             self.notify("There is nothing to export yet.", severity="warning")
             return
+        from chat.exporting import export_conversation
+
         try:
             path = export_conversation(self.conversation, asdict(self.settings.sampling))
         except KvchatError as error:
@@ -609,7 +618,8 @@ class ChatScreen(Screen[None]):
 
     # -- links in replies ---------------------------------------------------
 
-    @on(Markdown.LinkClicked)
-    def _on_link_clicked(self, event: Markdown.LinkClicked) -> None:
+    def on_markdown_link_clicked(self, event: Markdown.LinkClicked) -> None:
+        from chat.ui.screens.link_confirm import LinkConfirmScreen
+
         event.stop()
         self.app.push_screen(LinkConfirmScreen(event.href))

@@ -13,7 +13,6 @@ from typing import Any
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.containers import Vertical
 from textual.content import Content
 from textual.dom import DOMNode
@@ -186,24 +185,3 @@ def open_token_view(screen: Screen[Any], messages: Sequence[Message]) -> None:
         screen.notify("There is no reply yet whose tokens could be shown.", severity="warning")
         return
     screen.app.push_screen(TokenViewScreen(replies, index))
-
-
-class TokenViewCommands(Provider):
-    """The command palette entry for the token view (on the chat screen)."""
-
-    TITLE = "Token view"
-    HELP = "Ctrl+T: the reply's tokens and the distribution each was sampled from"
-
-    async def discover(self) -> Hits:
-        yield DiscoveryHit(self.TITLE, self._open, help=self.HELP)
-
-    async def search(self, query: str) -> Hits:
-        matcher = self.matcher(query)
-        for name in (self.TITLE, "Show token probabilities"):
-            score = matcher.match(name)
-            if score > 0:
-                yield Hit(score, matcher.highlight(name), self._open, help=self.HELP)
-                return
-
-    async def _open(self) -> None:
-        await self.screen.run_action("token_view")

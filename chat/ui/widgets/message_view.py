@@ -7,14 +7,19 @@ the user confirms. The user's own text is shown as plain text.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
-from textual.widgets import Markdown, Static
-from textual.widgets.markdown import MarkdownStream
+from textual.widgets import Static
 
 from chat.conversation import Message, ReplyStats
 from chat.sanitize import sanitize
+
+if TYPE_CHECKING:
+    from textual.widgets import Markdown
+    from textual.widgets.markdown import MarkdownStream
 
 FINISH_NOTES = {
     "done": "",
@@ -95,12 +100,16 @@ class AssistantMessageView(MessageView):
         self._stream: MarkdownStream | None = None
 
     def compose(self) -> ComposeResult:
+        # Imported on the first reply: Markdown brings markdown-it and a syntax
+        # highlighter (~40 ms), and a new chat's first frame shows no reply.
+        from textual.widgets import Markdown
+
         yield from super().compose()
         yield Markdown(sanitize(self.message.content), classes="message-body", open_links=False)
 
     @property
     def body(self) -> Markdown:
-        return self.query_one(Markdown)
+        return cast("Markdown", self.query_one(".message-body"))
 
     def on_click(self) -> None:
         """A clicked reply is the one the token view (Ctrl+T) opens next."""
@@ -109,7 +118,7 @@ class AssistantMessageView(MessageView):
 
     def start_stream(self) -> None:
         self.add_class("streaming")
-        self._stream = Markdown.get_stream(self.body)
+        self._stream = self.body.get_stream(self.body)
 
     async def append(self, text: str) -> None:
         """Add streamed text; the stream batches appends when the UI falls behind."""
