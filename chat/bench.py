@@ -413,7 +413,15 @@ def installed_python_env(scratch: Path) -> dict[str, str]:
     return env
 
 
-def launch_times(model: Path, env: dict[str, str], timeout: float = 300) -> tuple[float, float]:
+@dataclass
+class Launch:
+    first_frame_s: float
+    model_ready_s: float
+    rss_mb: float
+    """The app's resident memory once the model is ready."""
+
+
+def launch(model: Path, env: dict[str, str], timeout: float = 300) -> Launch:
     """Start `chat --model MODEL` in a 120x40 pseudo-terminal, as a user does, and
     read what it draws: seconds from the start of the process to the first frame,
     and to the model being ready (it loads in the background after that frame)."""
@@ -446,22 +454,19 @@ def launch_times(model: Path, env: dict[str, str], timeout: float = 300) -> tupl
             if first_frame is None and FIRST_FRAME_MARK in text:
                 first_frame = time.perf_counter() - started
             if first_frame is not None and MODEL_READY_MARK in text:
-                return first_frame, time.perf_counter() - started
+                return Launch(first_frame, time.perf_counter() - started, resident_mb(pid))
     finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         os.close(fd)
 
 
-def memory_beyond_model(engine: LlamaEngine) -> tuple[float, float]:
-    """Resident memory of this process beyond the model file's size, in MB."""
-    rss_kb = 0
-    with open("/proc/self/status") as status:
+def resident_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
         for line in status:
             if line.startswith("VmRSS:"):
-                rss_kb = int(line.split()[1])
-    model_mb = engine.info.path.stat().st_size / 1e6
-    return rss_kb * 1024 / 1e6 - model_mb, model_mb
+                return int(line.split()[1]) * 1024 / 1e6
+    return float("nan")
 
 
 # -- putting it together -----------------------------------------------------------
@@ -574,10 +579,12 @@ def run(options: Options) -> list[Row]:
     rows += store_rows(options.messages, options.conversations)
 
     env = installed_python_env(Path(tempfile.mkdtemp(prefix="kvchat-bench-")))
-    launch_times(options.model, env)  # compiles the bytecode, as pip install does
-    launches = [launch_times(options.model, env) for _ in range(2 if options.quick else 5)]
-    first_frame = statistics.median(frame for frame, _ in launches)
-    ready = statistics.median(ready for _, ready in launches)
+    launch(options.model, env)  # compiles the bytecode, as pip install does
+    launches = [launch(options.model, env) for _ in range(2 if options.quick else 5)]
+    first_frame = statistics.median(run.first_frame_s for run in launches)
+    ready = statistics.median(run.model_ready_s for run in launches)
+    rss = statistics.median(run.rss_mb for run in launches)
+    model_mb = options.model.stat().st_size / 1e6
     rows.append(
         Row(
             "startup to first frame (the model loads after it)",
@@ -589,13 +596,12 @@ def run(options: Options) -> list[Row]:
         )
     )
     rows.append(Row("startup to model ready (loading included)", ready, "s"))
-    beyond, model_mb = memory_beyond_model(engine)
     rows.append(
         Row(
             "resident memory beyond the model file",
-            beyond,
+            rss - model_mb,
             "MB",
-            note=f"model file {model_mb:.0f} MB",
+            note=f"`chat` with the model ready; model file {model_mb:.0f} MB",
         )
     )
     engine.close()
