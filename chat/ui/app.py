@@ -246,8 +246,9 @@ class ChatApp(App[None]):
     # How long a thread may keep the GIL while another waits for it (Python's
     # default: 5 ms). The reply thread spends most of each token in llama.cpp,
     # without the GIL, and needs it back briefly between tokens; with the
-    # default it would wait up to 5 ms whenever the UI is drawing, which cost
-    # about 10 % of the decode rate on 2 cores. Measured by chat.bench.
+    # default it waits up to 5 ms whenever the UI is drawing: on 2 cores the app
+    # then decoded at 86-89 % of a bare llama-cpp-python loop, with this at
+    # 97-105 % (chat.bench, "decode: full app").
     GIL_SWITCH_INTERVAL_S = 0.0001
 
     def on_mount(self) -> None:
