@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.command import CommandPalette, DiscoveryHit, Hit, Hits, Provider
+from textual.command import CommandPalette
 from textual.markup import escape
 from textual.screen import Screen
 
@@ -64,6 +64,7 @@ from chat.themes import (
     load_themes,
     unknown_theme_message,
 )
+from chat.ui.commands import ListedCommands, PaletteEntry
 from chat.ui.messages import ModelLoaded, ModelLoadFailed, ModelReloaded, ModelReloadFailed
 from chat.ui.screens.chat import ChatScreen
 
@@ -99,14 +100,14 @@ def theme_problem_notices(problems: Sequence[ThemeProblem], most: int = 3) -> li
     return notices
 
 
-class ThemeCommands(Provider):
+class ThemeCommands(ListedCommands):
     """The command palette's theme list: kvchat's themes in their own order
     (the default first, user themes last), each with its description."""
 
-    def _commands(self) -> list[tuple[str, str, Callable[[], None]]]:
+    def entries(self) -> list[PaletteEntry]:
         app = self.app
         assert isinstance(app, ChatApp)
-        commands: list[tuple[str, str, Callable[[], None]]] = []
+        entries: list[PaletteEntry] = []
         for theme in app.available_themes.values():
             mode = "dark" if theme.dark else "light"
             description = theme.description if isinstance(theme, KvchatTheme) else ""
@@ -114,19 +115,8 @@ class ThemeCommands(Provider):
             if theme.name == app.theme:
                 help_text += " · in use"
             help_text = escape(help_text)  # the palette reads help as markup
-            commands.append((theme.name, help_text, partial(app.set_theme, theme.name)))
-        return commands
-
-    async def discover(self) -> Hits:
-        for name, help_text, command in self._commands():
-            yield DiscoveryHit(name, command, help=help_text)
-
-    async def search(self, query: str) -> Hits:
-        matcher = self.matcher(query)
-        for name, help_text, command in self._commands():
-            score = matcher.match(name)
-            if score > 0:
-                yield Hit(score, matcher.highlight(name), command, help=help_text)
+            entries.append(PaletteEntry(theme.name, help_text, partial(app.set_theme, theme.name)))
+        return entries
 
 
 class ChatApp(App[None]):

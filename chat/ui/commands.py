@@ -1,63 +1,77 @@
 """Command palette (Ctrl+P) entries offered on the chat screen: conversations and
-the token view."""
+the token view; and `ListedCommands`, the shape every kvchat palette provider has."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 
-class ConversationCommands(Provider):
-    def _commands(self) -> list[tuple[str, str, Callable[[], object]]]:
+@dataclass(frozen=True)
+class PaletteEntry:
+    name: str
+    help: str
+    run: Callable[[], object]
+    other_names: tuple[str, ...] = ()
+    """Other wordings a search also finds the entry by."""
+
+
+class ListedCommands(Provider):
+    """A provider with a fixed list of entries: the empty palette lists them all;
+    a search offers each entry whose name (or other wording) matches, showing the
+    words that matched."""
+
+    def entries(self) -> Sequence[PaletteEntry]:
+        raise NotImplementedError
+
+    async def discover(self) -> Hits:
+        for entry in self.entries():
+            yield DiscoveryHit(entry.name, entry.run, help=entry.help)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for entry in self.entries():
+            for words in (entry.name, *entry.other_names):
+                score = matcher.match(words)
+                if score > 0:
+                    yield Hit(score, matcher.highlight(words), entry.run, help=entry.help)
+                    break
+
+
+class ConversationCommands(ListedCommands):
+    def entries(self) -> list[PaletteEntry]:
         run = self.screen.run_action
         return [
-            (
+            PaletteEntry(
                 "Open saved conversation",
                 "Browse, filter, rename, delete and reopen conversations (Ctrl+O)",
                 partial(run, "open_conversations"),
             ),
-            (
+            PaletteEntry(
                 "Export conversation",
                 "Write this conversation to a Markdown file (Ctrl+E)",
                 partial(run, "export"),
             ),
-            (
+            PaletteEntry(
                 "New conversation",
                 "Start a new conversation (Ctrl+N)",
                 partial(run, "new_conversation"),
             ),
         ]
 
-    async def discover(self) -> Hits:
-        for name, help_text, callback in self._commands():
-            yield DiscoveryHit(name, callback, help=help_text)
 
-    async def search(self, query: str) -> Hits:
-        matcher = self.matcher(query)
-        for name, help_text, callback in self._commands():
-            score = matcher.match(name)
-            if score > 0:
-                yield Hit(score, matcher.highlight(name), callback, help=help_text)
-
-
-class TokenViewCommands(Provider):
+class TokenViewCommands(ListedCommands):
     """The command palette entry for the token view (on the chat screen)."""
 
-    TITLE = "Token view"
-    HELP = "Ctrl+T: the reply's tokens and the distribution each was sampled from"
-
-    async def discover(self) -> Hits:
-        yield DiscoveryHit(self.TITLE, self._open, help=self.HELP)
-
-    async def search(self, query: str) -> Hits:
-        matcher = self.matcher(query)
-        for name in (self.TITLE, "Show token probabilities"):
-            score = matcher.match(name)
-            if score > 0:
-                yield Hit(score, matcher.highlight(name), self._open, help=self.HELP)
-                return
-
-    async def _open(self) -> None:
-        await self.screen.run_action("token_view")
+    def entries(self) -> list[PaletteEntry]:
+        return [
+            PaletteEntry(
+                "Token view",
+                "Ctrl+T: the reply's tokens and the distribution each was sampled from",
+                partial(self.screen.run_action, "token_view"),
+                other_names=("Show token probabilities",),
+            )
+        ]
