@@ -248,11 +248,12 @@ class ChatApp(App[None]):
         self.call_after_refresh(self._start)
 
     async def _start(self) -> None:
-        # The first frame is drawn. What startup built lives as long as the app:
-        # frozen, later collections skip it; then the collector (off during
-        # startup, see cli) runs again.
-        gc.freeze()
-        gc.enable()
+        if not gc.isenabled():
+            # The `chat` command turned the collector off for startup (see cli).
+            # The first frame is drawn, and what startup built lives as long as
+            # the app: frozen, later collections skip it. Then collect again.
+            gc.freeze()
+            gc.enable()
         await self._open_store()
         for problem in self._startup_problems:
             # Not markup: problems quote the user's text, and "[model]" is a section.
