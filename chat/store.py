@@ -322,6 +322,18 @@ _MESSAGE_COLUMNS = (
 )
 
 
+def _messages(conn: sqlite3.Connection, conv_id: int, *, superseded: bool) -> list[Message]:
+    """A conversation's visible messages, or the replies regenerate replaced; in order."""
+    # The flag is written into the SQL rather than bound: the planner then always
+    # sees it when it weighs the partial index messages_visible (superseded = 0).
+    rows = conn.execute(
+        f"SELECT {_MESSAGE_COLUMNS} FROM messages "
+        f"WHERE conversation_id = ? AND superseded = {int(superseded)} ORDER BY position",
+        (conv_id,),
+    ).fetchall()
+    return [_message_from_row(row) for row in rows]
+
+
 def _message_from_row(row: tuple[Any, ...]) -> Message:
     (id_, role, content, created, token_count, prompt_tokens, prompt_evaluated) = row[:7]
     generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s = row[7:13]
@@ -702,15 +714,11 @@ class Store:
             ).fetchone()
             if row is None:
                 raise self._missing(conv_id)
-            rows = conn.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages "
-                "WHERE conversation_id = ? AND superseded = 0 ORDER BY position",
-                (conv_id,),
-            ).fetchall()
+            messages = _messages(conn, conv_id, superseded=False)
         title, created, updated, model_path, model_name, system_prompt = row
         return Conversation(
             system_prompt=system_prompt,
-            messages=[_message_from_row(r) for r in rows],
+            messages=messages,
             title=title,
             id=conv_id,
             created=created,
@@ -722,12 +730,7 @@ class Store:
     def get_superseded(self, conv_id: int) -> list[Message]:
         """Replies that regenerate replaced, oldest first."""
         with self._read() as conn:
-            rows = conn.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages "
-                "WHERE conversation_id = ? AND superseded = 1 ORDER BY position",
-                (conv_id,),
-            ).fetchall()
-        return [_message_from_row(r) for r in rows]
+            return _messages(conn, conv_id, superseded=True)
 
     def get_sampling(self, conv_id: int) -> dict[str, Any]:
         """The sampling settings saved with the conversation."""
