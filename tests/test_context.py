@@ -17,6 +17,7 @@ from chat.ui.app import ChatApp
 from chat.ui.widgets.context_meter import ContextMeter, bar_cells
 from chat.ui.widgets.message_view import MessageView
 from chat.ui.widgets.prompt_box import PromptBox
+from tests.test_ui import turn_done
 from tests.test_ui import wait_for as ui_wait_for
 
 SYSTEM = "You are a helpful assistant."
@@ -154,9 +155,7 @@ async def test_meter_is_exact_live_and_matches_the_kv_cache(demo_model: Path) ->
 
         meter.add_reply_tokens = recording  # type: ignore[method-assign]
         await pilot.press("enter")
-        await wait_for(
-            lambda: len(screen.conversation.messages) == 2 and not screen.generating, pilot
-        )
+        await turn_done(screen, pilot, 2, timeout=60.0)
         reply = screen.conversation.messages[-1]
         assert reply.stats is not None
         generated = reply.stats.generated_tokens
@@ -184,12 +183,7 @@ async def test_drop_oldest_in_the_app_marks_messages_outside(demo_model: Path) -
             box = app.query_one(PromptBox)
             box.insert(f"Question {i}: please tell me a long story about ships and the sea.")
             await pilot.press("enter")
-            await wait_for(
-                lambda i=i: (
-                    len(screen.conversation.messages) == 2 * (i + 1) and not screen.generating
-                ),
-                pilot,
-            )
+            await turn_done(screen, pilot, 2 * (i + 1), timeout=60.0)
         outside = [v for v in app.query(MessageView) if v.outside_window]
         assert outside, "old messages should be outside a 512-token window by now"
         assert "outside the window" in str(outside[0].header_text())

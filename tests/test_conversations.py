@@ -33,7 +33,7 @@ from chat.ui.screens.dialogs import ConfirmScreen, RenameScreen, StorageProblemS
 from chat.ui.widgets.conversation_view import ConversationView, EarlierMessages
 from chat.ui.widgets.message_view import AssistantMessageView, MessageView, UserMessageView
 from tests.fakes import ScriptedEngine
-from tests.test_ui import make_app, ready, rendered, send, wait_for
+from tests.test_ui import make_app, ready, rendered, send, turn_done, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STATS = ReplyStats(30, 12, 4, 0.05, 80.0, "done", seed=3, total_s=0.1)
@@ -59,12 +59,6 @@ async def dialog(app: ChatApp, pilot, kind: type) -> None:  # type: ignore[no-un
 
 def notified(app: ChatApp, text: str) -> bool:
     return any(text in n.message for n in app._notifications)
-
-
-async def turn_done(screen: ChatScreen, pilot, count: int) -> None:  # type: ignore[no-untyped-def]
-    await wait_for(
-        lambda: len(screen.conversation.messages) == count and not screen.generating, pilot
-    )
 
 
 def make_saved_conversation(
@@ -659,11 +653,7 @@ async def test_real_model_reply_saved_then_reopened_and_continued(demo_model: Pa
         screen = app.chat_screen
         await wait_for(lambda: screen.engine is not None, pilot, timeout=120)
         await send(pilot, "Name one colour.")
-        await wait_for(
-            lambda: len(screen.conversation.messages) == 2 and not screen.generating,
-            pilot,
-            timeout=120,
-        )
+        await turn_done(screen, pilot, 2, timeout=120)
         conv_id = screen.conversation.id
         first_reply = screen.conversation.messages[-1]
         await pilot.press("ctrl+q")
@@ -685,11 +675,7 @@ async def test_real_model_reply_saved_then_reopened_and_continued(demo_model: Pa
         assert screen.settings.sampling.temperature == 0
         assert not isinstance(app.screen, ConfirmScreen)  # same model: nothing to offer
         await send(pilot, "Name another one.")
-        await wait_for(
-            lambda: len(screen.conversation.messages) == 4 and not screen.generating,
-            pilot,
-            timeout=120,
-        )
+        await turn_done(screen, pilot, 4, timeout=120)
         stats = screen.conversation.messages[-1].stats
         assert stats is not None and stats.prompt_tokens > reply.stats.prompt_tokens
         await pilot.press("ctrl+q")

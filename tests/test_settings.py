@@ -33,7 +33,7 @@ from chat.ui.screens.settings import SettingsScreen
 from chat.ui.widgets.message_view import MessageView
 from chat.ui.widgets.setting_field import SettingField
 from tests.fakes import ScriptedEngine, scripted_factory
-from tests.test_ui import ready, send, wait_for
+from tests.test_ui import ready, send, turn_done, wait_for
 
 NUMERIC = [spec for spec in FIELDS.values() if spec.kind in ("int", "float", "optional_int")]
 
@@ -162,10 +162,7 @@ def typed(spec: FieldSpec, value: float) -> str:
 
 
 async def finished_turns(app: ChatApp, pilot, count: int) -> None:  # type: ignore[no-untyped-def]
-    screen = app.chat_screen
-    await wait_for(
-        lambda: len(screen.conversation.messages) == 2 * count and not screen.generating, pilot
-    )
+    await turn_done(app.chat_screen, pilot, 2 * count)
 
 
 # --- the form -------------------------------------------------------------------

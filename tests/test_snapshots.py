@@ -21,7 +21,7 @@ from textual.pilot import Pilot
 from chat.config import Settings
 from chat.ui.app import ChatApp
 from tests.fakes import ScriptedEngine, scripted_factory
-from tests.test_ui import MODEL, ready, send, wait_for
+from tests.test_ui import MODEL, ready, send, turn_done
 
 SIZE = (100, 30)
 SNAPSHOTS = Path(__file__).parent / "__snapshots__" / "test_snapshots"
@@ -56,10 +56,7 @@ async def hold_a_conversation(pilot: Pilot[Any]) -> None:
         ["How do I reverse a list in Python?", "And without copying it?"], start=1
     ):
         await send(pilot, question)
-        await wait_for(
-            lambda n=number: len(screen.conversation.messages) == 2 * n and not screen.generating,
-            pilot,
-        )
+        await turn_done(screen, pilot, 2 * number)
     app.set_focus(None)  # no cursor in the prompt box
     await pilot.pause()
 

@@ -26,7 +26,7 @@ from chat.ui.widgets.token_view import (
     visible_whitespace,
 )
 from tests.fakes import ScriptedEngine, scripted_choice
-from tests.test_ui import make_app, ready, send, wait_for
+from tests.test_ui import make_app, ready, send, turn_done, wait_for
 
 CHUNKS = ["Hello", " there", "!", "\n\n", "How", " can", " I", " help", "?"]
 
@@ -62,9 +62,7 @@ async def chat_once(app: ChatApp, pilot, chunks: list[str] | None = None) -> Cha
     screen = await ready(app, pilot)
     before = len(screen.conversation.messages)
     await send(pilot, "hi")
-    await wait_for(
-        lambda: len(screen.conversation.messages) == before + 2 and not screen.generating, pilot
-    )
+    await turn_done(screen, pilot, before + 2)
     return screen
 
 
@@ -320,11 +318,7 @@ async def real_chat(app: ChatApp, pilot, text: str) -> Message:  # type: ignore[
     screen = app.chat_screen
     await wait_for(lambda: screen.engine is not None, pilot, timeout=60)
     await send(pilot, text)
-    await wait_for(
-        lambda: len(screen.conversation.messages) == 2 and not screen.generating,
-        pilot,
-        timeout=120,
-    )
+    await turn_done(screen, pilot, 2, timeout=120)
     return screen.conversation.messages[-1]
 
 

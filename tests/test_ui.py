@@ -36,6 +36,15 @@ async def wait_for(condition, pilot, timeout: float = 10.0) -> None:  # type: ig
         await pilot.pause(0.02)
 
 
+async def turn_done(screen: ChatScreen, pilot, count: int, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    """Wait until the conversation holds `count` messages and no reply streams."""
+    await wait_for(
+        lambda: len(screen.conversation.messages) == count and not screen.generating,
+        pilot,
+        timeout,
+    )
+
+
 def rendered(markdown: Markdown) -> str:
     return "\n".join(
         block._content.plain
@@ -130,9 +139,7 @@ async def test_ctrl_r_regenerates_the_last_reply() -> None:
     async with app.run_test() as pilot:
         screen = await ready(app, pilot)
         await send(pilot, "question")
-        await wait_for(
-            lambda: len(screen.conversation.messages) == 2 and not screen.generating, pilot
-        )
+        await turn_done(screen, pilot, 2)
         await pilot.press("ctrl+r")
         await wait_for(lambda: len(engine.calls) == 2 and not screen.generating, pilot)
         await pilot.pause(0.05)
@@ -146,9 +153,7 @@ async def test_ctrl_n_starts_a_new_conversation() -> None:
     async with app.run_test() as pilot:
         screen = await ready(app, pilot)
         await send(pilot, "hello")
-        await wait_for(
-            lambda: len(screen.conversation.messages) == 2 and not screen.generating, pilot
-        )
+        await turn_done(screen, pilot, 2)
         await pilot.press("ctrl+n")
         await pilot.pause()
         assert screen.conversation.messages == []
@@ -162,9 +167,7 @@ async def test_reply_markup_is_shown_literally_and_does_not_run_actions() -> Non
     async with app.run_test() as pilot:
         screen = await ready(app, pilot)
         await send(pilot, "x")
-        await wait_for(
-            lambda: len(screen.conversation.messages) == 2 and not screen.generating, pilot
-        )
+        await turn_done(screen, pilot, 2)
         reply = screen.conversation.messages[-1].content
         assert "\x1b" not in reply and "\x07" not in reply
         text = rendered(app.query(AssistantMessageView).last().body)
@@ -184,9 +187,7 @@ async def test_links_need_confirmation(monkeypatch: pytest.MonkeyPatch) -> None:
     async with app.run_test() as pilot:
         screen = await ready(app, pilot)
         await send(pilot, "x")
-        await wait_for(
-            lambda: len(screen.conversation.messages) == 2 and not screen.generating, pilot
-        )
+        await turn_done(screen, pilot, 2)
         body = app.query(AssistantMessageView).last().body
         body.post_message(Markdown.LinkClicked(body, "https://example.com/x"))
         await wait_for(lambda: isinstance(app.screen, LinkConfirmScreen), pilot)
@@ -306,11 +307,7 @@ async def test_real_model_chat_round_trip(demo_model: Path) -> None:
         # show_model sets the engine, then updates the status bar after an await.
         await wait_for(lambda: "CPU only" in status() or "GPU:" in status(), pilot)
         await send(pilot, "Say hello in one short sentence.")
-        await wait_for(
-            lambda: len(screen.conversation.messages) == 2 and not screen.generating,
-            pilot,
-            timeout=60,
-        )
+        await turn_done(screen, pilot, 2, timeout=60)
         reply = screen.conversation.messages[-1]
         assert reply.content.strip()
         assert reply.stats is not None and reply.stats.generated_tokens > 0
