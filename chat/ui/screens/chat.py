@@ -102,8 +102,9 @@ class ChatScreen(Screen[None]):
         yield ContextMeter(id="meter")
         yield PromptBox(id="prompt")
         yield StatusBar(id="status")
-        # Compact: every key of the chat screen fits on one line at 100 columns.
-        yield Footer()  # compact: see app.tcss
+        # Compact (styled in app.tcss): every key of the chat screen fits on one
+        # line at 100 columns.
+        yield Footer()
 
     async def on_mount(self) -> None:
         self.query_one("#notice").display = False
