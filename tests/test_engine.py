@@ -6,9 +6,11 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+import llama_cpp
 import pytest
 
 from chat.config import ModelSettings, SamplingSettings
+from chat.engine import llama as llama_engine
 from chat.engine.base import Finished, TokenEvent
 from chat.engine.llama import LlamaEngine, load_engine
 from chat.errors import ModelError, PromptTooLongError
@@ -204,3 +206,57 @@ def test_truncated_gguf_fails_with_a_sentence(demo_model: Path, tmp_path: Path) 
     broken.write_bytes(demo_model.read_bytes()[: 1024 * 1024])
     with pytest.raises(ModelError, match=r"Could not load the model .*broken\.gguf"):
         load_engine(broken, ModelSettings(), tmp_path / "log")
+
+
+@pytest.mark.parametrize(
+    ("chosen", "gpu_build", "gpu_layers", "expected"),
+    [
+        ("auto", False, -1, "q8_0"),  # a CPU-only build
+        ("auto", True, 0, "q8_0"),  # a GPU build told to stay on the CPU
+        ("auto", True, -1, "f16"),  # on the GPU: llama.cpp's own default
+        ("f16", False, -1, "f16"),
+        ("q8_0", True, -1, "q8_0"),
+    ],
+)
+def test_key_cache_type(
+    monkeypatch: pytest.MonkeyPatch, chosen: str, gpu_build: bool, gpu_layers: int, expected: str
+) -> None:
+    monkeypatch.setattr(llama_engine, "gpu_offload_supported", lambda: gpu_build)
+    settings = ModelSettings(cache_type_k=chosen, n_gpu_layers=gpu_layers)
+    assert llama_engine.key_cache_type(settings) == expected
+
+
+def test_key_cache_type_reaches_llama_cpp(
+    engine: LlamaEngine, demo_model: Path, tmp_path: Path
+) -> None:
+    # This CPU-only build: "auto" gave the shared engine q8_0 keys, and it
+    # reuses its KV cache like any other (test_kv_cache_reused_on_turn_two).
+    assert engine._llm.context_params.type_k == llama_cpp.GGML_TYPE_Q8_0
+    f16 = load_engine(demo_model, ModelSettings(n_ctx=512, cache_type_k="f16"), tmp_path / "l.log")
+    try:
+        assert f16._llm.context_params.type_k == llama_cpp.GGML_TYPE_F16
+        _, finished = run(f16, [{"role": "user", "content": "Say hello."}], GREEDY)
+        assert finished.stats.generated_tokens > 0
+    finally:
+        f16.close()
+
+
+def test_same_prompt_and_seed_give_the_same_reply_whatever_the_cache_holds(
+    engine: LlamaEngine,
+) -> None:
+    # Regenerating finds the prompt cached; editing the last message resumes
+    # inside the last prompt. Neither may change the reply of a fixed seed
+    # (a token evaluated alone gets other logits than in a batch).
+    seeded = SamplingSettings(temperature=1.0, seed=1234, max_tokens=60)
+    engine.reset()
+    hello = [SYSTEM, {"role": "user", "content": "Hello!"}]
+    earlier = [*hello, {"role": "assistant", "content": run(engine, hello, GREEDY)[1].text}]
+    poem = [*earlier, {"role": "user", "content": "Write a poem about the sea."}]
+    other = [*earlier, {"role": "user", "content": "Write a poem about the mountains."}]
+    first = run(engine, poem, seeded)[1]
+    assert first.stats.prompt_evaluated < first.stats.prompt_tokens  # turn 1 came from the cache
+    regenerated = run(engine, poem, seeded)[1]
+    assert regenerated.text == first.text
+    assert regenerated.stats.prompt_evaluated == first.stats.prompt_evaluated
+    run(engine, other, seeded)
+    assert run(engine, poem, seeded)[1].text == first.text

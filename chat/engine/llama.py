@@ -73,6 +73,19 @@ def gpu_offload_supported() -> bool:
     return bool(llama_cpp.llama_supports_gpu_offload())
 
 
+_KEY_CACHE_GGML_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0}
+
+
+def key_cache_type(settings: ModelSettings) -> str:
+    """The KV cache's key type for these settings: "auto" means q8_0 when every
+    layer runs on the CPU (see KEY_CACHE_TYPES in chat.config for why), else
+    llama.cpp's own f16."""
+    if settings.cache_type_k != "auto":
+        return settings.cache_type_k
+    on_cpu = not gpu_offload_supported() or settings.n_gpu_layers == 0
+    return "q8_0" if on_cpu else "f16"
+
+
 def load_engine(path: Path, settings: ModelSettings, log_path: Path) -> LlamaEngine:
     """Load a GGUF model. Raises `ModelError` with a sentence naming the file."""
     check_gguf(path)
@@ -83,6 +96,7 @@ def load_engine(path: Path, settings: ModelSettings, log_path: Path) -> LlamaEng
         "n_gpu_layers": settings.n_gpu_layers,
         "n_batch": settings.n_batch,
         "flash_attn": settings.flash_attn,
+        "type_k": _KEY_CACHE_GGML_TYPES[key_cache_type(settings)],
         # Loud on purpose: quiet mode dup2()s fds 1 and 2 away, which blanks a
         # running Textual app. Our log callback already keeps it off the screen.
         "verbose": True,
@@ -113,6 +127,13 @@ def _prompt_tokens_evaluated(ctx: Any) -> int:
     return batched + single
 
 
+def _common_prefix(cached: np.ndarray, prompt: list[int]) -> int:
+    """How many leading tokens of `prompt` the cache already holds."""
+    n = min(len(cached), len(prompt))
+    differs = np.flatnonzero(cached[:n] != np.asarray(prompt[:n], dtype=cached.dtype))
+    return int(differs[0]) if differs.size else n
+
+
 class LlamaEngine:
     """One loaded model. Calls that use the llama.cpp context are serialized."""
 
@@ -138,6 +159,8 @@ class LlamaEngine:
         # engine thread at once, so they must not share mutable state.
         self._formatters = {flag: self._chat_formatter(flag) for flag in (True, False)}
         self._pieces: dict[int, str] = {}
+        self._last_batch: tuple[int, int] | None = None
+        """Where the last prompt's evaluated tokens begin and end in the KV cache."""
 
     def _cached_piece(self, token_id: int) -> str:
         """`_piece`, remembered: the token view names the same alternatives often."""
@@ -223,6 +246,7 @@ class LlamaEngine:
         reply = ReplyText(stop=sampling.stop)
         llama_cpp.llama_perf_context_reset(llm.ctx)
         started = time.perf_counter()
+        batch = self._prompt_batch(prompt)
         first_token_at: float | None = None
         evaluated = 0
         generated = 0
@@ -247,6 +271,7 @@ class LlamaEngine:
                 if first_token_at is None:
                     first_token_at = time.perf_counter()
                     evaluated = _prompt_tokens_evaluated(llm.ctx)
+                    self._last_batch = batch
                 if llama_cpp.llama_vocab_is_eog(self._vocab, token):
                     break
                 generated += 1
@@ -294,6 +319,29 @@ class LlamaEngine:
         )
         yield Finished(reply.text, stats, tuple(choices))
 
+    def _prompt_batch(self, prompt: list[int]) -> tuple[int, int]:
+        """Choose where evaluating `prompt` starts, so that the same prompt
+        gives the same logits (and, with a fixed seed, the same reply) whatever
+        the KV cache held before.
+
+        llama.cpp's float sums depend on how tokens are batched: a token
+        evaluated alone gets slightly different logits than the same token in a
+        batch. Regenerating a reply finds its whole prompt cached, and
+        `Llama.generate` would evaluate only the last token, alone; editing the
+        last message would resume in the middle of the last batch. In both cases
+        the cache is cut back to where the last prompt batch began and that
+        batch is evaluated again, as it was the first time (~35 tokens more).
+        Returns the span of `prompt` that will be evaluated."""
+        llm = self._llm
+        resume = _common_prefix(llm.input_ids[: llm.n_tokens], prompt)
+        if resume == len(prompt):
+            resume -= 1  # generate() evaluates the last token again for fresh logits
+        last = self._last_batch
+        if last is not None and last[0] < resume < last[1]:
+            resume = last[0]
+            llm.n_tokens = resume  # generate() keeps only this much of the cache
+        return resume, len(prompt)
+
     @property
     def cached_tokens(self) -> int:
         """Tokens the KV cache holds now (the last sampled token is never evaluated)."""
@@ -302,6 +350,7 @@ class LlamaEngine:
     def reset(self) -> None:
         with self._lock:
             self._llm.reset()
+            self._last_batch = None
 
     def close(self) -> None:
         with self._lock:
