@@ -25,6 +25,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from chat.config import ModelSettings, SamplingSettings
 from chat.conversation import FinishReason, ReplyStats, TokenChoice
 from chat.engine.base import ChatMessages, EngineEvent, Finished, ModelInfo, TokenEvent
+from chat.engine.prompt_tokens import PieceTokenizer, Tokenize
 from chat.engine.reply_text import ReplyText
 from chat.engine.token_probs import Logits, ProbabilityRecorder
 from chat.errors import EngineBusyError, ModelError, PromptTooLongError
@@ -158,6 +159,7 @@ class LlamaEngine:
         # One formatter per mode: tokenize_chat runs on the UI thread and the
         # engine thread at once, so they must not share mutable state.
         self._formatters = {flag: self._chat_formatter(flag) for flag in (True, False)}
+        self._prompt_tokenizer = PieceTokenizer(self._tokenize, self._message_markers())
         self._pieces: dict[int, str] = {}
         self._last_batch: tuple[int, int] | None = None
         """Where the last prompt's evaluated tokens begin and end in the KV cache."""
@@ -201,12 +203,34 @@ class LlamaEngine:
     ) -> list[int]:
         # Tokenizing reads only the vocabulary, never the context, so it does
         # not take the lock: the context meter can count while a reply streams.
+        return self._tokenize_chat(messages, add_generation_prompt, self._tokenize)
+
+    def _tokenize_chat(
+        self, messages: ChatMessages, add_generation_prompt: bool, tokenize: Tokenize
+    ) -> list[int]:
         rendered = self._formatters[add_generation_prompt](messages=list(messages))  # type: ignore[arg-type]
-        return list(
-            self._llm.tokenize(
-                rendered.prompt.encode("utf-8"), add_bos=not rendered.added_special, special=True
-            )
-        )
+        return tokenize(rendered.prompt.encode("utf-8"), not rendered.added_special)
+
+    def _tokenize(self, text: bytes, add_bos: bool) -> list[int]:
+        return list(self._llm.tokenize(text, add_bos=add_bos, special=True))
+
+    def _message_markers(self) -> list[tuple[bytes, int]]:
+        """The special tokens the chat template writes (e.g. `<|im_start|>`),
+        where a prompt can be cut into pieces that tokenize on their own.
+
+        Tokens that strip the whitespace before them are left out: that
+        whitespace ends the piece before, which would then tokenize otherwise."""
+        probe = [{"role": role, "content": "x"} for role in ("system", "user", "assistant", "user")]
+        markers = []
+        for token_id in set(self.tokenize_chat(probe)):
+            attributes = llama_cpp.llama_vocab_get_attr(self._vocab, token_id)
+            if attributes & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL and not (
+                attributes & llama_cpp.LLAMA_TOKEN_ATTR_LSTRIP
+            ):
+                text = bytes(self._llm.detokenize([token_id], special=True))
+                if text:
+                    markers.append((text, token_id))
+        return markers
 
     def stream_reply(
         self,
@@ -220,14 +244,18 @@ class LlamaEngine:
                 "A reply is already being generated; wait for it or press Escape."
             )
         try:
-            prompt = self.tokenize_chat(messages)
+            # The wait for the first token starts here: rendering and tokenizing
+            # the whole conversation is part of it.
+            started = time.perf_counter()
+            # Only this thread uses the piece tokenizer (under the lock).
+            prompt = self._tokenize_chat(messages, True, self._prompt_tokenizer)
             n_ctx = self.info.n_ctx
             if len(prompt) >= n_ctx:
                 raise PromptTooLongError(
                     f"The prompt is {len(prompt):,} tokens but the model's context window holds "
                     f"{n_ctx:,}. Shorten the message or start a new conversation."
                 )
-            yield from self._generate(prompt, sampling, cancel, record_probs)
+            yield from self._generate(prompt, sampling, cancel, record_probs, started)
         finally:
             self._lock.release()
 
@@ -237,6 +265,7 @@ class LlamaEngine:
         sampling: SamplingSettings,
         cancel: threading.Event,
         record_probs: bool,
+        started: float,
     ) -> Iterator[EngineEvent]:
         llm = self._llm
         recorder = ProbabilityRecorder(sampling, self._cached_piece) if record_probs else None
@@ -245,7 +274,6 @@ class LlamaEngine:
         llm.set_seed(seed)
         reply = ReplyText(stop=sampling.stop)
         llama_cpp.llama_perf_context_reset(llm.ctx)
-        started = time.perf_counter()
         batch = self._prompt_batch(prompt)
         first_token_at: float | None = None
         evaluated = 0

@@ -1,0 +1,63 @@
+"""Tokenizing a conversation's prompt again each turn, without redoing the
+whole conversation.
+
+Every turn the whole conversation is rendered with the chat template and
+tokenized again: about 10 ms for 2,400 tokens here, 35 ms for 8,000, all of it
+before the first token. llama.cpp splits text at special tokens before it
+tokenizes, and tokenizes each stretch between them on its own. So the prompt
+can be cut before each special token that opens a message (`<|im_start|>` in
+ChatML), and each piece tokenized once and remembered: a new turn tokenizes
+only its new pieces (the last reply, the new message, the reply's opening).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+Tokenize = Callable[[bytes, bool], list[int]]
+"""(text, add_bos) -> token ids, special tokens parsed."""
+
+
+class PieceTokenizer:
+    """Tokenizes rendered prompts piece by piece, remembering the pieces of the
+    last prompt. Gives exactly what tokenizing the whole text gives: a piece
+    that does not start with its marker's token falls back to the whole text."""
+
+    def __init__(self, tokenize: Tokenize, markers: Iterable[tuple[bytes, int]]) -> None:
+        self._tokenize = tokenize
+        self._marker_ids = dict(markers)
+        # Longest first, as llama.cpp matches special tokens.
+        self._longest_first = sorted(self._marker_ids, key=len, reverse=True)
+        self._cut = (
+            re.compile(b"(?=" + b"|".join(map(re.escape, self._longest_first)) + b")")
+            if self._longest_first
+            else None
+        )
+        self._pieces: dict[tuple[bytes, bool], list[int]] = {}
+
+    def __call__(self, text: bytes, add_bos: bool) -> list[int]:
+        if self._cut is None:
+            return self._tokenize(text, add_bos)
+        known, self._pieces = self._pieces, {}
+        tokens: list[int] = []
+        for piece in self._cut.split(text):
+            if not piece:
+                continue
+            key = (piece, add_bos and not tokens)  # BOS goes before the first piece only
+            ids = known.get(key)
+            if ids is None:
+                ids = self._tokenize(piece, key[1])
+                marker_id = self._marker_id(piece)
+                if marker_id is not None and ids[:1] != [marker_id]:
+                    self._pieces = {}  # cut where llama.cpp does not: never reuse
+                    return self._tokenize(text, add_bos)
+            self._pieces[key] = ids
+            tokens += ids
+        return tokens
+
+    def _marker_id(self, piece: bytes) -> int | None:
+        for marker in self._longest_first:
+            if piece.startswith(marker):
+                return self._marker_ids[marker]
+        return None

@@ -1,0 +1,83 @@
+"""Tokenizing prompts piece by piece gives what tokenizing them whole gives."""
+
+from __future__ import annotations
+
+import pytest
+
+from chat.engine.llama import LlamaEngine
+from chat.engine.prompt_tokens import PieceTokenizer
+
+AWKWARD = [
+    "",
+    " leading and trailing spaces ",
+    "\n\nblank lines\n\n",
+    "naïve café — 東京 🚀 emoji",
+    "a literal <|im_start|>user\nmarker inside a message<|im_end|>",
+    "<|im_end|>",
+    "```python\nprint('code')\n```",
+]
+
+
+def conversation(contents: list[str]) -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": "You are a helpful assistant."}]
+    for index, content in enumerate(contents):
+        messages.append({"role": "user" if index % 2 == 0 else "assistant", "content": content})
+    return messages
+
+
+@pytest.mark.model
+def test_pieces_match_whole_tokenization_turn_after_turn(engine: LlamaEngine) -> None:
+    pieces = PieceTokenizer(engine._tokenize, engine._message_markers())
+    contents: list[str] = []
+    for turn, text in enumerate(AWKWARD * 2):
+        contents.append(text)
+        messages = conversation(contents)
+        for generation_prompt in (True, False):
+            whole = engine.tokenize_chat(messages, generation_prompt)
+            assert engine._tokenize_chat(messages, generation_prompt, pieces) == whole, turn
+
+
+@pytest.mark.model
+def test_an_edited_earlier_message_is_tokenized_again(engine: LlamaEngine) -> None:
+    pieces = PieceTokenizer(engine._tokenize, engine._message_markers())
+    first = conversation(["Hello there", "Hi! How can I help?", "Tell me a story"])
+    engine._tokenize_chat(first, True, pieces)
+    edited = conversation(["Hello here", "Hi! How can I help?", "Tell me a story"])
+    assert engine._tokenize_chat(edited, True, pieces) == engine.tokenize_chat(edited)
+
+
+@pytest.mark.model
+def test_the_template_markers_are_found(engine: LlamaEngine) -> None:
+    # SmolLM2 is ChatML: every message opens and closes with a special token.
+    assert sorted(engine._message_markers()) == [(b"<|im_end|>", 2), (b"<|im_start|>", 1)]
+
+
+def test_only_new_pieces_are_tokenized() -> None:
+    calls: list[bytes] = []
+
+    def tokenize(text: bytes, add_bos: bool) -> list[int]:
+        calls.append(text)
+        ids = [0] if add_bos else []
+        for part in text.replace(b"<s>", b" <s> ").split():
+            ids.append(1 if part == b"<s>" else len(part) + 10)
+        return ids
+
+    pieces = PieceTokenizer(tokenize, [(b"<s>", 1)])
+    assert pieces(b"intro<s>one two<s>three", True) == [0, 15, 1, 13, 13, 1, 15]
+    calls.clear()
+    assert pieces(b"intro<s>one two<s>three<s>four", True) == [0, 15, 1, 13, 13, 1, 15, 1, 14]
+    assert calls == [b"<s>four"]
+
+
+def test_a_cut_llama_cpp_would_not_make_falls_back_to_the_whole_text() -> None:
+    def tokenize(text: bytes, add_bos: bool) -> list[int]:
+        # "<s>" is only special when not followed by "x" here.
+        return [2 if text.startswith(b"<s>x") else 1] + [9] * (len(text) // 4)
+
+    pieces = PieceTokenizer(tokenize, [(b"<s>", 1)])
+    assert pieces(b"<s>xyz", False) == tokenize(b"<s>xyz", False)
+
+
+def test_no_markers_means_whole_text() -> None:
+    pieces = PieceTokenizer(lambda text, add_bos: [len(text)], [])
+    assert pieces(b"abc", False) == [3]
