@@ -204,7 +204,7 @@ class ModelSettings:
     cache_type_k: str = _setting(
         "auto",
         "choice",
-        "How the KV cache stores keys. q8_0: less memory, faster long chats on the CPU.",
+        "KV cache key type. auto: q8_0 (leaner, faster long chats) on the CPU, f16 on a GPU.",
         choices=KEY_CACHE_TYPES,
     )
 
