@@ -81,3 +81,14 @@ def test_a_cut_llama_cpp_would_not_make_falls_back_to_the_whole_text() -> None:
 def test_no_markers_means_whole_text() -> None:
     pieces = PieceTokenizer(lambda text, add_bos: [len(text)], [])
     assert pieces(b"abc", False) == [3]
+
+
+@pytest.mark.model
+def test_a_template_that_refuses_the_probe_leaves_prompts_whole(
+    engine: LlamaEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(messages: object, add_generation_prompt: bool = True) -> list[int]:
+        raise ValueError("Conversation roles must alternate user/assistant/user/assistant")
+
+    monkeypatch.setattr(engine, "tokenize_chat", refuse)
+    assert engine._message_markers() == []

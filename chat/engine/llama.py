@@ -220,9 +220,15 @@ class LlamaEngine:
 
         Tokens that strip the whitespace before them are left out: that
         whitespace ends the piece before, which would then tokenize otherwise."""
-        probe = [{"role": role, "content": "x"} for role in ("system", "user", "assistant", "user")]
+        probe_tokens: list[int] = []
+        for roles in (("system", "user", "assistant", "user"), ("user", "assistant", "user")):
+            try:  # some templates refuse a system message, or raise on other shapes
+                probe_tokens = self.tokenize_chat([{"role": r, "content": "x"} for r in roles])
+                break
+            except Exception:  # then no markers: prompts are tokenized whole
+                continue
         markers = []
-        for token_id in set(self.tokenize_chat(probe)):
+        for token_id in set(probe_tokens):
             attributes = llama_cpp.llama_vocab_get_attr(self._vocab, token_id)
             if attributes & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL and not (
                 attributes & llama_cpp.LLAMA_TOKEN_ATTR_LSTRIP
