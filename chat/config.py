@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import math
 import os
 import re
@@ -316,10 +317,35 @@ ENV_ALIASES: dict[str, str] = {
 }
 
 
+# kvchat's environment variables that are not settings (chat.paths reads them).
+FOLDER_ENV_NAMES = ("KVCHAT_CONFIG_DIR", "KVCHAT_DATA_DIR")
+
+
 def env_names(key: str) -> list[str]:
     """Environment variables that set `key`, the one that wins first."""
     long_name = "KVCHAT_" + key.replace(".", "_").upper()
     return [long_name] + ([ENV_ALIASES[key]] if key in ENV_ALIASES else [])
+
+
+def _unknown_env_problems(env: Mapping[str, str]) -> list[ConfigProblem]:
+    """A KVCHAT_ variable that sets nothing is most likely a misspelt setting:
+    say so, and name the variable that was probably meant."""
+    known = {name for key in FIELDS for name in env_names(key)} | set(FOLDER_ENV_NAMES)
+    problems = []
+    for name in sorted(env):
+        if not name.startswith("KVCHAT_") or name in known:
+            continue
+        # KVCHAT_MAX_TOKENS: a setting's own name without its section.
+        same_name = [
+            env_names(key)[0]
+            for key, spec in FIELDS.items()
+            if name == f"KVCHAT_{spec.name.upper()}"
+        ]
+        meant = same_name or difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+        hint = f" Did you mean {meant[0]}?" if meant else ""
+        message = f"{name} is not a kvchat setting and is ignored.{hint}"
+        problems.append(ConfigProblem(Path("<environment>"), None, None, message))
+    return problems
 
 
 # --- values -----------------------------------------------------------------
@@ -740,6 +766,8 @@ def resolve_settings(
             sources[key] = "env"
             origins[key] = name
             break
+
+    problems += _unknown_env_problems(env)
 
     for key, raw in cli.items():
         if raw is None:

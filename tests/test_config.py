@@ -658,3 +658,24 @@ def test_format_effective_without_origins() -> None:
     text = format_effective(resolved)
     assert 'theme = "kvchat-dark"  # from the environment' in text
     assert "n_batch = 512  # from the command line" in text
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("KVCHAT_MAX_TOKENS", "Did you mean KVCHAT_SAMPLING_MAX_TOKENS?"),
+        ("KVCHAT_TEMPERTURE", "Did you mean KVCHAT_TEMPERATURE?"),
+        ("KVCHAT_SAMPLING_TOPP", "Did you mean KVCHAT_SAMPLING_TOP_P?"),
+        ("KVCHAT_WHATEVER", ""),
+    ],
+)
+def test_unknown_kvchat_variable_is_reported_with_a_hint(
+    tmp_path: Path, name: str, hint: str
+) -> None:
+    env = {name: "40", "KVCHAT_DATA_DIR": "/tmp/x", "KVCHAT_CONFIG_DIR": "/tmp/y", "HOME": "/"}
+    resolved = resolve_settings(tmp_path / "none.toml", {}, env)
+    assert [str(problem) for problem in resolved.problems] == [
+        f"<environment>: {name} is not a kvchat setting and is ignored."
+        + (f" {hint}" if hint else "")
+    ]
+    assert resolved.settings == Settings()
