@@ -957,3 +957,21 @@ async def test_real_model_reload_and_a_failed_reload(demo_model: Path, tmp_path:
         assert screen.engine is second_engine
         assert app.settings.model.path is None  # still "find one automatically"
         await real_reply(app, pilot, "Still there?")
+
+
+@pytest.mark.model
+async def test_real_model_key_cache_type_changed_in_the_pane(demo_model: Path) -> None:
+    import llama_cpp
+
+    app = real_app(demo_model, sampling(temperature=0.0))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(lambda: app.chat_screen.engine is not None, pilot, timeout=120)
+        first = app.chat_screen.engine
+        assert first._llm.context_params.type_k == llama_cpp.GGML_TYPE_Q8_0  # type: ignore[union-attr]
+        pane = await open_pane(app, pilot)
+        await set_field(pane, pilot, "model.cache_type_k", "f16")
+        await save(pane, pilot)
+        await wait_for(lambda: app.chat_screen.engine not in (None, first), pilot, timeout=120)
+        engine = app.chat_screen.engine
+        assert engine._llm.context_params.type_k == llama_cpp.GGML_TYPE_F16  # type: ignore[union-attr]
+        assert await real_reply(app, pilot, PROMPT)
