@@ -92,3 +92,17 @@ def test_a_template_that_refuses_the_probe_leaves_prompts_whole(
 
     monkeypatch.setattr(engine, "tokenize_chat", refuse)
     assert engine._message_markers() == []
+
+
+def test_a_bos_before_the_first_piece_is_not_a_wrong_cut() -> None:
+    calls: list[bytes] = []
+
+    def tokenize(text: bytes, add_bos: bool) -> list[int]:
+        calls.append(text)
+        return ([7] if add_bos else []) + [1 if part == b"<s>" else 5 for part in text.split(b"|")]
+
+    pieces = PieceTokenizer(tokenize, [(b"<s>", 1)])
+    assert pieces(b"<s>|a", True) == [7, 1, 5]
+    calls.clear()
+    assert pieces(b"<s>|a<s>|b", True) == [7, 1, 5, 1, 5]
+    assert calls == [b"<s>|b"]  # the first piece was reused: its BOS is no wrong cut

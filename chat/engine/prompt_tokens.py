@@ -48,16 +48,15 @@ class PieceTokenizer:
             ids = known.get(key)
             if ids is None:
                 ids = self._tokenize(piece, key[1])
-                marker_id = self._marker_id(piece)
-                if marker_id is not None and ids[:1] != [marker_id]:
-                    self._pieces = {}  # cut where llama.cpp does not: never reuse
+                # A cut is right only where llama.cpp also sees the special
+                # token (the text's start needs no check, and may carry a BOS).
+                if tokens and ids[:1] != [self._marker_id(piece)]:
+                    self._pieces = {}  # never reuse pieces of a wrong cut
                     return self._tokenize(text, add_bos)
             self._pieces[key] = ids
             tokens += ids
         return tokens
 
-    def _marker_id(self, piece: bytes) -> int | None:
-        for marker in self._longest_first:
-            if piece.startswith(marker):
-                return self._marker_ids[marker]
-        return None
+    def _marker_id(self, piece: bytes) -> int:
+        """The token of the marker a piece after the first starts with."""
+        return self._marker_ids[next(m for m in self._longest_first if piece.startswith(m))]
