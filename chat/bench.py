@@ -231,6 +231,10 @@ def ttft_by_turn(
 
 
 def _first_token_ttft(engine: LlamaEngine, messages: list[dict[str, str]]) -> float:
+    # In a chat the engine tokenized the previous turn's prompt last, and reuses
+    # its pieces; in these rounds the last prompt was another turn's.
+    if len(messages) > 2:
+        engine._tokenize_chat(messages[:-2], True, engine._prompt_tokenizer)
     cancel = threading.Event()
     cancel.set()  # stop right after the first token
     return _last(engine.stream_reply(messages, SAMPLING, cancel)).stats.ttft_s
