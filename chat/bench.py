@@ -31,6 +31,7 @@ from chat.conversation import Conversation, Message
 from chat.engine.base import Finished, TokenEvent
 from chat.engine.llama import LlamaEngine, load_engine
 from chat.models import ModelCandidate, demo_model_path
+from chat.paths import CONFIG_DIR_ENV, DATA_DIR_ENV
 
 STORY = "Write a long story about a lighthouse keeper and the sea. Use many details."
 SAMPLING = SamplingSettings(temperature=0.8, seed=1234)
@@ -428,8 +429,8 @@ def installed_python_env(scratch: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = str(scratch / "pycache")
-    env["KVCHAT_CONFIG_DIR"] = str(scratch / "config")
-    env["KVCHAT_DATA_DIR"] = str(scratch / "data")
+    env[CONFIG_DIR_ENV] = str(scratch / "config")
+    env[DATA_DIR_ENV] = str(scratch / "data")
     env["TERM"] = "xterm-256color"
     return env
 
@@ -679,8 +680,8 @@ def main(argv: list[str] | None = None) -> int:
         messages=200 if quick else 2000,
         conversations=500 if quick else 10_000,
     )
-    os.environ.setdefault("KVCHAT_DATA_DIR", tempfile.mkdtemp(prefix="kvchat-bench-"))
-    os.environ.setdefault("KVCHAT_CONFIG_DIR", tempfile.mkdtemp(prefix="kvchat-bench-"))
+    os.environ.setdefault(DATA_DIR_ENV, tempfile.mkdtemp(prefix="kvchat-bench-"))
+    os.environ.setdefault(CONFIG_DIR_ENV, tempfile.mkdtemp(prefix="kvchat-bench-"))
     started = time.perf_counter()
     rows = run(options)
     print_table(rows)

@@ -33,6 +33,7 @@ from typing import Any, Literal
 import tomli_w
 
 from chat.errors import ConfigError
+from chat.paths import FOLDER_ENV_NAMES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -315,10 +316,6 @@ ENV_ALIASES: dict[str, str] = {
     "chat.system_prompt": "KVCHAT_SYSTEM_PROMPT",
     "ui.theme": "KVCHAT_THEME",
 }
-
-
-# kvchat's environment variables that are not settings (chat.paths reads them).
-FOLDER_ENV_NAMES = ("KVCHAT_CONFIG_DIR", "KVCHAT_DATA_DIR")
 
 
 def env_names(key: str) -> list[str]:

@@ -12,17 +12,21 @@ from pathlib import Path
 import platformdirs
 
 APP_NAME = "kvchat"
+CONFIG_DIR_ENV = "KVCHAT_CONFIG_DIR"
+DATA_DIR_ENV = "KVCHAT_DATA_DIR"
+FOLDER_ENV_NAMES = (CONFIG_DIR_ENV, DATA_DIR_ENV)
+"""kvchat's environment variables that are folders, not settings."""
 
 
 def config_dir() -> Path:
     """Folder of `config.toml` and user themes."""
-    override = os.environ.get("KVCHAT_CONFIG_DIR")
+    override = os.environ.get(CONFIG_DIR_ENV)
     return Path(override) if override else Path(platformdirs.user_config_dir(APP_NAME))
 
 
 def data_dir() -> Path:
     """Folder of the conversation database, the models folder and the logs."""
-    override = os.environ.get("KVCHAT_DATA_DIR")
+    override = os.environ.get(DATA_DIR_ENV)
     return Path(override) if override else Path(platformdirs.user_data_dir(APP_NAME))
 
 
