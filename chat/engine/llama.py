@@ -128,13 +128,6 @@ def _prompt_tokens_evaluated(ctx: Any) -> int:
     return batched + single
 
 
-def _common_prefix(cached: np.ndarray, prompt: list[int]) -> int:
-    """How many leading tokens of `prompt` the cache already holds."""
-    n = min(len(cached), len(prompt))
-    differs = np.flatnonzero(cached[:n] != np.asarray(prompt[:n], dtype=cached.dtype))
-    return int(differs[0]) if differs.size else n
-
-
 class LlamaEngine:
     """One loaded model. Calls that use the llama.cpp context are serialized."""
 
@@ -367,7 +360,8 @@ class LlamaEngine:
         batch is evaluated again, as it was the first time (~35 tokens more).
         Returns the span of `prompt` that will be evaluated."""
         llm = self._llm
-        resume = _common_prefix(llm.input_ids[: llm.n_tokens], prompt)
+        # As generate() computes it: the tokens of `prompt` the cache holds.
+        resume = llama_cpp.Llama.longest_token_prefix(llm.input_ids[: llm.n_tokens], prompt)
         if resume == len(prompt):
             resume -= 1  # generate() evaluates the last token again for fresh logits
         last = self._last_batch
