@@ -172,6 +172,8 @@ class Ttft:
     """Seconds per turn with the KV cache reused (NaN for turns not reported)."""
     cold: list[float]
     """The same with `reset()` before the turn (NaN for turns not reported)."""
+    prefilled: list[float]
+    """The same with the message prefilled, as during a pause in typing."""
     prompt_sizes: list[int]
     last_to_first: float
     """Last turn / turn 1 with the cache reused: the median of per-round ratios."""
@@ -183,8 +185,9 @@ TTFT_ROUNDS = 7
 def ttft_by_turn(
     engine: LlamaEngine, turns: int, reply_tokens: int, rounds: int = TTFT_ROUNDS
 ) -> Ttft:
-    """TTFT per turn with the KV cache reused, and again with `reset()` before
-    each turn (same conversation, stopped at the first token).
+    """TTFT per turn with the KV cache reused, again with `reset()` before
+    each turn, and with the message prefilled as the app does when typing
+    pauses (same conversation, stopped at the first token).
 
     The conversation is generated once; the KV cache before each reported turn
     is kept (llama.cpp's saved state). Then each reported turn is measured from
@@ -216,19 +219,24 @@ def ttft_by_turn(
         sizes.append(finished.stats.prompt_tokens)
         history.append({"role": "assistant", "content": finished.text})
     samples: dict[int, list[float]] = {turn: [] for turn in reported}
+    prefilled: dict[int, list[float]] = {turn: [] for turn in reported}
     for _ in range(rounds):
         for turn in reported:
             llm.load_state(saved[turn])
             samples[turn].append(_first_token_ttft(engine, history[: 2 * turn]))
-    reused = [
-        statistics.median(samples[t]) if t in samples else float("nan") for t in range(1, turns + 1)
-    ]
+            llm.load_state(saved[turn])
+            engine.prefill(history[: 2 * turn])
+            prefilled[turn].append(_first_token_ttft(engine, history[: 2 * turn]))
+
+    def by_turn(of: dict[int, list[float]]) -> list[float]:
+        return [statistics.median(of[t]) if t in of else float("nan") for t in range(1, turns + 1)]
+
     cold = [float("nan")] * turns  # only the reported turns: a cold turn 20 takes ~20 s
     for turn in reported:
         engine.reset()
         cold[turn - 1] = _first_token_ttft(engine, history[: 2 * turn])
     ratios = [last / first for first, last in zip(samples[1], samples[turns], strict=True)]
-    return Ttft(reused, cold, sizes, statistics.median(ratios))
+    return Ttft(by_turn(samples), cold, by_turn(prefilled), sizes, statistics.median(ratios))
 
 
 def _first_token_ttft(engine: LlamaEngine, messages: list[dict[str, str]]) -> float:
@@ -559,7 +567,8 @@ def run(options: Options) -> list[Row]:
                 f"TTFT turn {turn} (prompt {ttft.prompt_sizes[turn - 1]:,} tokens)",
                 ttft.reused[turn - 1] * 1000,
                 "ms",
-                note=f"with reset(): {ttft.cold[turn - 1] * 1000:,.0f} ms",
+                note=f"with reset(): {ttft.cold[turn - 1] * 1000:,.0f} ms · "
+                f"prefilled: {ttft.prefilled[turn - 1] * 1000:,.1f} ms",
             )
         )
     ratio_reused = ttft.last_to_first

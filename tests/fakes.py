@@ -48,6 +48,7 @@ class ScriptedEngine:
         self.replies = [list(r) for r in replies]
         self.delay = delay
         self.calls: list[tuple[list[dict[str, str]], SamplingSettings]] = []
+        self.prefills: list[list[dict[str, str]]] = []
         self.started = threading.Event()
         self._lock = threading.Lock()
         self.info = ModelInfo(
@@ -112,6 +113,10 @@ class ScriptedEngine:
             yield Finished(reply.text, stats, tuple(choices))
         finally:
             self._lock.release()
+
+    def prefill(self, messages: ChatMessages) -> bool:
+        self.prefills.append([dict(m) for m in messages])
+        return True
 
     def reset(self) -> None:
         pass

@@ -260,3 +260,61 @@ def test_same_prompt_and_seed_give_the_same_reply_whatever_the_cache_holds(
     assert regenerated.stats.prompt_evaluated == first.stats.prompt_evaluated
     run(engine, other, seeded)
     assert run(engine, poem, seeded)[1].text == first.text
+
+
+def test_prefill_starts_the_reply_at_once_and_changes_no_reply(engine: LlamaEngine) -> None:
+    seeded = SamplingSettings(temperature=1.0, seed=1234, max_tokens=40)
+    engine.reset()
+    hello = [SYSTEM, {"role": "user", "content": "Hello!"}]
+    earlier = [*hello, {"role": "assistant", "content": run(engine, hello, GREEDY)[1].text}]
+    before = engine._llm.save_state()
+
+    def from_earlier() -> None:  # the KV cache as the reply to "Hello!" left it
+        engine._llm.load_state(before)
+
+    def ask(text: str) -> list[dict[str, str]]:
+        return [*earlier, {"role": "user", "content": text}]
+
+    plain = run(engine, ask("Write a poem about the sea."), seeded)[1]
+    assert plain.stats.prompt_evaluated > 0
+
+    # Paused over the finished text, then sent: nothing left to evaluate.
+    from_earlier()
+    assert engine.prefill(ask("Write a poem about the sea."))
+    prefilled = run(engine, ask("Write a poem about the sea."), seeded)[1]
+    assert prefilled.stats.prompt_evaluated == 0
+    assert prefilled.stats.prompt_reused == prefilled.stats.prompt_tokens
+    assert prefilled.text == plain.text
+
+    # Paused halfway through the text: the rest is evaluated with the same batch.
+    from_earlier()
+    assert engine.prefill(ask("Write a poem about"))
+    typed_on = run(engine, ask("Write a poem about the sea."), seeded)[1]
+    assert typed_on.stats.prompt_evaluated == plain.stats.prompt_evaluated
+    assert typed_on.text == plain.text
+
+    # A draft prefilled after a reply does not change what regenerating it gives.
+    assert engine.prefill(ask("Write a poem about the mountains."))
+    assert run(engine, ask("Write a poem about the sea."), seeded)[1].text == plain.text
+
+
+def test_a_reply_sent_during_a_prefill_waits_for_it(engine: LlamaEngine) -> None:
+    engine.reset()
+    long_text = "Here is a long message about lighthouses and storms. " * 30
+    messages = [SYSTEM, {"role": "user", "content": long_text}]
+    prefill = threading.Thread(target=engine.prefill, args=(messages,))
+    prefill.start()
+    while not engine._prefilling and prefill.is_alive():
+        pass
+    finished = run(engine, messages, GREEDY)[1]  # no EngineBusyError
+    prefill.join()
+    assert finished.stats.generated_tokens > 0
+    assert finished.stats.prompt_evaluated == 0  # the prefill did it all
+
+
+def test_prefill_declines_what_it_cannot_do(engine: LlamaEngine) -> None:
+    engine.reset()
+    too_long = [SYSTEM, {"role": "user", "content": "word " * 600}]  # more than one batch
+    assert not engine.prefill(too_long)
+    assert not engine.prefill([SYSTEM, {"role": "user", "content": "word " * 9000}])
+    assert engine.cached_tokens == 0

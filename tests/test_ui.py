@@ -313,3 +313,36 @@ async def test_real_model_chat_round_trip(demo_model: Path) -> None:
         assert reply.stats is not None and reply.stats.generated_tokens > 0
         assert any(isinstance(v, MessageView) for v in app.query(AssistantMessageView))
         await pilot.press("ctrl+q")
+
+
+async def test_a_pause_in_typing_prefills_exactly_what_enter_sends() -> None:
+    engine = ScriptedEngine(replies=[["One"], ["Two"]])
+    app = make_app(engine)
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        await send(pilot, "First question")
+        await turn_done(screen, pilot, 2)
+        box = app.query_one(PromptBox)
+        box.insert("Second question")
+        await wait_for(lambda: len(engine.prefills) >= 1, pilot)
+        await pilot.press("enter")
+        await turn_done(screen, pilot, 4)
+    assert engine.prefills[-1] == engine.calls[-1][0]
+    assert engine.prefills[-1][-1] == {"role": "user", "content": "Second question"}
+
+
+async def test_no_prefill_while_a_reply_streams_or_for_an_empty_box() -> None:
+    engine = ScriptedEngine(replies=[["slow "] * 150], delay=0.02)
+    app = make_app(engine)
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        await send(pilot, "Go")
+        app.query_one(PromptBox).insert("typed while it streams")
+        await pilot.pause(ChatScreen.PREFILL_PAUSE_S + 0.2)
+        assert screen.generating and engine.prefills == []
+        await turn_done(screen, pilot, 2)
+        # Once the reply is done, what was typed meanwhile is evaluated ahead.
+        await wait_for(lambda: len(engine.prefills) == 1, pilot)
+        app.query_one(PromptBox).clear()
+        await pilot.pause(ChatScreen.PREFILL_PAUSE_S + 0.2)
+    assert len(engine.prefills) == 1

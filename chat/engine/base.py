@@ -90,7 +90,17 @@ class Engine(Protocol):
 
         Setting `cancel` ends the reply after the current token, with finish
         reason "stopped". Raises `PromptTooLongError` before any event if the
-        prompt does not fit, `EngineBusyError` if another call is running.
+        prompt does not fit, `EngineBusyError` if another reply is being
+        generated (a prefill in progress is waited for).
+        """
+        ...
+
+    def prefill(self, messages: ChatMessages) -> bool:
+        """Evaluate the prompt `stream_reply(messages, ...)` would send, ahead of
+        time (the user paused over their message). If exactly that is sent next,
+        its first token comes at once; the reply is the same either way.
+
+        Returns False when nothing was done (busy, too long, or not possible).
         """
         ...
 

@@ -40,6 +40,9 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
+# A reply sent while its prompt is being prefilled waits this long at most.
+PREFILL_WAIT_S = 60.0
+
 _log_lock = threading.Lock()
 _log_file: IO[str] | None = None
 
@@ -154,8 +157,13 @@ class LlamaEngine:
         self._formatters = {flag: self._chat_formatter(flag) for flag in (True, False)}
         self._prompt_tokenizer = PieceTokenizer(self._tokenize, self._message_markers())
         self._pieces: dict[int, str] = {}
-        self._last_batch: tuple[int, int] | None = None
-        """Where the last prompt's evaluated tokens begin and end in the KV cache."""
+        self._batches: list[tuple[int, int]] = []
+        """Where the prompt batches evaluated so far begin and end in the KV cache."""
+        self._prefilling = False
+        # llama-cpp-python >= 0.3.2x samples a fully cached prompt from the logits
+        # of its last decode (`_requires_eval` tells whether they are live);
+        # older versions always evaluate the last prompt token again.
+        self._samples_cached_prompts = hasattr(llm, "_requires_eval")
 
     def _cached_piece(self, token_id: int) -> str:
         """`_piece`, remembered: the token view names the same alternatives often."""
@@ -238,15 +246,12 @@ class LlamaEngine:
         cancel: threading.Event,
         record_probs: bool = False,
     ) -> Iterator[EngineEvent]:
-        if not self._lock.acquire(blocking=False):
-            raise EngineBusyError(
-                "A reply is already being generated; wait for it or press Escape."
-            )
+        # The wait for the first token starts here: finishing a prefill, rendering
+        # and tokenizing the whole conversation are part of it.
+        started = time.perf_counter()
+        self._acquire_for_reply()
         try:
-            # The wait for the first token starts here: rendering and tokenizing
-            # the whole conversation is part of it.
-            started = time.perf_counter()
-            # Only this thread uses the piece tokenizer (under the lock).
+            # Only the holder of the lock uses the piece tokenizer.
             prompt = self._tokenize_chat(messages, True, self._prompt_tokenizer)
             n_ctx = self.info.n_ctx
             if len(prompt) >= n_ctx:
@@ -257,6 +262,46 @@ class LlamaEngine:
             yield from self._generate(prompt, sampling, cancel, record_probs, started)
         finally:
             self._lock.release()
+
+    def _acquire_for_reply(self) -> None:
+        """Take the lock; a prefill in progress is waited for (it evaluates what
+        the reply needs, or is undone in a moment), a reply in progress is not."""
+        if self._lock.acquire(blocking=False):
+            return
+        # `prefill` clears the flag only after releasing the lock, so a prefill
+        # that ends meanwhile is still seen here.
+        if self._prefilling and self._lock.acquire(timeout=PREFILL_WAIT_S):
+            return
+        raise EngineBusyError("A reply is already being generated; wait for it or press Escape.")
+
+    def prefill(self, messages: ChatMessages) -> bool:
+        """Evaluate the prompt for `messages` now, before it is sent (while the
+        user pauses over their message): if exactly this prompt is sent next,
+        its first token is sampled at once, with the same logits as if nothing
+        had been evaluated ahead. Anything else sent evaluates as usual.
+
+        Returns False when nothing was done: the engine is busy, the prompt does
+        not fit, or it needs more than one batch (too long to guess at)."""
+        if not self._samples_cached_prompts or not self._lock.acquire(blocking=False):
+            return False
+        self._prefilling = True
+        try:
+            prompt = self._tokenize_chat(messages, True, self._prompt_tokenizer)
+            if len(prompt) >= self.info.n_ctx:
+                return False
+            start, end = self._prompt_span(prompt)
+            if end - start > self._llm.n_batch:
+                return False
+            if start < end:
+                self._start_batch(start, end)
+                self._llm.eval(prompt[start:])
+                # Done here, not at the next sampling: llama.cpp's timings
+                # (the next reply's "evaluated" count) are settled at a sync.
+                llama_cpp.llama_synchronize(self._llm.ctx)
+            return True
+        finally:
+            self._lock.release()
+            self._prefilling = False
 
     def _generate(
         self,
@@ -273,7 +318,9 @@ class LlamaEngine:
         llm.set_seed(seed)
         reply = ReplyText(stop=sampling.stop)
         llama_cpp.llama_perf_context_reset(llm.ctx)
-        batch = self._prompt_batch(prompt)
+        start, end = self._prompt_span(prompt)
+        if start < end:
+            self._start_batch(start, end)
         first_token_at: float | None = None
         evaluated = 0
         generated = 0
@@ -298,7 +345,6 @@ class LlamaEngine:
                 if first_token_at is None:
                     first_token_at = time.perf_counter()
                     evaluated = _prompt_tokens_evaluated(llm.ctx)
-                    self._last_batch = batch
                 if llama_cpp.llama_vocab_is_eog(self._vocab, token):
                     break
                 generated += 1
@@ -346,29 +392,42 @@ class LlamaEngine:
         )
         yield Finished(reply.text, stats, tuple(choices))
 
-    def _prompt_batch(self, prompt: list[int]) -> tuple[int, int]:
-        """Choose where evaluating `prompt` starts, so that the same prompt
-        gives the same logits (and, with a fixed seed, the same reply) whatever
-        the KV cache held before.
+    def _prompt_span(self, prompt: list[int]) -> tuple[int, int]:
+        """The span of `prompt` to evaluate: where it starts is chosen so that
+        the same prompt gives the same logits (and, with a fixed seed, the same
+        reply) whatever the KV cache held before.
 
         llama.cpp's float sums depend on how tokens are batched: a token
         evaluated alone gets slightly different logits than the same token in a
         batch. Regenerating a reply finds its whole prompt cached, and
         `Llama.generate` would evaluate only the last token, alone; editing the
-        last message would resume in the middle of the last batch. In both cases
-        the cache is cut back to where the last prompt batch began and that
-        batch is evaluated again, as it was the first time (~35 tokens more).
-        Returns the span of `prompt` that will be evaluated."""
+        last message, or sending other text than was prefilled, would resume in
+        the middle of a batch. In those cases the cache is cut back to where
+        that batch began and the batch is evaluated again, as it was the first
+        time (~35 tokens more for a regenerate). A prompt that is all cached and
+        whose batch was the last thing evaluated (a prefill) needs nothing:
+        llama.cpp still holds the logits of its last token."""
         llm = self._llm
+        n_cached = int(llm.n_tokens)
         # As generate() computes it: the tokens of `prompt` the cache holds.
-        resume = llama_cpp.Llama.longest_token_prefix(llm.input_ids[: llm.n_tokens], prompt)
-        if resume == len(prompt):
-            resume -= 1  # generate() evaluates the last token again for fresh logits
-        last = self._last_batch
-        if last is not None and last[0] < resume < last[1]:
-            resume = last[0]
-            llm.n_tokens = resume  # generate() keeps only this much of the cache
+        resume = llama_cpp.Llama.longest_token_prefix(llm.input_ids[:n_cached], prompt)
+        last_end = self._batches[-1][1] if self._batches else None
+        if (
+            resume == len(prompt) == n_cached == last_end
+            and not getattr(llm, "_requires_eval", True)  # logits of a live decode
+        ):
+            return resume, resume
+        resume = min(resume, len(prompt) - 1)  # the last token's logits are needed
+        for start, end in self._batches:
+            if start < resume < end:
+                return start, len(prompt)
         return resume, len(prompt)
+
+    def _start_batch(self, start: int, end: int) -> None:
+        """Cut the KV cache at `start`, where the prompt batch [start, end) goes."""
+        self._llm.n_tokens = start  # generate() and eval() keep only this much
+        self._batches = [span for span in self._batches if span[1] <= start]
+        self._batches.append((start, end))
 
     @property
     def cached_tokens(self) -> int:
@@ -378,7 +437,7 @@ class LlamaEngine:
     def reset(self) -> None:
         with self._lock:
             self._llm.reset()
-            self._last_batch = None
+            self._batches.clear()
 
     def close(self) -> None:
         with self._lock:

@@ -8,6 +8,7 @@ one `ReplyFinished`; the screen streams them into the reply's Markdown view.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from dataclasses import asdict, replace
@@ -72,6 +73,10 @@ class ChatScreen(Screen[None]):
 
     # Typing updates the meter after this pause, not on every keystroke.
     METER_DEBOUNCE_S = 0.15
+    # After this pause in typing, the message is evaluated ahead (Engine.prefill):
+    # sent unchanged, its reply starts at once. Typing speed leaves ~0.2 s
+    # between keys; a longer pause usually means the text is read over.
+    PREFILL_PAUSE_S = 0.5
     # Longer conversations are counted in a thread when opened (see recount_meter).
     COUNT_IN_THREAD_ABOVE = 100
 
@@ -85,6 +90,7 @@ class ChatScreen(Screen[None]):
         self._reply_thread: threading.Thread | None = None
         self.budget: ContextBudget | None = None
         self._meter_timer: Timer | None = None
+        self._prefill_timer: Timer | None = None
         self.saver = ConversationSaver(self._report_save_problem)
         self._save_timer: Timer | None = None
         self._outside_window: set[int] = set()
@@ -134,6 +140,7 @@ class ChatScreen(Screen[None]):
         self.query_one("#notice").display = False
         self.query_one(StatusBar).show_model(engine.info)
         self.recount_meter()
+        self._schedule_prefill()  # for what was typed while the model loaded
         if self._check_model_when_loaded:
             self._check_model_when_loaded = False
             self._offer_model_switch()
@@ -208,15 +215,17 @@ class ChatScreen(Screen[None]):
             self.conversation.system_prompt, messages[0] if messages else None
         )
 
-    def _prompt_messages(self, plan: WindowPlan) -> list[dict[str, str]]:
+    def _prompt_messages(
+        self, plan: WindowPlan, newest: Message | None = None
+    ) -> list[dict[str, str]]:
         """What this turn sends: the system prompt, the earlier messages that
-        fit, and the newest message."""
+        fit, and the newest message (by default the conversation's last)."""
         messages = self.conversation.messages
         head = self.conversation.chat_messages(upto=0)
         return (
             head
             + [messages[i].as_chat_dict() for i in plan.included]
-            + [messages[-1].as_chat_dict()]
+            + [(newest or messages[-1]).as_chat_dict()]
         )
 
     def _mark_window(self, plan: WindowPlan) -> None:
@@ -294,6 +303,28 @@ class ChatScreen(Screen[None]):
         if self._meter_timer is not None:
             self._meter_timer.stop()
         self._meter_timer = self.set_timer(self.METER_DEBOUNCE_S, self.refresh_meter)
+        self._schedule_prefill()
+
+    def _schedule_prefill(self) -> None:
+        if self._prefill_timer is not None:
+            self._prefill_timer.stop()
+        self._prefill_timer = self.set_timer(self.PREFILL_PAUSE_S, self._prefill_draft)
+
+    def _prefill_draft(self) -> None:
+        """Evaluate, in a thread, the prompt that sending the box's text would
+        send: the reply then starts as soon as it is sent. Sent otherwise (or
+        edited), nothing changes but the CPU time spent."""
+        engine = self.engine
+        text = self.query_one(PromptBox).text.strip("\n")
+        if engine is None or self.generating or not text.strip():
+            return
+        plan = self._plan(text)
+        if plan is None or plan.problem:
+            return
+        messages = self._prompt_messages(plan, Message("user", text))
+        threading.Thread(
+            target=_prefill_quietly, args=(engine, messages), name="kvchat-prefill", daemon=True
+        ).start()
 
     def action_token_view(self) -> None:
         from chat.ui.screens.token_view import open_token_view
@@ -381,6 +412,7 @@ class ChatScreen(Screen[None]):
         self._stop_save_timer()
         self.saver.finish_reply(finished.text, finished.stats)
         self.query_one(StatusBar).show_reply(finished.stats)
+        self._schedule_prefill()  # for what was typed while the reply streamed
         if finished.stats.finish_reason == "context_full":
             self.notify(
                 "The context window is full: the reply was cut off. "
@@ -624,3 +656,10 @@ class ChatScreen(Screen[None]):
 
         event.stop()
         self.app.push_screen(LinkConfirmScreen(event.href))
+
+
+def _prefill_quietly(engine: Engine, messages: list[dict[str, str]]) -> None:
+    """A prefill is only a head start: if it fails, sending the text meets the
+    same problem and reports it, so nothing is shown from here."""
+    with contextlib.suppress(Exception):
+        engine.prefill(messages)
