@@ -275,6 +275,9 @@ class ChatSettings:
     record_token_probs: bool = _setting(
         True, "bool", "Keep each token's probability for the token view."
     )
+    prefill: bool = _setting(
+        True, "bool", "When typing pauses, evaluate the message ahead: its reply starts at once."
+    )
 
 
 @dataclass

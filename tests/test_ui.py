@@ -346,3 +346,15 @@ async def test_no_prefill_while_a_reply_streams_or_for_an_empty_box() -> None:
         app.query_one(PromptBox).clear()
         await pilot.pause(ChatScreen.PREFILL_PAUSE_S + 0.2)
     assert len(engine.prefills) == 1
+
+
+async def test_prefill_can_be_turned_off() -> None:
+    engine = ScriptedEngine()
+    settings = Settings()
+    settings.chat.prefill = False
+    app = make_app(engine, settings)
+    async with app.run_test() as pilot:
+        await ready(app, pilot)
+        app.query_one(PromptBox).insert("Not ahead, please")
+        await pilot.pause(ChatScreen.PREFILL_PAUSE_S + 0.3)
+    assert engine.prefills == []

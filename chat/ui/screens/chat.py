@@ -316,7 +316,9 @@ class ChatScreen(Screen[None]):
         edited), nothing changes but the CPU time spent."""
         engine = self.engine
         text = self.query_one(PromptBox).text.strip("\n")
-        if engine is None or self.generating or not text.strip():
+        if engine is None or self.generating or not self.settings.chat.prefill:
+            return
+        if not text.strip():
             return
         plan = self._plan(text)
         if plan is None or plan.problem:
