@@ -177,6 +177,8 @@ class Ttft:
     prompt_sizes: list[int]
     last_to_first: float
     """Last turn / turn 1 with the cache reused: the median of per-round ratios."""
+    raw_last_to_first: float
+    """The same for a bare llama-cpp-python client given the prompt's tokens."""
 
 
 TTFT_ROUNDS = 7
@@ -220,6 +222,8 @@ def ttft_by_turn(
         history.append({"role": "assistant", "content": finished.text})
     samples: dict[int, list[float]] = {turn: [] for turn in reported}
     prefilled: dict[int, list[float]] = {turn: [] for turn in reported}
+    raw: dict[int, list[float]] = {1: [], turns: []}
+    raw_prompts = {turn: engine.tokenize_chat(history[: 2 * turn]) for turn in raw}
     for _ in range(rounds):
         for turn in reported:
             llm.load_state(saved[turn])
@@ -227,6 +231,9 @@ def ttft_by_turn(
             llm.load_state(saved[turn])
             engine.prefill(history[: 2 * turn])
             prefilled[turn].append(_first_token_ttft(engine, history[: 2 * turn]))
+            if turn in raw:
+                llm.load_state(saved[turn])
+                raw[turn].append(_raw_first_token_s(llm, raw_prompts[turn]))
 
     def by_turn(of: dict[int, list[float]]) -> list[float]:
         return [statistics.median(of[t]) if t in of else float("nan") for t in range(1, turns + 1)]
@@ -235,8 +242,36 @@ def ttft_by_turn(
     for turn in reported:
         engine.reset()
         cold[turn - 1] = _first_token_ttft(engine, history[: 2 * turn])
-    ratios = [last / first for first, last in zip(samples[1], samples[turns], strict=True)]
-    return Ttft(by_turn(samples), cold, by_turn(prefilled), sizes, statistics.median(ratios))
+
+    def last_to_first(of: dict[int, list[float]]) -> float:
+        return statistics.median(b / a for a, b in zip(of[1], of[turns], strict=True))
+
+    return Ttft(
+        by_turn(samples),
+        cold,
+        by_turn(prefilled),
+        sizes,
+        last_to_first(samples),
+        last_to_first(raw),
+    )
+
+
+def _raw_first_token_s(llm: Any, prompt: list[int]) -> float:
+    """A bare llama-cpp-python client's wait for the first token of `prompt`
+    (token ids given): what llama.cpp itself takes, with its prefix reuse."""
+    llm.set_seed(SAMPLING.seed)
+    started = time.perf_counter()
+    tokens = llm.generate(
+        prompt,
+        temp=SAMPLING.temperature,
+        top_k=SAMPLING.top_k,
+        top_p=SAMPLING.top_p,
+        min_p=SAMPLING.min_p,
+    )
+    next(tokens)
+    waited = time.perf_counter() - started
+    tokens.close()
+    return waited
 
 
 def _first_token_ttft(engine: LlamaEngine, messages: list[dict[str, str]]) -> float:
@@ -581,6 +616,14 @@ def run(options: Options) -> list[Row]:
             "<= 1.5x",
             ratio_reused <= 1.5,
             "median of rounds measured side by side",
+        )
+    )
+    rows.append(
+        Row(
+            f"TTFT turn {options.turns} / turn 1, bare llama-cpp-python",
+            ttft.raw_last_to_first,
+            "x",
+            note="same saved turns, prompt tokens given",
         )
     )
     rows.append(
