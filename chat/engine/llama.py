@@ -160,9 +160,10 @@ class LlamaEngine:
         self._batches: list[tuple[int, int]] = []
         """Where the prompt batches evaluated so far begin and end in the KV cache."""
         self._prefilling = False
-        # llama-cpp-python >= 0.3.2x samples a fully cached prompt from the logits
-        # of its last decode (`_requires_eval` tells whether they are live);
-        # older versions always evaluate the last prompt token again.
+        # llama-cpp-python 0.3.36 samples a fully cached prompt from the logits of
+        # its last decode (`_requires_eval` says whether they are live); versions
+        # without that attribute evaluate the last prompt token again, so there
+        # the whole batch is (see _prompt_span) and a prefill would save nothing.
         self._samples_cached_prompts = hasattr(llm, "_requires_eval")
 
     def _cached_piece(self, token_id: int) -> str:
@@ -264,8 +265,8 @@ class LlamaEngine:
             self._lock.release()
 
     def _acquire_for_reply(self) -> None:
-        """Take the lock; a prefill in progress is waited for (it evaluates what
-        the reply needs, or is undone in a moment), a reply in progress is not."""
+        """Take the lock. A prefill in progress is waited for: it is at most one
+        batch, and usually the very prompt this reply needs. A reply is not."""
         if self._lock.acquire(blocking=False):
             return
         # `prefill` clears the flag only after releasing the lock, so a prefill
