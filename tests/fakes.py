@@ -49,6 +49,7 @@ class ScriptedEngine:
         self.delay = delay
         self.calls: list[tuple[list[dict[str, str]], SamplingSettings]] = []
         self.prefills: list[list[dict[str, str]]] = []
+        self.history_prefills: list[list[dict[str, str]]] = []
         self.started = threading.Event()
         self._lock = threading.Lock()
         self.info = ModelInfo(
@@ -114,8 +115,10 @@ class ScriptedEngine:
         finally:
             self._lock.release()
 
-    def prefill(self, messages: ChatMessages) -> bool:
-        self.prefills.append([dict(m) for m in messages])
+    def prefill(self, messages: ChatMessages, add_generation_prompt: bool = True) -> bool:
+        """Records message prefills in `prefills`, conversation ones in `history_prefills`."""
+        done = self.prefills if add_generation_prompt else self.history_prefills
+        done.append([dict(m) for m in messages])
         return True
 
     def reset(self) -> None:

@@ -318,3 +318,28 @@ def test_prefill_declines_what_it_cannot_do(engine: LlamaEngine) -> None:
     assert not engine.prefill(too_long)
     assert not engine.prefill([SYSTEM, {"role": "user", "content": "word " * 9000}])
     assert engine.cached_tokens == 0
+
+
+def test_prefill_of_an_opened_conversation_evaluates_what_the_reply_would(
+    engine: LlamaEngine,
+) -> None:
+    # A conversation reopened from the database: nothing of it is in the cache.
+    seeded = SamplingSettings(temperature=1.0, seed=99, max_tokens=30)
+    story = "The keeper climbed the stairs of the lighthouse every night. " * 12
+    history = [SYSTEM]
+    for turn in range(4):
+        history += [
+            {"role": "user", "content": f"Part {turn}, please."},
+            {"role": "assistant", "content": story},
+        ]
+    ask = [*history, {"role": "user", "content": "How does it end?"}]
+    engine.reset()
+    cold = run(engine, ask, seeded)[1]
+
+    engine.reset()
+    assert engine.prefill(history, add_generation_prompt=False)
+    ahead = engine.cached_tokens
+    assert ahead > 0 and ahead % engine._llm.n_batch == 0  # whole batches only
+    continued = run(engine, ask, seeded)[1]
+    assert continued.stats.prompt_evaluated == cold.stats.prompt_evaluated - ahead
+    assert continued.text == cold.text  # the same batches, so the same logits

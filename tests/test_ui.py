@@ -12,6 +12,7 @@ from textual.widgets import Markdown, Static
 from textual.widgets._markdown import MarkdownBlock
 
 from chat.config import ModelSettings, Settings
+from chat.conversation import Conversation, Message
 from chat.errors import ModelError
 from chat.models import ModelCandidate
 from chat.ui.app import ChatApp
@@ -357,4 +358,23 @@ async def test_prefill_can_be_turned_off() -> None:
         await ready(app, pilot)
         app.query_one(PromptBox).insert("Not ahead, please")
         await pilot.pause(ChatScreen.PREFILL_PAUSE_S + 0.3)
+    assert engine.prefills == []
+
+
+async def test_an_opened_conversation_is_evaluated_ahead() -> None:
+    engine = ScriptedEngine()
+    app = make_app(engine)
+    saved = Conversation(
+        system_prompt="Be brief.",
+        messages=[Message("user", "Hi"), Message("assistant", "Hello!")],
+    )
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        assert await screen.open_conversation(saved)
+        await wait_for(lambda: engine.history_prefills, pilot)
+    assert engine.history_prefills[-1] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!"},
+    ]
     assert engine.prefills == []

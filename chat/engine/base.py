@@ -95,10 +95,14 @@ class Engine(Protocol):
         """
         ...
 
-    def prefill(self, messages: ChatMessages) -> bool:
+    def prefill(self, messages: ChatMessages, add_generation_prompt: bool = True) -> bool:
         """Evaluate the prompt `stream_reply(messages, ...)` would send, ahead of
         time (the user paused over their message). If exactly that is sent next,
         its first token comes at once; the reply is the same either way.
+
+        Without `add_generation_prompt`, `messages` is a conversation about to
+        be continued: what of it the next reply would evaluate anyway is
+        evaluated now.
 
         Returns False when nothing was done (busy, too long, or not possible).
         """

@@ -275,11 +275,15 @@ class LlamaEngine:
             return
         raise EngineBusyError("A reply is already being generated; wait for it or press Escape.")
 
-    def prefill(self, messages: ChatMessages) -> bool:
+    def prefill(self, messages: ChatMessages, add_generation_prompt: bool = True) -> bool:
         """Evaluate the prompt for `messages` now, before it is sent (while the
         user pauses over their message): if exactly this prompt is sent next,
         its first token is sampled at once, with the same logits as if nothing
         had been evaluated ahead. Anything else sent evaluates as usual.
+
+        Without `add_generation_prompt`, `messages` is a conversation to be
+        continued (just opened): only its whole batches are evaluated, the ones
+        the next reply would evaluate anyway, in the same batches.
 
         Returns False when nothing was done: the engine is busy, the prompt does
         not fit, or it needs more than one batch (too long to guess at)."""
@@ -287,19 +291,22 @@ class LlamaEngine:
             return False
         self._prefilling = True
         try:
-            prompt = self._tokenize_chat(messages, True, self._prompt_tokenizer)
+            prompt = self._tokenize_chat(messages, add_generation_prompt, self._prompt_tokenizer)
             if len(prompt) >= self.info.n_ctx:
                 return False
             start, end = self._prompt_span(prompt)
-            if end - start > self._llm.n_batch:
+            n_batch = int(self._llm.n_batch)
+            if not add_generation_prompt:
+                end = start + (len(prompt) - start) // n_batch * n_batch
+            elif end - start > n_batch:
                 return False
             if start < end:
                 self._start_batch(start, end)
-                self._llm.eval(prompt[start:])
+                self._llm.eval(prompt[start:end])
                 # Done here, not at the next sampling: llama.cpp's timings
                 # (the next reply's "evaluated" count) are settled at a sync.
                 llama_cpp.llama_synchronize(self._llm.ctx)
-            return True
+            return start < end or add_generation_prompt
         finally:
             self._lock.release()
             self._prefilling = False

@@ -220,13 +220,14 @@ class ChatScreen(Screen[None]):
     ) -> list[dict[str, str]]:
         """What this turn sends: the system prompt, the earlier messages that
         fit, and the newest message (by default the conversation's last)."""
+        newest = newest or self.conversation.messages[-1]
+        return [*self._earlier_messages(plan), newest.as_chat_dict()]
+
+    def _earlier_messages(self, plan: WindowPlan) -> list[dict[str, str]]:
+        """The system prompt and the earlier messages that fit the window."""
         messages = self.conversation.messages
         head = self.conversation.chat_messages(upto=0)
-        return (
-            head
-            + [messages[i].as_chat_dict() for i in plan.included]
-            + [(newest or messages[-1]).as_chat_dict()]
-        )
+        return head + [messages[i].as_chat_dict() for i in plan.included]
 
     def _mark_window(self, plan: WindowPlan) -> None:
         """Show which messages are outside the window this turn, and each one's tokens."""
@@ -297,6 +298,7 @@ class ChatScreen(Screen[None]):
         await asyncio.to_thread(budget.count_messages, conversation.system_prompt, messages)
         if self.budget is budget and self.conversation is conversation:
             self.refresh_meter()
+            self._schedule_prefill()
 
     @on(PromptBox.Changed)
     def _on_prompt_changed(self) -> None:
@@ -311,22 +313,37 @@ class ChatScreen(Screen[None]):
         self._prefill_timer = self.set_timer(self.PREFILL_PAUSE_S, self._prefill_draft)
 
     def _prefill_draft(self) -> None:
-        """Evaluate, in a thread, the prompt that sending the box's text would
-        send: the reply then starts as soon as it is sent. Sent otherwise (or
-        edited), nothing changes but the CPU time spent."""
+        """Evaluate ahead, in a thread, what the next reply will evaluate: the
+        prompt that sending the box's text would send (sent unchanged, its reply
+        starts at once), or with the box empty the conversation so far (just
+        opened: its first reply then evaluates little more than the new
+        message). Sent otherwise, nothing changes but the CPU time spent."""
         engine = self.engine
-        text = self.query_one(PromptBox).text.strip("\n")
         if engine is None or self.generating or not self.settings.chat.prefill:
             return
-        if not text.strip():
-            return
+        if self._counting_messages():
+            return  # planning would count them here; done, the count schedules this again
+        text = self.query_one(PromptBox).text.strip("\n")
         plan = self._plan(text)
         if plan is None or plan.problem:
             return
-        messages = self._prompt_messages(plan, Message("user", text))
+        if text.strip():
+            messages = self._prompt_messages(plan, Message("user", text))
+        elif self.conversation.messages:
+            messages = self._earlier_messages(plan)
+        else:
+            return
         threading.Thread(
-            target=_prefill_quietly, args=(engine, messages), name="kvchat-prefill", daemon=True
+            target=_prefill_quietly,
+            args=(engine, messages, bool(text.strip())),
+            name="kvchat-prefill",
+            daemon=True,
         ).start()
+
+    def _counting_messages(self) -> bool:
+        return any(
+            worker.group == "count-messages" and not worker.is_finished for worker in self.workers
+        )
 
     def action_token_view(self) -> None:
         from chat.ui.screens.token_view import open_token_view
@@ -558,6 +575,7 @@ class ChatScreen(Screen[None]):
         )
         self.query_one(PromptBox).focus()
         self.recount_meter()
+        self._schedule_prefill()  # its first reply then evaluates only the new message
         if self.engine is None:
             self._check_model_when_loaded = True
         else:
@@ -660,8 +678,8 @@ class ChatScreen(Screen[None]):
         self.app.push_screen(LinkConfirmScreen(event.href))
 
 
-def _prefill_quietly(engine: Engine, messages: list[dict[str, str]]) -> None:
+def _prefill_quietly(engine: Engine, messages: list[dict[str, str]], a_message: bool) -> None:
     """A prefill is only a head start: if it fails, sending the text meets the
     same problem and reports it, so nothing is shown from here."""
     with contextlib.suppress(Exception):
-        engine.prefill(messages)
+        engine.prefill(messages, add_generation_prompt=a_message)
