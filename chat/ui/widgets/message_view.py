@@ -7,6 +7,7 @@ the user confirms. The user's own text is shown as plain text.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, cast
 
 from textual.app import ComposeResult
@@ -18,6 +19,7 @@ from chat.conversation import Message, ReplyStats
 from chat.sanitize import sanitize
 
 if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
     from textual.widgets import Markdown
     from textual.widgets.markdown import MarkdownStream
 
@@ -94,6 +96,16 @@ class SystemMessageView(UserMessageView):
     """The system prompt, shown once at the top of the conversation."""
 
 
+@functools.cache
+def _markdown_parser() -> MarkdownIt:
+    """One parser for every reply. Markdown's default builds a new one for each
+    update and append: 0.35 ms, about 30 times a second while a reply streams.
+    A parser keeps no state between documents."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("gfm-like")  # what Markdown uses by default
+
+
 class AssistantMessageView(MessageView):
     def __init__(self, message: Message) -> None:
         super().__init__(message)
@@ -105,7 +117,12 @@ class AssistantMessageView(MessageView):
         from textual.widgets import Markdown
 
         yield from super().compose()
-        yield Markdown(sanitize(self.message.content), classes="message-body", open_links=False)
+        yield Markdown(
+            sanitize(self.message.content),
+            classes="message-body",
+            open_links=False,
+            parser_factory=_markdown_parser,
+        )
 
     @property
     def body(self) -> Markdown:
