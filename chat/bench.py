@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -81,20 +81,25 @@ def raw_decode_rate(engine: LlamaEngine, tokens: int) -> float:
     llm = engine._llm
     engine.reset()
     prompt = engine.tokenize_chat([{"role": "user", "content": STORY}])
-    llm.set_seed(SAMPLING.seed)
     times: list[float] = []
-    for token in llm.generate(
-        prompt,
-        temp=SAMPLING.temperature,
-        top_k=SAMPLING.top_k,
-        top_p=SAMPLING.top_p,
-        min_p=SAMPLING.min_p,
-    ):
+    for token in _bare_generate(llm, prompt):
         llm.detokenize([token])
         times.append(time.perf_counter())
         if len(times) >= tokens:
             break
     return (len(times) - 1) / (times[-1] - times[0])
+
+
+def _bare_generate(llm: Any, prompt: list[int]) -> Generator[int, Any, None]:
+    """The token stream of a minimal llama-cpp-python client, same sampling."""
+    llm.set_seed(SAMPLING.seed)
+    return llm.generate(
+        prompt,
+        temp=SAMPLING.temperature,
+        top_k=SAMPLING.top_k,
+        top_p=SAMPLING.top_p,
+        min_p=SAMPLING.min_p,
+    )
 
 
 def engine_decode_rate(engine: LlamaEngine, tokens: int, record_probs: bool = False) -> float:
@@ -259,15 +264,8 @@ def ttft_by_turn(
 def _raw_first_token_s(llm: Any, prompt: list[int]) -> float:
     """A bare llama-cpp-python client's wait for the first token of `prompt`
     (token ids given): what llama.cpp itself takes, with its prefix reuse."""
-    llm.set_seed(SAMPLING.seed)
     started = time.perf_counter()
-    tokens = llm.generate(
-        prompt,
-        temp=SAMPLING.temperature,
-        top_k=SAMPLING.top_k,
-        top_p=SAMPLING.top_p,
-        min_p=SAMPLING.min_p,
-    )
+    tokens = _bare_generate(llm, prompt)
     next(tokens)
     waited = time.perf_counter() - started
     tokens.close()
