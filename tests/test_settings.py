@@ -25,12 +25,14 @@ from chat.config import (
     load_config,
     resolve_settings,
 )
+from chat.engine.llama import LlamaEngine
 from chat.errors import ModelError
 from chat.models import ModelCandidate
 from chat.ui import app as app_module
 from chat.ui.app import ChatApp
 from chat.ui.screens.settings import SettingsScreen
 from chat.ui.widgets.message_view import MessageView
+from chat.ui.widgets.prompt_box import PromptBox
 from chat.ui.widgets.setting_field import SettingField
 from tests.fakes import ScriptedEngine, scripted_factory
 from tests.test_ui import ready, send, turn_done, wait_for
@@ -975,3 +977,25 @@ async def test_real_model_key_cache_type_changed_in_the_pane(demo_model: Path) -
         engine = app.chat_screen.engine
         assert engine._llm.context_params.type_k == llama_cpp.GGML_TYPE_F16  # type: ignore[union-attr]
         assert await real_reply(app, pilot, PROMPT)
+
+
+@pytest.mark.model
+async def test_real_model_a_pause_before_enter_starts_the_reply_at_once(demo_model: Path) -> None:
+    app = real_app(demo_model, sampling(temperature=1.0, seed=1234))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.chat_screen
+        await wait_for(lambda: screen.engine is not None, pilot, timeout=120)
+        engine = screen.engine
+        assert isinstance(engine, LlamaEngine)
+        app.query_one(PromptBox).insert(PROMPT)
+        # The pause: the message is evaluated in the background.
+        await wait_for(lambda: engine.cached_tokens > 0 and not engine._prefilling, pilot, 60)
+        await pilot.press("enter")
+        await wait_for(
+            lambda: len(screen.conversation.messages) == 2 and not screen.generating, pilot, 120
+        )
+        first = screen.conversation.messages[-1]
+        # Nothing left to evaluate: sampled from logits llama.cpp already held.
+        assert first.stats is not None and first.stats.prompt_evaluated == 0
+        again = await real_reply(app, pilot)  # regenerate: evaluated the usual way
+        assert again == first.content
