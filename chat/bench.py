@@ -231,11 +231,12 @@ def ttft_by_turn(
     raw_prompts = {turn: engine.tokenize_chat(history[: 2 * turn]) for turn in raw}
     for _ in range(rounds):
         for turn in reported:
+            messages = history[: 2 * turn]
             llm.load_state(saved[turn])
-            samples[turn].append(_first_token_ttft(engine, history[: 2 * turn]))
+            samples[turn].append(_first_token_ttft(engine, messages))
             llm.load_state(saved[turn])
-            engine.prefill(history[: 2 * turn])
-            prefilled[turn].append(_first_token_ttft(engine, history[: 2 * turn]))
+            engine.prefill(messages)
+            prefilled[turn].append(_first_token_ttft(engine, messages))
             if turn in raw:
                 llm.load_state(saved[turn])
                 raw[turn].append(_raw_first_token_s(llm, raw_prompts[turn]))

@@ -285,8 +285,9 @@ class LlamaEngine:
         continued (just opened): only its whole batches are evaluated, the ones
         the next reply would evaluate anyway, in the same batches.
 
-        Returns False when nothing was done: the engine is busy, the prompt does
-        not fit, or it needs more than one batch (too long to guess at)."""
+        Returns False when the prompt was not made ready: the engine is busy,
+        the prompt does not fit, it needs more than one batch (too long to
+        guess at), or a conversation has no whole batch left to evaluate."""
         if not self._samples_cached_prompts or not self._lock.acquire(blocking=False):
             return False
         self._prefilling = True
@@ -422,7 +423,8 @@ class LlamaEngine:
         last_end = self._batches[-1][1] if self._batches else None
         if (
             resume == len(prompt) == n_cached == last_end
-            and not getattr(llm, "_requires_eval", True)  # logits of a live decode
+            and self._samples_cached_prompts
+            and not llm._requires_eval  # the logits are a live decode's
         ):
             return resume, resume
         resume = min(resume, len(prompt) - 1)  # the last token's logits are needed

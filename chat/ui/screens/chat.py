@@ -327,7 +327,8 @@ class ChatScreen(Screen[None]):
         plan = self._plan(text)
         if plan is None or plan.problem:
             return
-        if text.strip():
+        a_message = bool(text.strip())
+        if a_message:
             messages = self._prompt_messages(plan, Message("user", text))
         elif self.conversation.messages:
             messages = self._earlier_messages(plan)
@@ -335,7 +336,7 @@ class ChatScreen(Screen[None]):
             return
         threading.Thread(
             target=_prefill_quietly,
-            args=(engine, messages, bool(text.strip())),
+            args=(engine, messages, a_message),
             name="kvchat-prefill",
             daemon=True,
         ).start()
