@@ -1,5 +1,5 @@
 """`python -m chat` runs the same entry point as the `chat` command."""
 
-from chat.cli import main
+from chat.cli.main import main
 
 raise SystemExit(main())

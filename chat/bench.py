@@ -25,13 +25,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from chat.config import ModelSettings, SamplingSettings, Settings
-from chat.context import ContextBudget
-from chat.conversation import Conversation, Message
+from chat.conversations.conversation import Conversation, Message
 from chat.engine.base import Finished, TokenEvent
 from chat.engine.llama import LlamaEngine, load_engine
-from chat.models import ModelCandidate, demo_model_path
+from chat.model_files import ModelCandidate, demo_model_path
 from chat.paths import CONFIG_DIR_ENV, DATA_DIR_ENV
+from chat.session.context_window import ContextBudget
+from chat.settings.schema import ModelSettings, SamplingSettings, Settings
 
 STORY = "Write a long story about a lighthouse keeper and the sea. Use many details."
 SAMPLING = SamplingSettings(temperature=0.8, seed=1234)
@@ -117,7 +117,7 @@ def engine_decode_rate(engine: LlamaEngine, tokens: int, record_probs: bool = Fa
 async def _app_decode_rate(engine: LlamaEngine, tokens: int) -> float:
     """The full app, headless, rendering every token into the conversation view.
     The rate is measured where the user sees it: tokens handled by the UI."""
-    from chat.ui.app import ChatApp
+    from chat.ui.app import ChatApp, Launch
     from chat.ui.messages import ReplyToken
     from chat.ui.screens.chat import ChatScreen
     from chat.ui.widgets.prompt_box import PromptBox
@@ -127,7 +127,8 @@ async def _app_decode_rate(engine: LlamaEngine, tokens: int) -> float:
     settings.chat.record_token_probs = False
     engine.reset()
     app = ChatApp(
-        settings, ModelCandidate(engine.info.path, 0, "bench"), engine_factory=lambda p, s: engine
+        Launch(settings, ModelCandidate(engine.info.path, 0, "bench")),
+        engine_factory=lambda p, s: engine,
     )
     shown: list[tuple[float, int]] = []  # when the UI handled tokens, and how many
     # Textual looks handlers up on the class, so the timing wrapper goes there
@@ -302,14 +303,15 @@ def _last(events: Iterator[Any]) -> Finished:
 async def _keypress_latency(engine: LlamaEngine, presses: int) -> list[float]:
     from textual import events
 
-    from chat.ui.app import ChatApp
+    from chat.ui.app import ChatApp, Launch
     from chat.ui.widgets.prompt_box import PromptBox
 
     settings = Settings()
     settings.sampling = replace(SAMPLING, max_tokens=100_000)
     engine.reset()
     app = ChatApp(
-        settings, ModelCandidate(engine.info.path, 0, "bench"), engine_factory=lambda p, s: engine
+        Launch(settings, ModelCandidate(engine.info.path, 0, "bench")),
+        engine_factory=lambda p, s: engine,
     )
     latencies: list[float] = []
     async with app.run_test(size=(120, 40)) as pilot:
@@ -368,7 +370,7 @@ def meter_update_times(
 
 
 def store_rows(messages: int, conversations: int) -> list[Row]:
-    from chat.store import Store
+    from chat.conversations.store import Store
 
     rows = []
     with tempfile.TemporaryDirectory() as folder:
@@ -426,9 +428,9 @@ def _open_in_app_row(conversation: Conversation) -> Row:
         )
 
     async def run() -> float:
-        from chat.ui.app import ChatApp
+        from chat.ui.app import ChatApp, Launch
 
-        app = ChatApp(Settings(), None)
+        app = ChatApp(Launch(Settings(), None))
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause()
             started = time.perf_counter()

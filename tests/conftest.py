@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chat.models import DEMO_PIP_NAME, demo_model_path
+from chat.model_files import DEMO_PIP_NAME, demo_model_path
 
 
 @pytest.fixture(autouse=True)
@@ -32,8 +32,8 @@ def demo_model() -> Path:
 @pytest.fixture(scope="session")
 def engine(demo_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One real engine shared by the engine tests (loading takes a second)."""
-    from chat.config import ModelSettings
     from chat.engine.llama import load_engine
+    from chat.settings.schema import ModelSettings
 
     log = tmp_path_factory.mktemp("log") / "llama.log"
     loaded = load_engine(demo_model, ModelSettings(n_ctx=2048), log)

@@ -11,11 +11,11 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from chat.config import ModelSettings, SamplingSettings
-from chat.conversation import FinishReason, ReplyStats, TokenChoice
+from chat.conversations.conversation import FinishReason, ReplyStats, TokenChoice
 from chat.engine.base import ChatMessages, EngineEvent, Finished, ModelInfo, TokenEvent
 from chat.engine.reply_text import ReplyText
 from chat.errors import EngineBusyError, PromptTooLongError
+from chat.settings.schema import ModelSettings, SamplingSettings
 
 
 def scripted_choice(text: str, index: int) -> TokenChoice:

@@ -8,23 +8,23 @@ import sys
 import pytest
 
 NON_UI_MODULES = [
-    "chat.config",
-    "chat.conversation",
+    "chat.settings.resolve",
+    "chat.conversations.conversation",
     "chat.engine",
     "chat.engine.base",
     "chat.engine.llama",
     "chat.engine.reply_text",
-    "chat.models",
+    "chat.model_files",
     "chat.paths",
     "chat.sanitize",
     "chat.errors",
-    "chat.oneshot",
-    "chat.cli",
-    "chat.store",
-    "chat.transcript",
-    "chat.saving",
-    "chat.exporting",
-    "chat.conversations_cli",
+    "chat.cli.oneshot",
+    "chat.cli.main",
+    "chat.conversations.store",
+    "chat.conversations.transcript",
+    "chat.conversations.saver",
+    "chat.conversations.export",
+    "chat.cli.conversations",
 ]
 
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from chat.config import SamplingSettings
-from chat.conversation import ReplyStats, TokenChoice
+from chat.conversations.conversation import ReplyStats, TokenChoice
+from chat.settings.schema import SamplingSettings
 
 ChatMessages = Sequence[dict[str, str]]
 

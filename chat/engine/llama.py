@@ -22,15 +22,15 @@ import llama_cpp
 import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from chat.config import ModelSettings, SamplingSettings
-from chat.conversation import FinishReason, ReplyStats, TokenChoice
+from chat.conversations.conversation import FinishReason, ReplyStats, TokenChoice
 from chat.engine.base import ChatMessages, EngineEvent, Finished, ModelInfo, TokenEvent
-from chat.engine.prompt_tokens import PieceTokenizer, Tokenize
+from chat.engine.prompt_tokens import PieceTokenizer, TokenizeBytes
 from chat.engine.reply_text import ReplyText
 from chat.engine.token_probs import Logits, ProbabilityRecorder
 from chat.errors import EngineBusyError, ModelError, PromptTooLongError
-from chat.models import check_gguf
+from chat.model_files import check_gguf
 from chat.sanitize import sanitize
+from chat.settings.schema import ModelSettings, SamplingSettings
 
 # Used only when a GGUF carries no chat template: ChatML is the most common format.
 CHATML_TEMPLATE = (
@@ -82,7 +82,7 @@ _KEY_CACHE_GGML_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_
 
 def key_cache_type(settings: ModelSettings) -> str:
     """The KV cache's key type for these settings: "auto" means q8_0 when every
-    layer runs on the CPU (see KEY_CACHE_TYPES in chat.config for why), else
+    layer runs on the CPU (see KEY_CACHE_TYPES in chat.settings.schema for why), else
     llama.cpp's own f16."""
     if settings.cache_type_k != "auto":
         return settings.cache_type_k
@@ -208,7 +208,7 @@ class LlamaEngine:
         return self._tokenize_chat(messages, add_generation_prompt, self._tokenize)
 
     def _tokenize_chat(
-        self, messages: ChatMessages, add_generation_prompt: bool, tokenize: Tokenize
+        self, messages: ChatMessages, add_generation_prompt: bool, tokenize: TokenizeBytes
     ) -> list[int]:
         rendered = self._formatters[add_generation_prompt](messages=list(messages))  # type: ignore[arg-type]
         return tokenize(rendered.prompt.encode("utf-8"), not rendered.added_special)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
-Tokenize = Callable[[bytes, bool], list[int]]
+TokenizeBytes = Callable[[bytes, bool], list[int]]
+"""llama.cpp's tokenizer: text (UTF-8) and whether to parse special tokens."""
 """(text, add_bos) -> token ids, special tokens parsed."""
 
 
@@ -24,7 +25,7 @@ class PieceTokenizer:
     last prompt. Gives exactly what tokenizing the whole text gives: a piece
     that does not start with its marker's token falls back to the whole text."""
 
-    def __init__(self, tokenize: Tokenize, markers: Iterable[tuple[bytes, int]]) -> None:
+    def __init__(self, tokenize: TokenizeBytes, markers: Iterable[tuple[bytes, int]]) -> None:
         self._tokenize = tokenize
         self._marker_ids = dict(markers)
         # Longest first, as llama.cpp matches special tokens.

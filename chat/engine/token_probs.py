@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from chat.config import SamplingSettings
-from chat.conversation import TokenChoice
+from chat.conversations.conversation import TokenChoice
+from chat.settings.schema import SamplingSettings
 
 TOP_N = 5
 Logits = npt.NDArray[np.float32]

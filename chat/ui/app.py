@@ -1,5 +1,9 @@
-"""ChatApp: loads the model in the background, hosts the chat screen, and
-applies, reloads and saves settings from the settings pane.
+"""ChatApp: wires the parts together and hosts the chat screen.
+
+What it wires: the model loader (chat.session.model_loader) to the chat
+screen; the settings pane to the settings, the config file and the loader;
+the conversation database (chat.ui.database_flow) to the screen's saver; and
+kvchat's colour themes.
 
 Settings changes (see `apply_settings`):
 - sampling settings are read by the chat screen at the start of each reply, so
@@ -8,82 +12,87 @@ Settings changes (see `apply_settings`):
   it has no messages yet: a conversation under way keeps the prompt its
   replies were made with (regenerating stays reproducible, and its KV cache
   stays valid);
-- model settings that change what is loaded reload the model in a thread; the
-  old engine is closed only after the new one loaded, and a failed load keeps
-  the old one. A reply still streaming is stopped first: one engine call at a
-  time;
-- Save writes the config file. Values that came from a command-line flag or a
-  KVCHAT_* variable are for this run only: the file keeps its own value for
-  those unless the user changed them in the pane.
+- model settings that change what is loaded reload the model; a reply still
+  streaming is stopped first (one engine call at a time);
+- Save writes the config file, less what was set for this run only
+  (chat.settings.run_overrides).
 
-It also owns the colour theme: kvchat's themes (built-in and the user's) are
-the only ones registered, the one in `settings.ui.theme` is applied at start,
-and any later change of `App.theme` is saved to the config file.
+Themes: kvchat's themes (built-in and the user's) are the only ones
+registered, the one in `settings.ui.theme` is applied at start, and any later
+change of `App.theme` is saved to the config file.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
-import gc
-import sys
-import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from functools import partial
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.command import CommandPalette
-from textual.markup import escape
 from textual.screen import Screen
 
 from chat import paths
-from chat.config import (
-    FIELDS,
-    ModelSettings,
-    Settings,
-    backup_path,
-    get_value,
-    load_config,
-    save_config,
-    set_value,
-    update_config,
-)
-from chat.engine.base import Engine
+from chat.conversations.store import Store
 from chat.errors import ConfigError, KvchatError, ModelError
-from chat.models import ModelCandidate, how_to_get_a_model, human_size, list_models, pick_model
-from chat.store import CorruptDatabaseError, NewerSchemaError, Store, StoreError, move_aside
-from chat.themes import (
+from chat.model_files import ModelCandidate, how_to_get_a_model, human_size, list_models
+from chat.session.background import in_thread
+from chat.session.model_loader import (
+    EngineFactory,
+    ModelBusyError,
+    ModelLoader,
+    ModelReady,
+    NoModelFoundError,
+    Reload,
+    load_llama,
+    same_path,
+)
+from chat.settings.config_file import backup_path, save_config, update_config
+from chat.settings.run_overrides import RunOverrides
+from chat.settings.schema import ModelSettings, Settings
+from chat.ui.commands import ThemeCommands
+from chat.ui.database_flow import DatabaseFlow
+from chat.ui.messages import ModelLoadFinished, SwitchModelRequested
+from chat.ui.screens.chat import ChatScreen
+from chat.ui.themes import (
     DEFAULT_THEME,
-    KvchatTheme,
     ThemeProblem,
     app_variable_defaults,
     load_themes,
     unknown_theme_message,
 )
-from chat.ui.commands import ListedCommands, PaletteEntry
-from chat.ui.messages import ModelLoaded, ModelLoadFailed, ModelReloaded, ModelReloadFailed
-from chat.ui.screens.chat import ChatScreen
+from chat.ui.tuning import settle_startup_garbage, share_the_gil_quickly
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from chat.ui.screens.settings import SettingsResult
 
-EngineFactory = Callable[[Path, ModelSettings], Engine]
 
-# Model settings the engine is loaded with: changing one of them means a reload.
-LOADER_FIELDS: tuple[str, ...] = tuple(
-    spec.name for spec in FIELDS.values() if spec.section == "model" and spec.name != "path"
-)
+@dataclass
+class Launch:
+    """What the `chat` command resolved for the app to start with."""
 
-
-def load_llama(path: Path, settings: ModelSettings) -> Engine:
-    # Imported here so that the UI starts drawing before llama.cpp is imported.
-    from chat.engine.llama import load_engine
-
-    return load_engine(path, settings, paths.log_file())
+    settings: Settings
+    model: ModelCandidate | None
+    """The model file to load; None: no model (`model_error` says why, if known)."""
+    model_error: str | None = None
+    startup_problems: Sequence[str] = ()
+    """Shown as notices once the app is up (config and environment problems)."""
+    config_path: Path | None = None
+    """Where Save in the settings pane and theme changes write (None: nowhere)."""
+    config_had_problems: bool = False
+    """The file had problems when loaded: the first save keeps it as config.toml.bak."""
+    run_overrides: Mapping[str, str] = field(default_factory=dict)
+    """Settings given for this run only, each with where it came from."""
+    database: Path | None = None
+    """The conversation database (default: paths.database_file())."""
+    resume: int | None = None
+    """The id of a saved conversation to open at start."""
 
 
 def theme_problem_notices(problems: Sequence[ThemeProblem], most: int = 3) -> list[str]:
@@ -100,25 +109,6 @@ def theme_problem_notices(problems: Sequence[ThemeProblem], most: int = 3) -> li
     return notices
 
 
-class ThemeCommands(ListedCommands):
-    """The command palette's theme list: kvchat's themes in their own order
-    (the default first, user themes last), each with its description."""
-
-    def entries(self) -> list[PaletteEntry]:
-        app = self.app
-        assert isinstance(app, ChatApp)
-        entries: list[PaletteEntry] = []
-        for theme in app.available_themes.values():
-            mode = "dark" if theme.dark else "light"
-            description = theme.description if isinstance(theme, KvchatTheme) else ""
-            help_text = f"{mode} · {description}" if description else mode
-            if theme.name == app.theme:
-                help_text += " · in use"
-            help_text = escape(help_text)  # the palette reads help as markup
-            entries.append(PaletteEntry(theme.name, help_text, partial(app.set_theme, theme.name)))
-        return entries
-
-
 class ChatApp(App[None]):
     TITLE = "kvchat"
     CSS_PATH = "app.tcss"
@@ -127,51 +117,31 @@ class ChatApp(App[None]):
         Binding("f2", "settings", "Settings"),
     ]
 
-    def __init__(
-        self,
-        settings: Settings,
-        model: ModelCandidate | None,
-        *,
-        engine_factory: EngineFactory = load_llama,
-        model_error: str | None = None,
-        startup_problems: Sequence[str] = (),
-        config_path: Path | None = None,
-        config_had_problems: bool = False,
-        run_overrides: Mapping[str, str] | None = None,
-        database: Path | None = None,
-        resume: int | None = None,
-    ) -> None:
-        """`config_path`: where Save in the settings pane and theme changes write
-        (None: nothing is written). `config_had_problems`: the file had problems
-        when it was loaded, so the first save keeps it as `config.toml.bak`.
-        `run_overrides`: settings given for this run only, each with where it came
-        from ("--temperature", "KVCHAT_SEED"). `database`: the conversation
-        database (default: paths.database_file()); `resume`: the id of a saved
-        conversation to open at start."""
+    def __init__(self, launch: Launch, *, engine_factory: EngineFactory = load_llama) -> None:
         super().__init__()
-        self.settings = settings
-        self.model = model
-        self.engine: Engine | None = None
-        self._engine_factory = engine_factory
-        self._model_error = model_error
-        self._startup_problems = list(startup_problems)
-        self.config_path = config_path
-        self.config_had_problems = config_had_problems
-        self._run_overrides = dict(run_overrides or {})
-        self._run_values = {
-            key: copy.deepcopy(get_value(settings, key)) for key in self._run_overrides
-        }
-        self._model_busy = False
-        """A model is loading (at start or a reload): model settings wait for it."""
-        self._opening_settings = False
-        self._theme_problems: list[ThemeProblem] = []
-        self.chat_screen = ChatScreen(settings)
-        self.database = database if database is not None else paths.database_file()
+        self.launch = launch
+        self.settings = launch.settings
+        """The defaults new conversations start from; the settings pane changes them."""
+        self.config_path = launch.config_path
+        self.config_had_problems = launch.config_had_problems
+        self.run_overrides = RunOverrides(launch.run_overrides, launch.settings)
+        self.models = ModelLoader(
+            lambda outcome: self.post_message(ModelLoadFinished(outcome)), engine_factory
+        )
+        self.chat_screen = ChatScreen(self.settings, self.models)
+        self.database = launch.database if launch.database is not None else paths.database_file()
         self.store: Store | None = None
-        self._resume = resume
-        self._use_kvchat_themes(settings.ui.theme)
+        self._startup_problems = list(launch.startup_problems)
+        self._theme_problems: list[ThemeProblem] = []
+        self._opening_settings = False
+        self._use_kvchat_themes(self.settings.ui.theme)
 
-    # -- themes -------------------------------------------------------------
+    @property
+    def model(self) -> ModelCandidate | None:
+        """The model file loaded (or loading at first)."""
+        return self.models.model or self.launch.model
+
+    # Themes: kvchat's own, and every change saved.
 
     def _use_kvchat_themes(self, wanted: str) -> None:
         """Register kvchat's themes in place of Textual's, then apply `wanted`."""
@@ -233,28 +203,19 @@ class ChatApp(App[None]):
     def get_default_screen(self) -> ChatScreen:
         return self.chat_screen
 
-    # How long a thread may keep the GIL while another waits for it (Python's
-    # default: 5 ms). The reply thread spends most of each token in llama.cpp,
-    # without the GIL, and needs it back briefly between tokens; with the
-    # default it waits up to 5 ms whenever the UI is drawing: on 2 cores the app
-    # then decoded at 86-89 % of a bare llama-cpp-python loop, with this at
-    # 97-105 % (chat.bench, "decode: full app").
-    GIL_SWITCH_INTERVAL_S = 0.0001
+    # Start: the first frame, then the database and the model.
 
     def on_mount(self) -> None:
-        sys.setswitchinterval(self.GIL_SWITCH_INTERVAL_S)
+        share_the_gil_quickly()
         # Start once the chat screen is on screen: the first frame never waits
         # for llama.cpp to be imported or the model to load.
         self.call_after_refresh(self._start)
 
     async def _start(self) -> None:
-        if not gc.isenabled():
-            # The `chat` command turned the collector off for startup (see cli).
-            # The first frame is drawn, and what startup built lives as long as
-            # the app: frozen, later collections skip it. Then collect again.
-            gc.freeze()
-            gc.enable()
-        await self._open_store()
+        settle_startup_garbage()
+        await DatabaseFlow(
+            self, self.database, self._use_store, self.chat_screen.stop_saving
+        ).open()
         for problem in self._startup_problems:
             # Not markup: problems quote the user's text, and "[model]" is a section.
             self.notify(problem, severity="warning", timeout=15, markup=False)
@@ -262,94 +223,60 @@ class ChatApp(App[None]):
             self.notify(
                 text, title="Theme file skipped", severity="warning", timeout=15, markup=False
             )
-        if self.model is None:
-            if self._model_error:
-                await self.chat_screen.show_problem(
-                    f"{self._model_error}\n\n{how_to_get_a_model()}"
-                )
+        model = self.launch.model
+        if model is None:
+            error = self.launch.model_error
+            if error:
+                await self.chat_screen.show_problem(f"{error}\n\n{how_to_get_a_model()}")
             else:
                 await self.chat_screen.show_problem(how_to_get_a_model(), no_model=True)
             return
-        await self.chat_screen.show_loading(self.model.name)
-        self._model_busy = True
-        threading.Thread(
-            target=self._load_model,
-            args=(self.model.path, self.settings.model),
-            name="kvchat-load",
-            daemon=True,  # Ctrl+Q must not wait for a large model to finish loading
-        ).start()
+        await self.chat_screen.show_loading(model.name)
+        self.models.load(model, self.settings.model)
 
-    def _build_engine(self, path: Path, settings: ModelSettings) -> Engine | str:
-        """Runs in a loader thread: the engine, or why it could not be loaded."""
-        try:
-            return self._engine_factory(path, settings)
-        except KvchatError as error:
-            return str(error)
-        except Exception as error:  # llama.cpp failures we did not foresee
-            return f"Could not load the model {path}: {error}"
+    async def _use_store(self, store: Store) -> None:
+        self.store = store
+        self.chat_screen.attach_store(store)
+        if self.launch.resume is not None:
+            await self.chat_screen.open_conversation(self.launch.resume)
+            self.launch.resume = None
 
-    def _load_model(self, path: Path, settings: ModelSettings) -> None:
-        result = self._build_engine(path, settings)
-        if isinstance(result, str):
-            self.post_message(ModelLoadFailed(result))
-        else:
-            self.post_message(ModelLoaded(result))
-
-    async def on_model_loaded(self, message: ModelLoaded) -> None:
-        self._model_busy = False
-        if self._exit or not self.chat_screen.is_attached:
-            # The user quit while the model was loading.
-            message.engine.close()
+    async def on_model_load_finished(self, message: ModelLoadFinished) -> None:
+        outcome = message.outcome
+        if not self.models.accept(outcome):
+            return  # the user quit while it loaded
+        if isinstance(outcome, ModelReady):
+            await self.chat_screen.show_model(outcome.engine)
+            if outcome.reload:
+                self.settings.model = outcome.settings
+                info = outcome.engine.info
+                self.notify(f"Model loaded: {info.name}, {info.n_ctx:,} tokens of context.")
+                if outcome.save:
+                    self.save_settings()
             return
-        self.engine = message.engine
-        await self.chat_screen.show_model(message.engine)
+        engine = self.models.engine
+        if not outcome.reload or engine is None:
+            await self.chat_screen.show_problem(outcome.error)
+        else:
+            await self.chat_screen.show_model(engine)
+        if not outcome.reload:
+            return
+        kept = f"Still using {engine.info.name}." if engine else "No model is loaded."
+        not_done = "saved" if outcome.save and self.config_path is not None else "applied"
+        self.notify(
+            f"{outcome.error}\n{kept} The model settings were not {not_done}.",
+            title="Model reload failed",
+            severity="error",
+            timeout=20,
+        )
 
-    async def on_model_load_failed(self, message: ModelLoadFailed) -> None:
-        self._model_busy = False
-        await self.chat_screen.show_problem(message.error)
-
-    # -- commands -------------------------------------------------------------
+    # The settings pane.
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         yield SystemCommand(
             "Settings", "Sampling, chat and model settings (F2)", self.action_settings
         )
-        yield SystemCommand(
-            "Pin last seed",
-            "Use the last reply's seed for every reply: the same prompt then gives the same reply",
-            self.action_pin_seed,
-        )
-        yield SystemCommand(
-            "Random seed each reply",
-            "Unpin the seed: each reply gets a new one",
-            self.action_random_seed,
-        )
-
-    def last_seed(self) -> int | None:
-        """The seed of the newest reply in the conversation, if there is one."""
-        for message in reversed(self.chat_screen.conversation.messages):
-            if message.role == "assistant" and message.stats and message.stats.seed is not None:
-                return message.stats.seed
-        return None
-
-    def action_pin_seed(self) -> None:
-        seed = self.last_seed()
-        if seed is None:
-            self.notify("There is no reply yet, so no seed to pin.", severity="warning")
-            return
-        self.settings.sampling.seed = seed
-        self.notify(
-            f"Seed pinned to {seed}: Ctrl+R now regenerates the same reply. "
-            "Save it in Settings (F2) to keep it; clear it there for random seeds.",
-            timeout=8,
-        )
-
-    def action_random_seed(self) -> None:
-        self.settings.sampling.seed = None
-        self.notify("Each reply now gets a new random seed.")
-
-    # -- the settings pane ----------------------------------------------------
 
     async def action_settings(self) -> None:
         # Imported here, like the other screens the first frame does not show:
@@ -361,15 +288,12 @@ class ChatApp(App[None]):
         self._opening_settings = True
         try:
             # Looking for models walks download caches: not on the UI thread.
-            models = await asyncio.to_thread(self._model_choices)
-            notes = {
-                key: f"Set by {origin} for this run." for key, origin in self._run_overrides.items()
-            }
+            models = await in_thread("list-models", self._model_choices)
             pane = SettingsScreen(
                 # What is in use: a reopened conversation's own sampling settings.
                 self.chat_screen.settings,
                 choices={"model.path": models, "ui.theme": self._theme_choices()},
-                notes=notes,
+                notes=self.run_overrides.notes(),
                 config_path=self.config_path,
             )
             await self.push_screen(pane, callback=self._settings_closed)
@@ -379,23 +303,26 @@ class ChatApp(App[None]):
     def _model_choices(self) -> list[tuple[str, object]]:
         """The model file options: automatic, the current setting, every GGUF found."""
         options: list[tuple[str, object]] = [("Find one automatically", "")]
-        seen: set[Path] = set()
-        loaded = _resolved(self.model.path) if self.model is not None else None
+        seen: list[Path] = []
+        loaded = self.model.path if self.model is not None else None
+
+        def is_loaded(path: Path) -> bool:
+            return loaded is not None and same_path(path, loaded)
+
         current = self.settings.model.path
         if current:
-            mark = " (loaded)" if _resolved(Path(current)) == loaded else " (current setting)"
+            mark = " (loaded)" if is_loaded(Path(current)) else " (current setting)"
             options.append((current + mark, current))
-            seen.add(_resolved(Path(current)))
+            seen.append(Path(current))
         for candidate in list_models():
-            where = _resolved(candidate.path)
-            if where in seen:
+            if any(same_path(candidate.path, other) for other in seen):
                 continue
-            seen.add(where)
-            mark = " · loaded" if where == loaded else ""
+            seen.append(candidate.path)
+            mark = " · loaded" if is_loaded(candidate.path) else ""
             label = f"{candidate.name}  ({human_size(candidate.size)}, {candidate.source}){mark}"
             options.append((label, str(candidate.path)))
-        if self.model is not None and loaded not in seen:
-            options.append((f"{self.model.path} (loaded)", str(self.model.path)))
+        if loaded is not None and not any(same_path(loaded, other) for other in seen):
+            options.append((f"{loaded} (loaded)", str(loaded)))
         return options
 
     def _theme_choices(self) -> list[tuple[str, object]]:
@@ -408,20 +335,14 @@ class ChatApp(App[None]):
     async def apply_settings(self, new: Settings, *, save: bool = False) -> None:
         """Use `new` from now on (see the module docstring); `save`: write the file too."""
         current = self.settings
-        # The chat screen reads its settings per reply: usually this very object;
-        # a reopened conversation has its own copy, which gets the pane's values too.
         current.sampling = copy.deepcopy(new.sampling)
-        in_use = self.chat_screen.settings
-        if in_use is not current:
-            in_use.sampling = copy.deepcopy(new.sampling)
         prompt_changed = new.chat.system_prompt != current.chat.system_prompt
         current.chat = copy.deepcopy(new.chat)
-        if prompt_changed:
-            await self._system_prompt_changed()
         theme_changed = new.ui.theme != current.ui.theme
         current.ui = copy.deepcopy(new.ui)
-        if in_use is not current:
-            in_use.chat, in_use.ui = current.chat, current.ui
+        self.chat_screen.defaults_changed()
+        if prompt_changed:
+            await self._system_prompt_changed()
         if theme_changed:
             self._apply_theme()
         reload = self._plan_reload(new.model)
@@ -430,8 +351,7 @@ class ChatApp(App[None]):
         elif reload is None:
             self.notify("Settings applied for this session.")
         if reload is not None:
-            self._model_busy = True  # from now: a second change waits for this one
-            self.run_worker(self._reload(*reload, save=save), group="reload")
+            self._start_reload(reload, save=save)
 
     async def _system_prompt_changed(self) -> None:
         screen = self.chat_screen
@@ -450,106 +370,54 @@ class ChatApp(App[None]):
         else:
             self.notify(f"There is no theme called {name}.", severity="warning")
 
-    # -- reloading the model ----------------------------------------------------
+    # Reloading the model.
 
-    def _plan_reload(self, new: ModelSettings) -> tuple[ModelCandidate, ModelSettings] | None:
-        """The model file and settings to load, or None when no reload is needed
-        (model settings that need none are applied here)."""
-        old = self.settings.model
-        if new == old:
-            return None
-        if self._model_busy:
-            self.notify(
-                "A model is still loading: change the model settings again when it is ready. "
-                "The other settings were applied.",
-                severity="warning",
-                timeout=10,
-            )
-            return None
+    def _plan_reload(self, new: ModelSettings) -> Reload | None:
+        """The reload that `new` model settings need, or None (said why, where
+        that is a problem; settings that need no reload are applied here)."""
         try:
-            candidate = pick_model(None, new.path)
+            reload = self.models.plan_reload(self.settings.model, new)
+        except ModelBusyError as error:
+            self.notify(f"{error} The other settings were applied.", severity="warning", timeout=10)
+            return None
+        except NoModelFoundError as error:
+            self.notify(str(error), severity="error", timeout=15)
+            return None
         except ModelError as error:
             self.notify(
                 f"{error} The model settings were not applied.", severity="error", timeout=15
             )
             return None
-        if candidate is None:
-            self.notify(how_to_get_a_model(), severity="error", timeout=15)
-            return None
-        same_file = self.model is not None and _resolved(candidate.path) == _resolved(
-            self.model.path
-        )
-        same_loader = all(getattr(new, name) == getattr(old, name) for name in LOADER_FIELDS)
-        if same_file and same_loader and self.engine is not None:
+        if reload is None and new != self.settings.model:
             self.settings.model = copy.deepcopy(new)  # the same file, named differently
-            return None
-        return candidate, copy.deepcopy(new)
+        return reload
 
-    async def _reload(self, model: ModelCandidate, settings: ModelSettings, save: bool) -> None:
+    def _start_reload(self, reload: Reload, *, save: bool) -> None:
+        self.models.begin_reload()  # from now: a second change waits for this one
+        self.run_worker(self._reload(reload, save), group="reload")
+
+    async def _reload(self, reload: Reload, save: bool) -> None:
         screen = self.chat_screen
-        await screen.show_reloading(model.name)  # no new replies from here on
+        await screen.show_reloading(reload.model.name)  # no new replies from here on
         if screen.generating:
             self.notify("Stopping the reply to reload the model; what it wrote is kept.")
             screen.stop_generating()
             while screen.generating:
                 await asyncio.sleep(0.02)
-        self.notify(f"Reloading model {model.name}…")
+        self.notify(f"Reloading model {reload.model.name}…")
+        self.models.reload(reload, save=save)
 
-        def load() -> None:
-            result = self._build_engine(model.path, settings)
-            if isinstance(result, str):
-                self.post_message(ModelReloadFailed(result, save))
-            else:
-                self.post_message(ModelReloaded(result, model, settings, save))
+    def on_switch_model_requested(self, message: SwitchModelRequested) -> None:
+        """Load the model at `path` and use it from the next reply: the same reload
+        as a model change in the settings pane. For this session: Save in the
+        pane keeps it."""
+        new = copy.deepcopy(self.settings.model)
+        new.path = str(message.path)
+        reload = self._plan_reload(new)
+        if reload is not None:
+            self._start_reload(reload, save=False)
 
-        threading.Thread(target=load, name="kvchat-reload", daemon=True).start()
-
-    async def on_model_reloaded(self, message: ModelReloaded) -> None:
-        old = self.engine
-        self.engine = message.engine
-        self.model = message.model
-        self.settings.model = message.settings
-        self._model_busy = False
-        await self.chat_screen.show_model(message.engine)
-        if old is not None and old is not message.engine:
-            # After the new one is in place; close() waits for any call still running.
-            threading.Thread(target=_close_quietly, args=(old,), daemon=True).start()
-        info = message.engine.info
-        self.notify(f"Model loaded: {info.name}, {info.n_ctx:,} tokens of context.")
-        if message.save:
-            self.save_settings()
-
-    async def on_model_reload_failed(self, message: ModelReloadFailed) -> None:
-        self._model_busy = False
-        if self.engine is not None:
-            await self.chat_screen.show_model(self.engine)
-            kept = f"Still using {self.engine.info.name}."
-        else:
-            await self.chat_screen.show_problem(message.error)
-            kept = "No model is loaded."
-        not_done = "saved" if message.save and self.config_path is not None else "applied"
-        self.notify(
-            f"{message.error}\n{kept} The model settings were not {not_done}.",
-            title="Model reload failed",
-            severity="error",
-            timeout=20,
-        )
-
-    # -- saving ---------------------------------------------------------------
-
-    def settings_to_save(self) -> Settings:
-        """The settings in use, less what a flag or variable set for this run only
-        (those keep the file's value unless the user changed them since)."""
-        assert self.config_path is not None
-        to_save = copy.deepcopy(self.settings)
-        unchanged = [
-            key for key, value in self._run_values.items() if get_value(self.settings, key) == value
-        ]
-        if unchanged:
-            in_file, _ = load_config(self.config_path)
-            for key in unchanged:
-                set_value(to_save, key, copy.deepcopy(get_value(in_file, key)))
-        return to_save
+    # Saving the settings.
 
     def save_settings(self, *, model_pending: bool = False) -> bool:
         """Write the settings to the config file; say so. False if not written."""
@@ -557,9 +425,8 @@ class ChatApp(App[None]):
             self.notify("Settings applied for this session (there is no config file to save to).")
             return False
         try:
-            save_config(
-                self.settings_to_save(), self.config_path, keep_backup=self.config_had_problems
-            )
+            to_save = self.run_overrides.settings_to_save(self.settings, self.config_path)
+            save_config(to_save, self.config_path, keep_backup=self.config_had_problems)
         except ConfigError as error:
             self.notify(str(error), title="Settings not saved", severity="error", timeout=15)
             return False
@@ -575,85 +442,9 @@ class ChatApp(App[None]):
 
     async def action_quit(self) -> None:
         self.chat_screen.stop_generating()
+        self.models.close()
         self.exit()
 
     def on_unmount(self) -> None:
         if self.store is not None:
             self.store.close()
-
-    # -- the conversation database ----------------------------------------------
-
-    async def _open_store(self) -> None:
-        """Open the database; one kvchat cannot use is left untouched and the user
-        decides what happens (StorageProblemScreen)."""
-        try:
-            store = Store(self.database)
-        except (CorruptDatabaseError, NewerSchemaError) as error:
-            from chat.ui.screens.dialogs import StorageProblemScreen
-
-            self.push_screen(StorageProblemScreen(str(error)), self._storage_choice)
-            return
-        except StoreError as error:
-            self.chat_screen.stop_saving(f"cannot open {self.database}")
-            self.notify(str(error), title="Not saving", severity="error", timeout=15, markup=False)
-            return
-        await self._use_store(store)
-
-    async def _use_store(self, store: Store) -> None:
-        self.store = store
-        self.chat_screen.attach_store(store)
-        if self._resume is not None:
-            await self.chat_screen.open_conversation(self._resume)
-            self._resume = None
-
-    async def _storage_choice(self, choice: str | None) -> None:
-        if choice == "quit":
-            self.exit()
-            return
-        if choice == "move":
-            try:
-                moved = move_aside(self.database)
-                store = Store(self.database)
-            except StoreError as error:
-                self.chat_screen.stop_saving(f"cannot open {self.database}")
-                self.notify(
-                    str(error), title="Not saving", severity="error", timeout=15, markup=False
-                )
-                return
-            self.notify(
-                f"The old database is kept as {moved}. New conversations are saved in "
-                f"{self.database}.",
-                title="Started a new database",
-                timeout=15,
-                markup=False,
-            )
-            await self._use_store(store)
-            return
-        self.chat_screen.stop_saving(f"{self.database} cannot be used (kept as it is)")
-
-    # -- switching models -------------------------------------------------------
-
-    def switch_model(self, path: Path) -> None:
-        """Load the model at `path` in the background and use it from the next
-        reply: the same reload as a model change in the settings pane (the
-        running model stays if loading fails, and is closed only once the new
-        one is in place). For this session: Save in the pane keeps it."""
-        new = copy.deepcopy(self.settings.model)
-        new.path = str(path)
-        reload = self._plan_reload(new)
-        if reload is not None:
-            self._model_busy = True
-            self.run_worker(self._reload(*reload, save=False), group="reload")
-
-
-def _resolved(path: Path) -> Path:
-    try:
-        return path.expanduser().resolve()
-    except (OSError, RuntimeError):
-        return path
-
-
-def _close_quietly(engine: Engine) -> None:
-    # The engine is gone either way; the app carries on.
-    with contextlib.suppress(Exception):
-        engine.close()

@@ -1,5 +1,6 @@
-"""Command palette (Ctrl+P) entries offered on the chat screen: conversations and
-the token view; and `ListedCommands`, the shape every kvchat palette provider has."""
+"""Command palette (Ctrl+P) entries: conversations, the token view and the seed
+on the chat screen, kvchat's themes; and `ListedCommands`, the shape every
+kvchat palette provider has."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from dataclasses import dataclass
 from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.markup import escape
+
+from chat.ui.themes import KvchatTheme
 
 
 @dataclass(frozen=True)
@@ -75,3 +79,42 @@ class TokenViewCommands(ListedCommands):
                 other_names=("Show token probabilities",),
             )
         ]
+
+
+class SeedCommands(ListedCommands):
+    """Pinning the seed (on the chat screen): the same prompt then gives the same reply."""
+
+    def entries(self) -> list[PaletteEntry]:
+        run = self.screen.run_action
+        return [
+            PaletteEntry(
+                "Pin last seed",
+                "Use the last reply's seed for every reply: the same prompt then gives the "
+                "same reply",
+                partial(run, "pin_seed"),
+            ),
+            PaletteEntry(
+                "Random seed each reply",
+                "Unpin the seed: each reply gets a new one",
+                partial(run, "random_seed"),
+            ),
+        ]
+
+
+class ThemeCommands(ListedCommands):
+    """The command palette's theme list: kvchat's themes in their own order
+    (the default first, user themes last), each with its description."""
+
+    def entries(self) -> list[PaletteEntry]:
+        app = self.app
+        entries: list[PaletteEntry] = []
+        for theme in app.available_themes.values():
+            mode = "dark" if theme.dark else "light"
+            description = theme.description if isinstance(theme, KvchatTheme) else ""
+            help_text = f"{mode} · {description}" if description else mode
+            if theme.name == app.theme:
+                help_text += " · in use"
+            help_text = escape(help_text)  # the palette reads help as markup
+            select = partial(setattr, app, "theme", theme.name)
+            entries.append(PaletteEntry(theme.name, help_text, select))
+        return entries

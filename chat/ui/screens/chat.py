@@ -1,37 +1,50 @@
 """The chat screen: the conversation, the prompt box and the status bar.
 
 The flow of one turn: the prompt box posts `Submitted`; the user's message is
-added; a daemon thread runs `engine.stream_reply` and posts `ReplyToken`s and
-one `ReplyFinished`; the screen streams them into the reply's Markdown view.
+added and saved; a `ReplyStream` (chat.session.reply_stream) runs the engine in
+a background thread and posts `ReplyUpdate`s (chunks of tokens, then the end);
+the screen streams them into the reply's Markdown view and the saver.
+
+The screen is given what it works with: the default settings (which the app's
+settings pane changes in place) and the model loader (the one owner of the
+engine). It asks the app for anything else by posting a message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
-import time
+import copy
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
 from textual.screen import Screen
+from textual.signal import Signal
 from textual.timer import Timer
 from textual.widgets import Footer, LoadingIndicator, Static
 
-from chat.config import SamplingSettings, Settings
-from chat.context import ContextBudget, WindowPlan
-from chat.conversation import Conversation, Message
-from chat.engine.base import Engine, Finished, TokenEvent
-from chat.errors import KvchatError, PromptTooLongError
-from chat.saving import SAVE_INTERVAL_S, ConversationSaver, ConversationSettings, restore_sampling
-from chat.store import Store
-from chat.ui.commands import ConversationCommands, TokenViewCommands
-from chat.ui.messages import ReplyFailed, ReplyFinished, ReplyToken
+from chat.conversations.conversation import Conversation, Message
+from chat.conversations.saver import ConversationSaver, ConversationSettings, restore_sampling
+from chat.conversations.store import Store
+from chat.engine.base import Engine
+from chat.errors import KvchatError
+from chat.session.background import in_thread, start_thread
+from chat.session.context_window import (
+    ContextBudget,
+    WindowPlan,
+    history_messages,
+    prompt_messages,
+)
+from chat.session.model_loader import ModelLoader
+from chat.session.reply_stream import ReplyChunk, ReplyEnded, ReplyFailed, ReplyStream
+from chat.settings.schema import Settings
+from chat.ui.commands import ConversationCommands, SeedCommands, TokenViewCommands
+from chat.ui.messages import ReplyUpdate, SwitchModelRequested
 from chat.ui.widgets.context_meter import HELP as CONTEXT_HELP
 from chat.ui.widgets.context_meter import ContextMeter, MeterState
 from chat.ui.widgets.conversation_view import ConversationView
@@ -45,15 +58,14 @@ from chat.ui.widgets.status_bar import StatusBar
 if TYPE_CHECKING:
     from textual.widgets import Markdown
 
-    from chat.ui.app import ChatApp
     from chat.ui.screens.conversations import OpenChoice
 
 
 class ChatScreen(Screen[None]):
     """`settings` are this conversation's: a reopened conversation gets a copy with
-    its own saved sampling settings, and `ChatApp.settings` (the defaults that new
+    its own saved sampling settings, and `defaults` (the settings new
     conversations start from) is not changed. The conversation is saved as it
-    happens through `saver` (see chat.saving)."""
+    happens through `saver` (see chat.conversations.saver)."""
 
     BINDINGS = [
         Binding("escape", "stop", "Stop"),
@@ -65,11 +77,7 @@ class ChatScreen(Screen[None]):
         Binding("f1", "context_help", "Help", tooltip="Why the whole conversation is re-sent"),
         Binding("ctrl+t", "token_view", "Tokens"),
     ]
-    COMMANDS = {ConversationCommands, TokenViewCommands}
-
-    # One frame at 30 frames a second: tokens closer together than this are
-    # shown together.
-    FRAME_S = 1 / 30
+    COMMANDS = {ConversationCommands, TokenViewCommands, SeedCommands}
 
     # Typing updates the meter after this pause, not on every keystroke.
     METER_DEBOUNCE_S = 0.15
@@ -80,23 +88,30 @@ class ChatScreen(Screen[None]):
     # Longer conversations are counted in a thread when opened (see recount_meter).
     COUNT_IN_THREAD_ABOVE = 100
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, defaults: Settings, models: ModelLoader) -> None:
         super().__init__()
-        self.settings = settings
-        self.engine: Engine | None = None
-        self.conversation = Conversation(system_prompt=settings.chat.system_prompt)
-        self._cancel = threading.Event()
+        self.defaults = defaults
+        self.settings = defaults
+        self._models = models
+        self.conversation = Conversation(system_prompt=defaults.chat.system_prompt)
         self._reply_view: AssistantMessageView | None = None
-        self._reply_thread: threading.Thread | None = None
+        self._stream: ReplyStream | None = None
         self.budget: ContextBudget | None = None
         self._meter_timer: Timer | None = None
         self._prefill_timer: Timer | None = None
         self.saver = ConversationSaver(self._report_save_problem)
-        self._save_timer: Timer | None = None
+        self.reply_shown: Signal[int] = Signal(self, "reply_shown")
+        """Published each time reply tokens are on screen, with how many (the
+        benchmark measures decode speed where the user sees it)."""
         self._outside_window: set[int] = set()
         """id() of the messages outside the window at the last turn."""
         self._system_tokens = 0
         self._check_model_when_loaded = False
+
+    @property
+    def engine(self) -> Engine | None:
+        """The model replies use now (None while none is loaded or another loads)."""
+        return self._models.usable_engine if self.budget is not None else None
 
     @property
     def generating(self) -> bool:
@@ -134,7 +149,7 @@ class ChatScreen(Screen[None]):
         await self.mount(LoadingIndicator(id="loading"), before=notice)
 
     async def show_model(self, engine: Engine) -> None:
-        self.engine = engine
+        """`engine` (the loader's) is ready: replies can be sent."""
         self.budget = ContextBudget(engine.tokenize_chat, engine.info.n_ctx)
         await self._remove_loading()
         self.query_one("#notice").display = False
@@ -148,11 +163,11 @@ class ChatScreen(Screen[None]):
     async def show_reloading(self, name: str) -> None:
         """Another model is loading to replace this one: no replies until `show_model`
         (or `show_problem`); the conversation stays as it is."""
-        self.engine = None
         self.query_one(StatusBar).show_reloading(name)
 
     async def show_problem(self, text: str, *, no_model: bool = False) -> None:
         """An error panel (a model that failed to load, or no model at all)."""
+        self.budget = None
         await self._remove_loading()
         notice = self.query_one("#notice", Static)
         notice.update(Content(text))
@@ -214,20 +229,6 @@ class ChatScreen(Screen[None]):
         return self.budget.generation_prompt_tokens(
             self.conversation.system_prompt, messages[0] if messages else None
         )
-
-    def _prompt_messages(
-        self, plan: WindowPlan, newest: Message | None = None
-    ) -> list[dict[str, str]]:
-        """What this turn sends: the system prompt, the earlier messages that
-        fit, and the newest message (by default the conversation's last)."""
-        newest = newest or self.conversation.messages[-1]
-        return [*self._earlier_messages(plan), newest.as_chat_dict()]
-
-    def _earlier_messages(self, plan: WindowPlan) -> list[dict[str, str]]:
-        """The system prompt and the earlier messages that fit the window."""
-        messages = self.conversation.messages
-        head = self.conversation.chat_messages(upto=0)
-        return head + [messages[i].as_chat_dict() for i in plan.included]
 
     def _mark_window(self, plan: WindowPlan) -> None:
         """Show which messages are outside the window this turn, and each one's tokens."""
@@ -295,7 +296,7 @@ class ChatScreen(Screen[None]):
         await drawn.wait()
         messages = list(conversation.messages)
         # The engine's tokenizer reads only the vocabulary: safe beside a reply.
-        await asyncio.to_thread(budget.count_messages, conversation.system_prompt, messages)
+        await in_thread("count", budget.count_messages, conversation.system_prompt, messages)
         if self.budget is budget and self.conversation is conversation:
             self.refresh_meter()
             self._schedule_prefill()
@@ -329,17 +330,12 @@ class ChatScreen(Screen[None]):
             return
         a_message = bool(text.strip())
         if a_message:
-            messages = self._prompt_messages(plan, Message("user", text))
+            messages = prompt_messages(self.conversation, plan, Message("user", text))
         elif self.conversation.messages:
-            messages = self._earlier_messages(plan)
+            messages = history_messages(self.conversation, plan)
         else:
             return
-        threading.Thread(
-            target=_prefill_quietly,
-            args=(engine, messages, a_message),
-            name="kvchat-prefill",
-            daemon=True,
-        ).start()
+        start_thread("prefill", _prefill_quietly, engine, messages, a_message)
 
     def _counting_messages(self) -> bool:
         return any(
@@ -356,80 +352,53 @@ class ChatScreen(Screen[None]):
 
     async def _start_reply(self, plan: WindowPlan, replaces: int | None = None) -> None:
         """`replaces`: the saved id of the reply that this one regenerates."""
-        assert self.engine is not None
+        engine = self.engine
+        assert engine is not None
         self._mark_window(plan)
         self.query_one(ContextMeter).show(MeterState.from_plan(plan))
         reply = Message("assistant", "")
         self._reply_view = await self.query_one(ConversationView).start_reply(reply)
         self.saver.start_reply(self.conversation, self._conversation_settings(), reply, replaces)
-        self._save_timer = self.set_interval(SAVE_INTERVAL_S, self.saver.save_progress)
-        self._cancel = threading.Event()
         self.query_one(StatusBar).show_generating()
-        self._reply_thread = threading.Thread(
-            target=self._generate,
-            args=(
-                self.engine,
-                self._prompt_messages(plan),
-                replace(self.settings.sampling),
-                self.settings.chat.record_token_probs,
-            ),
-            name="kvchat-generate",
-            daemon=True,  # never keeps the process alive after Ctrl+Q
+        self._stream = ReplyStream(
+            engine,
+            prompt_messages(self.conversation, plan),
+            replace(self.settings.sampling),
+            lambda event: self.post_message(ReplyUpdate(event)),
+            record_probs=self.settings.chat.record_token_probs,
         )
-        self._reply_thread.start()
+        self._stream.start()
 
-    def _generate(
-        self,
-        engine: Engine,
-        messages: list[dict[str, str]],
-        sampling: SamplingSettings,
-        record_probs: bool,
-    ) -> None:
-        """Runs in the reply thread; only posts messages to the screen.
+    async def on_reply_update(self, message: ReplyUpdate) -> None:
+        event = message.event
+        if isinstance(event, ReplyChunk):
+            await self._show_chunk(event)
+        elif isinstance(event, ReplyEnded):
+            await self._finish_reply(event)
+        else:
+            await self._reply_failed(event)
 
-        Tokens that arrive within one frame (FRAME_S) of the last post travel
-        together: the screen cannot show them apart anyway, and every post costs
-        the UI a Markdown update, which competes with the engine for the CPU.
-        """
-        text, tokens, posted_at = "", 0, 0.0
-        try:
-            for event in engine.stream_reply(messages, sampling, self._cancel, record_probs):
-                if isinstance(event, TokenEvent):
-                    text += event.text
-                    tokens += 1 if event.token_id >= 0 else 0  # -1: held-back text at the end
-                    now = time.monotonic()
-                    if (text or tokens) and now - posted_at >= self.FRAME_S:
-                        self.post_message(ReplyToken(text, tokens))
-                        text, tokens, posted_at = "", 0, now
-                elif isinstance(event, Finished):
-                    if text or tokens:
-                        self.post_message(ReplyToken(text, tokens))
-                    self.post_message(ReplyFinished(event))
-        except PromptTooLongError as error:
-            self.post_message(ReplyFailed(str(error), prompt_too_long=True))
-        except KvchatError as error:
-            self.post_message(ReplyFailed(str(error)))
-        except Exception as error:  # a bug or a llama.cpp failure: say so, keep the app alive
-            self.post_message(ReplyFailed(f"Generation failed: {error}"))
+    async def _show_chunk(self, chunk: ReplyChunk) -> None:
+        if self._reply_view is None:
+            return
+        if chunk.tokens:
+            self.query_one(ContextMeter).add_reply_tokens(chunk.tokens)
+        if chunk.save_due and self._stream is not None:
+            self.saver.save_progress(self._stream.text)
+        if chunk.text:
+            await self._reply_view.append(chunk.text)
+        if chunk.tokens:
+            self.reply_shown.publish(chunk.tokens)
 
-    async def on_reply_token(self, message: ReplyToken) -> None:
-        if self._reply_view is not None:
-            if message.tokens:
-                self.query_one(ContextMeter).add_reply_tokens(message.tokens)
-            if message.text:
-                self.saver.reply_grew(message.text)
-                await self._reply_view.append(message.text)
-
-    async def on_reply_finished(self, message: ReplyFinished) -> None:
+    async def _finish_reply(self, ended: ReplyEnded) -> None:
         view = self._reply_view
         if view is None:
             return
-        finished = message.finished
+        finished = ended.finished
         view.message.token_probs = list(finished.choices) or None
         await view.finish(finished.text, finished.stats)
         self.conversation.messages.append(view.message)
-        self._reply_view = None
-        self._stop_save_timer()
+        self._reply_view = self._stream = None
         self.saver.finish_reply(finished.text, finished.stats)
         self.query_one(StatusBar).show_reply(finished.stats)
         self._schedule_prefill()  # for what was typed while the reply streamed
@@ -440,15 +409,14 @@ class ChatScreen(Screen[None]):
                 severity="warning",
             )
 
-    async def on_reply_failed(self, message: ReplyFailed) -> None:
+    async def _reply_failed(self, failed: ReplyFailed) -> None:
         view = self._reply_view
-        self._reply_view = None
-        self._stop_save_timer()
+        self._reply_view = self._stream = None
         if view is not None:
             self.saver.discard(self.conversation, view.message)
             await view.finish("", None)
             await view.remove()
-        if message.prompt_too_long and self.conversation.messages:
+        if failed.prompt_too_long and self.conversation.messages:
             # Nothing is lost: the message goes back into the box to be shortened.
             last = self.conversation.messages.pop()
             self.saver.discard(self.conversation, last)
@@ -458,13 +426,13 @@ class ChatScreen(Screen[None]):
             box = self.query_one(PromptBox)
             if not box.text.strip():
                 box.text = last.content
-        self.notify(message.error, severity="error", timeout=10)
+        self.notify(failed.error, severity="error", timeout=10)
         if self.engine is not None:
             self.query_one(StatusBar).show_model(self.engine.info)
 
     def action_stop(self) -> None:
-        if self.generating:
-            self._cancel.set()
+        if self._stream is not None:
+            self._stream.cancel()
 
     async def action_regenerate(self) -> None:
         if self.generating:
@@ -494,7 +462,7 @@ class ChatScreen(Screen[None]):
         if self.generating:
             self.notify("Stop the reply first (Esc).", severity="warning")
             return
-        self.settings = self._chat_app().settings
+        self.settings = self.defaults
         self.conversation = Conversation(system_prompt=self.settings.chat.system_prompt)
         self._outside_window = set()
         await self.query_one(ConversationView).clear()
@@ -503,15 +471,43 @@ class ChatScreen(Screen[None]):
         self.refresh_meter()
 
     def stop_generating(self) -> None:
-        """Called on quit: end the reply thread within one token, and save the reply
-        so far (its final write, with stats, will not happen)."""
-        self._cancel.set()
-        self.saver.save_progress()
+        """End the reply within one token (its end arrives as usual). Called on
+        quit too: the reply so far is saved now, as its final write will not happen."""
+        if self._stream is not None:
+            self._stream.cancel()
+            self.saver.save_progress(self._stream.text)
+
+    def defaults_changed(self) -> None:
+        """The settings pane changed the defaults' sampling, chat and UI settings:
+        a reopened conversation's own copy takes them too."""
+        if self.settings is not self.defaults:
+            self.settings.sampling = copy.deepcopy(self.defaults.sampling)
+            self.settings.chat, self.settings.ui = self.defaults.chat, self.defaults.ui
+
+    def last_seed(self) -> int | None:
+        """The seed of the newest reply in the conversation, if there is one."""
+        for message in reversed(self.conversation.messages):
+            if message.role == "assistant" and message.stats and message.stats.seed is not None:
+                return message.stats.seed
+        return None
+
+    def action_pin_seed(self) -> None:
+        seed = self.last_seed()
+        if seed is None:
+            self.notify("There is no reply yet, so no seed to pin.", severity="warning")
+            return
+        self.defaults.sampling.seed = seed
+        self.notify(
+            f"Seed pinned to {seed}: Ctrl+R now regenerates the same reply. "
+            "Save it in Settings (F2) to keep it; clear it there for random seeds.",
+            timeout=8,
+        )
+
+    def action_random_seed(self) -> None:
+        self.defaults.sampling.seed = None
+        self.notify("Each reply now gets a new random seed.")
 
     # -- saved conversations ------------------------------------------------
-
-    def _chat_app(self) -> ChatApp:
-        return cast("ChatApp", self.app)
 
     def _conversation_settings(self) -> ConversationSettings:
         """What the conversation's row records: its system prompt, sampling and model."""
@@ -525,11 +521,6 @@ class ChatScreen(Screen[None]):
 
     def _report_save_problem(self, text: str) -> None:
         self.notify(text, title="Not saved", severity="error", timeout=10, markup=False)
-
-    def _stop_save_timer(self) -> None:
-        if self._save_timer is not None:
-            self._save_timer.stop()
-            self._save_timer = None
 
     def attach_store(self, store: Store) -> None:
         """Save from now on (messages sent before are saved with the next one)."""
@@ -557,7 +548,7 @@ class ChatScreen(Screen[None]):
             if loaded is None:
                 return False
             conversation, sampling = loaded
-        defaults = self._chat_app().settings
+        defaults = self.defaults
         self.settings = replace(defaults, sampling=restore_sampling(sampling, defaults.sampling))
         self.conversation = conversation
         self._outside_window = set()
@@ -615,7 +606,7 @@ class ChatScreen(Screen[None]):
 
         def answer(switch: bool | None) -> None:
             if switch:
-                self._chat_app().switch_model(path)
+                self.post_message(SwitchModelRequested(path))
 
         from chat.ui.screens.dialogs import ConfirmScreen
 
@@ -661,7 +652,7 @@ class ChatScreen(Screen[None]):
         if not self.conversation.messages:
             self.notify("There is nothing to export yet.", severity="warning")
             return
-        from chat.exporting import export_conversation
+        from chat.conversations.export import export_conversation
 
         try:
             path = export_conversation(self.conversation, asdict(self.settings.sampling))

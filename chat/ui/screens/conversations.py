@@ -19,9 +19,9 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Label, Static
 
+from chat.conversations.store import ConversationSummary, Store
 from chat.errors import KvchatError
 from chat.sanitize import sanitize
-from chat.store import ConversationSummary, Store
 from chat.ui.screens.dialogs import ConfirmScreen, RenameScreen
 
 OpenChoice = int | str | None

@@ -21,7 +21,8 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from chat.config import FIELDS, SECTIONS, Settings, get_value, set_value
+from chat.settings.schema import FIELDS, SECTIONS, Settings
+from chat.settings.values import get_value, set_value
 from chat.ui.widgets.setting_field import SettingField
 
 # Sampling first: it is what people change most.

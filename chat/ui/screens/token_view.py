@@ -19,8 +19,8 @@ from textual.dom import DOMNode
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
 
-from chat.conversation import Message, TokenChoice, summarize
-from chat.token_probs_codec import StoredTokenChoices
+from chat.conversations.conversation import Message, TokenChoice, summarize
+from chat.conversations.token_probs_codec import StoredTokenChoices
 from chat.ui.widgets.message_view import AssistantMessageView
 from chat.ui.widgets.token_view import (
     TokenDetail,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widgets import Static
 
-from chat.context import WindowPlan
+from chat.session.context_window import WindowPlan
 
 SEGMENTS = ("system", "history", "new", "reply", "reserved", "free")
 LABELS = {

@@ -12,6 +12,7 @@ the user scrolls up. The line at the top says how many are left (click: more).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from textual import events
 from textual.containers import VerticalScroll
@@ -19,7 +20,7 @@ from textual.content import Content
 from textual.message import Message as TextualMessage
 from textual.widgets import Static
 
-from chat.conversation import Message
+from chat.conversations.conversation import Message
 from chat.ui.widgets.message_view import AssistantMessageView, MessageView, view_for
 
 
@@ -59,12 +60,11 @@ class ConversationView(VerticalScroll):
     PAGE = 10
     """Older message views mounted at a time, as the user scrolls up."""
 
+    @dataclass
     class EarlierShown(TextualMessage):
-        """Older message views were mounted (the screen marks their window state)."""
+        """Older message `views` were mounted (the screen marks their window state)."""
 
-        def __init__(self, views: list[MessageView]) -> None:
-            super().__init__()
-            self.views = views
+        views: list[MessageView]
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)

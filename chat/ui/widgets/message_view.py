@@ -15,7 +15,7 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
-from chat.conversation import Message, ReplyStats
+from chat.conversations.conversation import Message, ReplyStats
 from chat.sanitize import sanitize
 
 if TYPE_CHECKING:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from textual import events
 from textual.message import Message
 from textual.widgets import TextArea
 
 
 class PromptBox(TextArea):
+    @dataclass
     class Submitted(Message):
-        def __init__(self, prompt_box: PromptBox, text: str) -> None:
-            super().__init__()
-            self.prompt_box = prompt_box
-            self.text = text
+        """Enter was pressed over `text` (not blank) in `prompt_box`."""
+
+        prompt_box: PromptBox
+        text: str
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, soft_wrap=True, show_line_numbers=False, tab_behavior="focus")

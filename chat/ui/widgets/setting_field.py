@@ -11,6 +11,7 @@ posted as `SettingField.Changed`; `value` only ever holds a valid value.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from textual import on
 from textual.app import ComposeResult
@@ -20,8 +21,9 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Input, Label, Select, Static, Switch, TextArea
 
-from chat.config import FieldSpec, parse_value
 from chat.errors import ConfigError
+from chat.settings.schema import FieldSpec
+from chat.settings.values import parse_value
 
 Control = Input | Switch | Select[object] | TextArea
 
@@ -62,12 +64,11 @@ def _placeholder(spec: FieldSpec) -> str:
 class SettingField(Vertical):
     """The form field of one setting."""
 
+    @dataclass
     class Changed(Message):
-        """The user changed the field; `error` is set while the value is invalid."""
+        """The user changed `field`; its `error` is set while the value is invalid."""
 
-        def __init__(self, field: SettingField) -> None:
-            super().__init__()
-            self.field = field
+        field: SettingField
 
         @property
         def control(self) -> SettingField:

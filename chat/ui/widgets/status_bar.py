@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.content import Content
 from textual.widgets import Static
 
-from chat.conversation import ReplyStats
+from chat.conversations.conversation import ReplyStats
 from chat.engine.base import ModelInfo
 from chat.ui.widgets.message_view import FINISH_NOTES, reply_summary
 

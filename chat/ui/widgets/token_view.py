@@ -28,7 +28,7 @@ from textual.style import Style as VisualStyle
 from textual.widget import Widget
 from textual.widgets import Static
 
-from chat.conversation import TokenChoice
+from chat.conversations.conversation import TokenChoice
 
 NEWLINE_MARK = "⏎"
 SPACE_MARK = "␣"
@@ -154,13 +154,12 @@ class TokenStrip(ScrollView, can_focus=True):
         Binding("end", "to_token(-1)", "Last token", show=False),
     ]
 
+    @dataclass
     class Shown(Message):
-        """The token whose details the view should show changed."""
+        """The token whose details the view should show changed: `index` in `strip`."""
 
-        def __init__(self, strip: TokenStrip, index: int) -> None:
-            super().__init__()
-            self.strip = strip
-            self.index = index
+        strip: TokenStrip
+        index: int
 
     cursor: reactive[int] = reactive(0, always_update=True)
     hover: reactive[int | None] = reactive(None)

@@ -1,0 +1,304 @@
+"""The `chat` / `kvchat` command: parse arguments, resolve settings, pick the
+model, then run the TUI or one-shot mode."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from chat import __version__, paths
+from chat.errors import KvchatError, ModelError
+from chat.model_files import how_to_get_a_model, human_size, list_models, pick_model
+from chat.settings.effective import format_effective
+from chat.settings.resolve import ResolvedSettings, resolve_settings
+
+if TYPE_CHECKING:  # chat.ui.themes imports Textual: only the branches that need it import it
+    from chat.ui.themes import ThemeProblem
+
+EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for such a writer
+
+# CLI flag -> dotted setting key. Values stay strings here and are checked by
+# config.parse_value, so a bad flag gets the same message as a bad config line.
+SETTING_FLAGS = {
+    "model": "model.path",
+    "ctx": "model.n_ctx",
+    "gpu_layers": "model.n_gpu_layers",
+    "temperature": "sampling.temperature",
+    "top_p": "sampling.top_p",
+    "seed": "sampling.seed",
+    "max_tokens": "sampling.max_tokens",
+    "system": "chat.system_prompt",
+    "theme": "ui.theme",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="chat",
+        description="Chat with a local GGUF model in your terminal.",
+        epilog=(
+            "Without -p, opens the chat app. "
+            "Settings: CLI flag > KVCHAT_* environment > config file > default."
+        ),
+    )
+    parser.add_argument("-p", "--prompt", help="one-shot: print the reply to this prompt and exit")
+    parser.add_argument(
+        "--json", action="store_true", help="one-shot: print reply and stats as JSON"
+    )
+    parser.add_argument("-m", "--model", metavar="PATH", help="GGUF model file to load")
+    parser.add_argument(
+        "--list-models", action="store_true", help="list the GGUF models kvchat can find"
+    )
+    parser.add_argument("--system", metavar="TEXT", help="system prompt")
+    parser.add_argument("--temperature", metavar="T", help="sampling temperature (0 = greedy)")
+    parser.add_argument("--top-p", metavar="P", help="nucleus sampling threshold")
+    parser.add_argument(
+        "--seed", metavar="N", help="fixed seed ('random' for a new one each reply)"
+    )
+    parser.add_argument("--max-tokens", metavar="N", help="most tokens in one reply")
+    parser.add_argument("--ctx", metavar="N", help="context window in tokens (0 = the model's own)")
+    parser.add_argument("--gpu-layers", metavar="N", help="layers to offload to the GPU (-1 = all)")
+    parser.add_argument(
+        "--theme", metavar="NAME", help="colour theme for this run (not saved; see --list-themes)"
+    )
+    parser.add_argument(
+        "--list-themes", action="store_true", help="list the colour themes, built-in and yours"
+    )
+    parser.add_argument(
+        "--config", metavar="PATH", help="use this config file instead of the default"
+    )
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the effective settings and exit"
+    )
+    saved = parser.add_argument_group("saved conversations")
+    opening = saved.add_mutually_exclusive_group()
+    opening.add_argument(
+        "--continue",
+        dest="continue_last",
+        action="store_true",
+        help="open the most recent conversation",
+    )
+    opening.add_argument("--resume", metavar="ID", type=int, help="open conversation ID")
+    saved.add_argument("--list", action="store_true", help="list saved conversations and exit")
+    saved.add_argument(
+        "--export", metavar="ID", type=int, help="print conversation ID (see --format) and exit"
+    )
+    saved.add_argument(
+        "--format", choices=("md", "json"), default="md", help="--export format (default: md)"
+    )
+    saved.add_argument(
+        "--import",
+        dest="import_file",
+        metavar="FILE",
+        help="import a JSON conversation, print its new id and exit",
+    )
+    parser.add_argument("--version", action="version", version=f"kvchat {__version__}")
+    return parser
+
+
+def _resolve(args: argparse.Namespace) -> ResolvedSettings:
+    config_path = (
+        paths.config_file() if args.config is None else paths.Path(args.config).expanduser()
+    )
+    cli = {key: getattr(args, flag) for flag, key in SETTING_FLAGS.items()}
+    flags = {key: "--" + flag.replace("_", "-") for flag, key in SETTING_FLAGS.items()}
+    return resolve_settings(config_path, cli, os.environ, cli_flags=flags)
+
+
+def _print_models(config_model: str | None) -> None:
+    found = list_models(config_model)
+    if not found:
+        print(how_to_get_a_model())
+        return
+    for candidate in found:
+        print(f"{human_size(candidate.size):>9}  {candidate.path}  ({candidate.source})")
+
+
+def _warn_theme_problems(problems: Sequence[ThemeProblem]) -> None:
+    for problem in problems:
+        # A problem reads "<file>: field 'x': what is wrong."
+        print(f"chat: warning: skipped theme file {problem}", file=sys.stderr)
+
+
+def _print_themes(in_use: str) -> None:
+    """Every theme with its mode and description; bad user theme files on stderr."""
+    # Imported here: chat.ui.themes imports Textual, which `chat -p` never needs.
+    from chat.ui.themes import DEFAULT_THEME, load_themes, unknown_theme_message
+
+    themes, problems = load_themes()
+    _warn_theme_problems(problems)
+    names = [theme.name for theme in themes]
+    if in_use not in names:  # from the config file or KVCHAT_THEME
+        message = unknown_theme_message(in_use, names)
+        print(f"chat: warning: {message} chat starts with {DEFAULT_THEME}.", file=sys.stderr)
+        in_use = DEFAULT_THEME
+    width = max(len(theme.name) for theme in themes)
+    for theme in themes:
+        mark = "*" if theme.name == in_use else " "
+        mode = "dark" if theme.dark else "light"
+        notes = [theme.description] if theme.description else []
+        if theme.name == DEFAULT_THEME:
+            notes.append("(default)")
+        if not theme.builtin:
+            notes.append(f"(your theme: {theme.path})")
+        print(f"{mark} {theme.name:<{width}}  {mode:<5}  {' '.join(notes)}")
+    print()
+    print("* = the theme chat starts with. Pick another for one run with --theme NAME,")
+    print("or in the app with Ctrl+P > Theme (saved as ui.theme in config.toml).")
+    print(f"Your own themes: one .toml file each in {paths.user_themes_dir()}")
+    print("(the README's Themes section has an example file to start from).")
+
+
+def _check_theme(name: str) -> None:
+    """A --theme that names no theme is a usage error (exit 2)."""
+    from chat.ui.themes import load_themes, unknown_theme_message
+
+    themes, problems = load_themes()
+    names = [theme.name for theme in themes]
+    if name not in names:
+        _warn_theme_problems(problems)  # perhaps the theme meant is in a bad file
+        raise KvchatError(unknown_theme_message(name, names))
+
+
+def _read_prompt(args: argparse.Namespace) -> str | None:
+    """The one-shot prompt: -p, or standard input when it is not a terminal."""
+    if args.prompt is not None:
+        return str(args.prompt)
+    if not sys.stdin.isatty():
+        return sys.stdin.read()
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except KvchatError as error:
+        print(f"chat: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`chat -p ... | head`): stop quietly, as other
+        # command-line tools do. Point stdout at /dev/null so that Python's own
+        # flush at exit does not fail a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _run(args: argparse.Namespace) -> int:
+    resolved = _resolve(args)
+    settings = resolved.settings
+    if args.theme is not None:
+        _check_theme(args.theme)
+    problems = [str(problem) for problem in resolved.problems]
+    if args.print_config or args.list_models or args.list_themes:
+        _warn(problems)
+        if args.print_config:
+            print(format_effective(resolved))
+        elif args.list_models:
+            _print_models(settings.model.path)
+        else:
+            _print_themes(settings.ui.theme)
+        return 0
+    if args.list or args.export is not None or args.import_file is not None:
+        return _run_conversation_command(args)
+    reopening = args.continue_last or args.resume is not None
+    if reopening and args.prompt is not None:
+        raise KvchatError("--continue and --resume open the chat app; -p cannot go with them.")
+    # Reopening a conversation always opens the app, even with stdin redirected.
+    prompt = None if reopening else _read_prompt(args)
+    if prompt is not None:
+        _warn(problems)
+        if not prompt.strip():
+            raise KvchatError('The prompt is empty: pass it with -p "..." or on standard input.')
+        model = pick_model(args.model, None if args.model else settings.model.path)
+        if model is None:
+            raise KvchatError(how_to_get_a_model())
+        from chat.cli.oneshot import run_oneshot
+
+        return run_oneshot(prompt, settings, model, as_json=args.json, out=sys.stdout)
+    return _run_app(args, resolved, problems)
+
+
+def _warn(problems: list[str]) -> None:
+    """Config and environment problems: reported, never fatal."""
+    for problem in problems:
+        print(f"chat: warning: {problem}", file=sys.stderr)
+
+
+def _run_app(args: argparse.Namespace, resolved: ResolvedSettings, problems: list[str]) -> int:
+    settings = resolved.settings
+    model_error: str | None = None
+    if args.model:
+        model = pick_model(args.model, None)  # a bad --model is a usage error: stderr, exit 2
+    else:
+        try:
+            model = pick_model(None, settings.model.path)
+        except ModelError as error:
+            # The config names a bad file: open the app anyway and say so there.
+            model, model_error = None, str(error)
+    resume = _conversation_to_open(args, problems)
+    # Startup builds many objects that live as long as the app (Textual's styles,
+    # widgets, modules): the cyclic collector would walk them again and again.
+    # It stays off until the first frame is drawn (ChatApp turns it back on).
+    gc.disable()
+    # Imported late: `chat -p` and `--list-models` need no Textual.
+    from chat.ui.app import ChatApp, Launch
+
+    # Saving from the settings pane keeps a file that had problems as config.toml.bak.
+    file_problems = any(problem.path == resolved.config_path for problem in resolved.problems)
+    run_overrides = {
+        key: resolved.origins.get(key, source)
+        for key, source in resolved.sources.items()
+        if source in ("cli", "env")
+    }
+    app = ChatApp(
+        Launch(
+            settings,
+            model,
+            model_error=model_error,
+            startup_problems=problems,
+            config_path=resolved.config_path,
+            config_had_problems=file_problems,
+            run_overrides=run_overrides,
+            resume=resume,
+        )
+    )
+    app.run()
+    return 0
+
+
+def _run_conversation_command(args: argparse.Namespace) -> int:
+    from chat.cli import conversations as conversations_cli
+    from chat.conversations.store import Store
+
+    with Store(paths.database_file()) as store:
+        if args.import_file is not None:
+            conversations_cli.import_file(store, paths.Path(args.import_file), sys.stdout)
+        elif args.export is not None:
+            conversations_cli.export(store, args.export, args.format, sys.stdout)
+        else:
+            conversations_cli.print_list(store, sys.stdout)
+    return 0
+
+
+def _conversation_to_open(args: argparse.Namespace, problems: list[str]) -> int | None:
+    """The id that --continue or --resume asks for; an unknown id is a usage error."""
+    if not args.continue_last and args.resume is None:
+        return None
+    from chat.cli import conversations as conversations_cli
+    from chat.conversations.store import Store
+
+    with Store(paths.database_file()) as store:
+        if args.resume is not None:
+            return conversations_cli.check_exists(store, args.resume)
+        latest = store.latest_conversation_id()
+    if latest is None:
+        problems.append("There are no saved conversations yet: this is a new one.")
+    return latest

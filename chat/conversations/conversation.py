@@ -1,0 +1,155 @@
+"""Value types for a chat: messages, reply statistics and conversations.
+
+No I/O here: the store persists these, the engine reads them, the UI shows them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant"]
+ROLES: tuple[Role, ...] = ("system", "user", "assistant")
+
+# Why a reply ended. "done": the model said it was finished (end-of-turn token
+# or a stop sequence); "stopped": the user pressed Escape; "max_tokens": the
+# reply reached the max-tokens setting; "context_full": the window is full;
+# "error": generation failed part-way.
+FinishReason = Literal["done", "stopped", "max_tokens", "context_full", "error"]
+FINISH_REASONS: tuple[FinishReason, ...] = (
+    "done",
+    "stopped",
+    "max_tokens",
+    "context_full",
+    "error",
+)
+
+
+@dataclass
+class ReplyStats:
+    """What the engine measured while generating one reply."""
+
+    prompt_tokens: int
+    """Tokens sent: system prompt, the whole earlier conversation, the new message."""
+    prompt_evaluated: int
+    """Of those, how many llama.cpp actually had to evaluate."""
+    generated_tokens: int
+    ttft_s: float
+    """Time to first token: from the request to the first sampled token."""
+    decode_tps: float
+    """Generated tokens per second after the first one."""
+    finish_reason: FinishReason
+    seed: int | None = None
+    total_s: float = 0.0
+
+    @property
+    def prompt_reused(self) -> int:
+        """Prompt tokens that the KV cache already held from the previous turn."""
+        return self.prompt_tokens - self.prompt_evaluated
+
+
+@dataclass(frozen=True)
+class TokenChoice:
+    """One step of a reply: the token chosen and what else was likely."""
+
+    token_id: int
+    text: str
+    prob: float
+    """Probability of the chosen token after the sampling settings."""
+    raw_prob: float
+    """Probability of the chosen token in the model's own distribution."""
+    top: list[tuple[str, float]]
+    """The most likely tokens after the sampling settings."""
+    raw_top: list[tuple[str, float]]
+    greedy: bool
+    """Whether the chosen token was the model's most likely one."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TokenChoice:
+        return cls(
+            token_id=int(data["token_id"]),
+            text=str(data["text"]),
+            prob=float(data["prob"]),
+            raw_prob=float(data["raw_prob"]),
+            top=[(str(t), float(p)) for t, p in data["top"]],
+            raw_top=[(str(t), float(p)) for t, p in data["raw_top"]],
+            greedy=bool(data["greedy"]),
+        )
+
+
+@dataclass
+class Message:
+    role: Role
+    content: str
+    created: float = field(default_factory=time.time)
+    token_count: int | None = None
+    """Tokens of this message in the chat template, once counted."""
+    stats: ReplyStats | None = None
+    """For assistant replies: how the reply was generated."""
+    id: int | None = None
+    """Row id once stored."""
+    token_probs: Sequence[TokenChoice] | None = None
+    """For replies generated with probability recording: one entry per token
+    (a list, or a `StoredTokenChoices` decoded on first read when loaded)."""
+
+    def as_chat_dict(self) -> dict[str, str]:
+        """The OpenAI-style `{"role", "content"}` form that chat templates take."""
+        return {"role": self.role, "content": self.content}
+
+
+def system_messages(system_prompt: str) -> list[dict[str, str]]:
+    """The head of every prompt: the system prompt as a message, or none when blank."""
+    return [{"role": "system", "content": system_prompt}] if system_prompt else []
+
+
+@dataclass
+class Conversation:
+    """A system prompt and the messages after it, oldest first."""
+
+    system_prompt: str = ""
+    messages: list[Message] = field(default_factory=list)
+    title: str = ""
+    id: int | None = None
+    created: float = field(default_factory=time.time)
+    updated: float = field(default_factory=time.time)
+    model_path: str = ""
+    model_name: str = ""
+
+    def chat_messages(self, upto: int | None = None) -> list[dict[str, str]]:
+        """System prompt plus messages[:upto], as the chat template expects them."""
+        return system_messages(self.system_prompt) + [
+            m.as_chat_dict() for m in self.messages[:upto]
+        ]
+
+    def default_title(self) -> str:
+        """The first line of the first user message, shortened."""
+        for message in self.messages:
+            if message.role == "user" and message.content.strip():
+                line = message.content.strip().splitlines()[0]
+                return line if len(line) <= 60 else line[:59] + "…"
+        return "New conversation"
+
+
+@dataclass(frozen=True)
+class ReplyProbSummary:
+    mean_prob: float
+    least_likely: TokenChoice | None
+    not_greedy: int
+    """Tokens sampled from outside the greedy (most likely) choice."""
+    tokens: int
+
+
+def summarize(choices: Sequence[TokenChoice]) -> ReplyProbSummary:
+    if not choices:
+        return ReplyProbSummary(0.0, None, 0, 0)
+    return ReplyProbSummary(
+        mean_prob=sum(c.prob for c in choices) / len(choices),
+        least_likely=min(choices, key=lambda c: c.prob),
+        not_greedy=sum(1 for c in choices if not c.greedy),
+        tokens=len(choices),
+    )

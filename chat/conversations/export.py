@@ -1,0 +1,80 @@
+"""Writing a conversation to a file (Ctrl+E in the app).
+
+The file goes to the current directory, where the user will look for it, or
+to the data folder's `exports/` when that directory cannot be written. It is
+written atomically (a temporary file, then a hard link to the final name) and
+never replaces an existing file: a numeric suffix is added instead. No Textual.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from chat import paths
+from chat.conversations.conversation import Conversation
+from chat.conversations.transcript import to_json, to_markdown
+from chat.errors import KvchatError
+
+ExportFormat = Literal["md", "json"]
+
+
+def export_text(conv: Conversation, sampling: Mapping[str, Any], fmt: ExportFormat) -> str:
+    return to_markdown(conv, sampling) if fmt == "md" else to_json(conv, sampling)
+
+
+def file_stem(conv: Conversation) -> str:
+    """`how-do-i-bake-bread-12`: the title in lower case, words joined by dashes,
+    then the conversation's id so that two chats with one title do not collide."""
+    title = conv.title or conv.default_title()
+    slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:50].rstrip("-")
+    slug = slug or "conversation"
+    return f"{slug}-{conv.id}" if conv.id is not None else slug
+
+
+def default_folder() -> Path:
+    cwd = Path.cwd()
+    return cwd if os.access(cwd, os.W_OK) else paths.data_dir() / "exports"
+
+
+def write_new_file(folder: Path, stem: str, suffix: str, text: str) -> Path:
+    """Write `text` to `folder/stem.suffix`, or `stem-2.suffix`, ... whichever is free."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=folder, prefix=".kvchat-export-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as file:
+                file.write(text)
+                file.flush()
+                os.fsync(file.fileno())
+            number = 1
+            while True:
+                target = folder / (
+                    f"{stem}.{suffix}" if number == 1 else f"{stem}-{number}.{suffix}"
+                )
+                try:
+                    os.link(temp, target)  # fails if the name exists: nothing is overwritten
+                    return target
+                except FileExistsError:
+                    number += 1
+        finally:
+            os.unlink(temp)
+    except OSError as error:
+        raise KvchatError(
+            f"kvchat cannot write the export to {folder}: {error.strerror}."
+        ) from error
+
+
+def export_conversation(
+    conv: Conversation,
+    sampling: Mapping[str, Any],
+    fmt: ExportFormat = "md",
+    folder: Path | None = None,
+) -> Path:
+    """Write the conversation to a new file and return its path."""
+    target = folder if folder is not None else default_folder()
+    return write_new_file(target, file_stem(conv), fmt, export_text(conv, sampling, fmt))

@@ -1,0 +1,809 @@
+"""SQLite persistence for conversations: schema, migrations, saving as it happens.
+
+Every write commits at once (WAL mode, short transactions), so killing kvchat
+loses at most the write in flight. Two kvchat processes may share the file:
+SQLite's locking serialises them and `busy_timeout` makes the loser wait
+instead of failing. No Textual and no llama_cpp here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from chat import paths
+from chat.conversations.conversation import (
+    Conversation,
+    FinishReason,
+    Message,
+    ReplyStats,
+    Role,
+    TokenChoice,
+)
+from chat.conversations.token_probs_codec import StoredTokenChoices, encode_token_probs
+from chat.errors import StoreError
+
+BUSY_TIMEOUT_S = 5.0
+"""How long a write waits for another kvchat process to finish its own."""
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class CorruptDatabaseError(StoreError):
+    """The file is not a SQLite database, is damaged, or belongs to another program."""
+
+    def __init__(self, path: Path, detail: str) -> None:
+        self.path = path
+        super().__init__(
+            f"The conversation database {path} cannot be read: {detail}. "
+            "kvchat has not changed it. kvchat can move it aside "
+            f"(renamed to {path.name}.corrupt-<date>) and start a new, empty database, "
+            "or you can quit and restore the file from a backup."
+        )
+
+
+class NewerSchemaError(StoreError):
+    """The database was written by a newer kvchat than this one."""
+
+    def __init__(self, path: Path, found: int, known: int) -> None:
+        self.path = path
+        super().__init__(
+            f"The conversation database {path} was written by a newer version of kvchat "
+            f"(schema version {found}; this version knows up to {known}). "
+            "kvchat has not changed it. Upgrade kvchat to open it, or set KVCHAT_DATA_DIR "
+            "to another folder to use a separate database."
+        )
+
+
+class ConversationNotFoundError(StoreError):
+    """A conversation or message is gone, e.g. deleted from another kvchat window."""
+
+
+@dataclass
+class ConversationSummary:
+    """One row of the saved-conversations list."""
+
+    id: int
+    title: str
+    model_name: str
+    message_count: int
+    """Visible messages: superseded replies are not counted."""
+    updated: float
+    created: float
+
+
+# --- schema -------------------------------------------------------------------------
+
+_SCHEMA_1 = (
+    """
+    CREATE TABLE conversations (
+        id            INTEGER PRIMARY KEY,
+        title         TEXT NOT NULL DEFAULT '',
+        created       REAL NOT NULL,
+        updated       REAL NOT NULL,
+        model_path    TEXT NOT NULL DEFAULT '',
+        model_name    TEXT NOT NULL DEFAULT '',
+        system_prompt TEXT NOT NULL DEFAULT '',
+        sampling      TEXT NOT NULL DEFAULT '{}'
+    )
+    """,
+    # The conversation list pages through this, newest first.
+    "CREATE INDEX conversations_by_updated ON conversations (updated DESC, id DESC)",
+    # `superseded` hides a regenerated reply from the visible history but keeps it;
+    # `replaced_by` points at the reply that took its place. It is deliberately not a
+    # foreign key: deleting messages would then scan the table for referrers.
+    # `token_probs`: the reply's per-token probabilities (chat/token_probs_codec.py).
+    """
+    CREATE TABLE messages (
+        id               INTEGER PRIMARY KEY,
+        conversation_id  INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+        position         INTEGER NOT NULL,
+        role             TEXT NOT NULL,
+        content          TEXT NOT NULL,
+        created          REAL NOT NULL,
+        token_count      INTEGER,
+        superseded       INTEGER NOT NULL DEFAULT 0,
+        replaced_by      INTEGER,
+        prompt_tokens    INTEGER,
+        prompt_evaluated INTEGER,
+        generated_tokens INTEGER,
+        ttft_s           REAL,
+        decode_tps       REAL,
+        finish_reason    TEXT,
+        seed             INTEGER,
+        total_s          REAL,
+        token_probs      BLOB,
+        UNIQUE (conversation_id, position)
+    )
+    """,
+    # Opening a conversation and counting its messages read only visible rows.
+    "CREATE INDEX messages_visible ON messages (conversation_id, position) WHERE superseded = 0",
+)
+
+# An external-content FTS5 index over message text, kept in step by triggers.
+_FTS_TABLE = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts "
+    "USING fts5(content, content='messages', content_rowid='id')"
+)
+_FTS_TRIGGERS = {
+    "messages_fts_insert": """
+        CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+            INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
+        END
+    """,
+    "messages_fts_delete": """
+        CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+            INSERT INTO messages_fts (messages_fts, rowid, content)
+                VALUES ('delete', old.id, old.content);
+        END
+    """,
+    "messages_fts_update": """
+        CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
+            INSERT INTO messages_fts (messages_fts, rowid, content)
+                VALUES ('delete', old.id, old.content);
+            INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
+        END
+    """,
+}
+
+
+def _fts5_available(conn: sqlite3.Connection) -> bool:
+    """Whether this Python's SQLite was built with FTS5 (most are; not all)."""
+    try:
+        conn.execute("CREATE VIRTUAL TABLE temp.kvchat_fts5_probe USING fts5(x)")
+        conn.execute("DROP TABLE temp.kvchat_fts5_probe")
+    except sqlite3.OperationalError:
+        return False
+    return True
+
+
+def _install_search_index(conn: sqlite3.Connection) -> None:
+    """Create (or re-create) the FTS index and its triggers, then fill it."""
+    conn.execute(_FTS_TABLE)
+    for name, sql in _FTS_TRIGGERS.items():
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+        conn.execute(sql)
+    conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
+
+
+def _migrate_1(conn: sqlite3.Connection) -> None:
+    for statement in _SCHEMA_1:
+        conn.execute(statement)
+
+
+def _migrate_2(conn: sqlite3.Connection) -> None:
+    # Full-text search over message text. Without FTS5 the list search falls
+    # back to LIKE; `Store._sync_search_index` installs the index later if a
+    # SQLite with FTS5 opens the file.
+    if _fts5_available(conn):
+        _install_search_index(conn)
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migrate_1, _migrate_2]
+"""Forward migrations; after running MIGRATIONS[:n], `PRAGMA user_version` is n."""
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+# --- opening ------------------------------------------------------------------------
+
+
+def _create_file(path: Path) -> None:
+    """Make the data folder (0700) and an empty database file (0600) if missing.
+
+    The file is created before SQLite sees it so that it never exists, even for
+    a moment, with wider permissions; SQLite gives -wal and -shm the same mode.
+    """
+    try:
+        if not path.parent.exists():
+            path.parent.mkdir(parents=True, mode=0o700)
+            os.chmod(path.parent, 0o700)  # mkdir's mode is filtered by the umask
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.close(fd)
+    except FileExistsError:
+        pass
+    except OSError as error:
+        raise StoreError(
+            f"kvchat cannot create its conversation database {path}: {error.strerror}. "
+            "Check that you may write to that folder, or set KVCHAT_DATA_DIR to another one."
+        ) from error
+
+
+def _check_existing(path: Path, quick_check: bool) -> None:
+    """Look at an existing file without changing it: raise if kvchat must not use it."""
+    try:
+        with open(path, "rb") as file:
+            header = file.read(100)
+    except OSError as error:
+        raise StoreError(
+            f"kvchat cannot read its conversation database {path}: {error.strerror}. "
+            "Check the file's permissions."
+        ) from error
+    if not header:
+        return  # empty: a new database (or one whose creation was interrupted)
+    if not header.startswith(_SQLITE_MAGIC):
+        raise CorruptDatabaseError(path, "it is not a SQLite database")
+    # A read-only connection: nothing we do here can write to the file.
+    uri = path.absolute().as_uri() + "?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
+    except sqlite3.Error as error:
+        raise CorruptDatabaseError(path, str(error)) from error
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        if version > SCHEMA_VERSION:
+            raise NewerSchemaError(path, version, SCHEMA_VERSION)
+        if version == 0 and {t for t in tables if not t.startswith("sqlite_")}:
+            raise CorruptDatabaseError(path, "it holds tables that kvchat did not create")
+        if quick_check:
+            problems = [row[0] for row in conn.execute("PRAGMA quick_check(3)")]
+            if problems != ["ok"]:
+                raise CorruptDatabaseError(path, "; ".join(problems))
+    except sqlite3.OperationalError as error:
+        if _is_busy(error):
+            raise _busy_error(path) from error
+        raise CorruptDatabaseError(path, str(error)) from error
+    except sqlite3.DatabaseError as error:
+        raise CorruptDatabaseError(path, str(error)) from error
+    finally:
+        conn.close()
+
+
+def _is_busy(error: sqlite3.Error) -> bool:
+    name = getattr(error, "sqlite_errorname", "")  # Python 3.11+
+    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(error)
+
+
+def _busy_error(path: Path) -> StoreError:
+    return StoreError(
+        f"The conversation database {path} stayed locked by another program for "
+        f"{BUSY_TIMEOUT_S:g} seconds. Close other kvchat windows using it and try again."
+    )
+
+
+def _translate(path: Path, error: sqlite3.DatabaseError) -> Exception:
+    """A StoreError for what the user can fix; programming errors pass through."""
+    if isinstance(error, (sqlite3.IntegrityError, sqlite3.ProgrammingError)):
+        return error
+    name = getattr(error, "sqlite_errorname", "")
+    text = str(error)
+    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in text:
+        return CorruptDatabaseError(path, text)
+    if _is_busy(error):
+        return _busy_error(path)
+    if name.startswith("SQLITE_FULL") or "disk is full" in text:
+        return StoreError(f"The disk holding {path} is full. Free some space and try again.")
+    return StoreError(
+        f"kvchat cannot use its conversation database {path}: {text}. "
+        "Check that the disk is present and that you may write to the file."
+    )
+
+
+def move_aside(path: Path) -> Path:
+    """Rename a database the user agreed to give up, with its -wal and -shm.
+
+    `x.db` becomes `x.db.corrupt-YYYYmmdd-HHMMSS` (and `...-wal`, `...-shm`, so
+    SQLite still pairs them if someone opens the kept file). Returns the new path.
+    Never overwrites: a numeric suffix is added if that name is taken.
+    """
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 1
+    while any(Path(f"{target}{s}").exists() for s in ("", "-wal", "-shm")):
+        target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+        n += 1
+    try:
+        for suffix in ("-wal", "-shm", ""):  # the main file last: it is what counts
+            source = Path(f"{path}{suffix}")
+            if source.exists():
+                source.rename(f"{target}{suffix}")
+    except OSError as error:
+        raise StoreError(
+            f"kvchat cannot rename {path} to {target}: {error.strerror}. "
+            "Move or delete the file yourself, then start kvchat again."
+        ) from error
+    return target
+
+
+# --- rows <-> values ----------------------------------------------------------------
+
+_MESSAGE_COLUMNS = (
+    "id, role, content, created, token_count, prompt_tokens, prompt_evaluated, "
+    "generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s, token_probs"
+)
+
+
+def _messages(conn: sqlite3.Connection, conv_id: int, *, superseded: bool) -> list[Message]:
+    """A conversation's visible messages, or the replies regenerate replaced; in order."""
+    # The flag is written into the SQL rather than bound: the planner then always
+    # sees it when it weighs the partial index messages_visible (superseded = 0).
+    rows = conn.execute(
+        f"SELECT {_MESSAGE_COLUMNS} FROM messages "
+        f"WHERE conversation_id = ? AND superseded = {int(superseded)} ORDER BY position",
+        (conv_id,),
+    ).fetchall()
+    return [_message_from_row(row) for row in rows]
+
+
+def _message_from_row(row: tuple[Any, ...]) -> Message:
+    (id_, role, content, created, token_count, prompt_tokens, prompt_evaluated) = row[:7]
+    generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s = row[7:13]
+    token_probs = row[13]
+    stats = None
+    if finish_reason is not None:  # a reply with stats always has a finish reason
+        stats = ReplyStats(
+            prompt_tokens=prompt_tokens,
+            prompt_evaluated=prompt_evaluated,
+            generated_tokens=generated_tokens,
+            ttft_s=ttft_s,
+            decode_tps=decode_tps,
+            finish_reason=cast(FinishReason, finish_reason),
+            seed=seed,
+            total_s=total_s,
+        )
+    return Message(
+        role=cast(Role, role),
+        content=content,
+        created=created,
+        token_count=token_count,
+        stats=stats,
+        id=id_,
+        # Decoded only when the token view reads it: opening a long conversation
+        # does not pay for every reply's probabilities.
+        token_probs=None if token_probs is None else StoredTokenChoices(bytes(token_probs)),
+    )
+
+
+def _stats_values(stats: ReplyStats | None) -> tuple[Any, ...]:
+    if stats is None:
+        return (None,) * 8
+    return (
+        stats.prompt_tokens,
+        stats.prompt_evaluated,
+        stats.generated_tokens,
+        stats.ttft_s,
+        stats.decode_tps,
+        stats.finish_reason,
+        stats.seed,
+        stats.total_s,
+    )
+
+
+def _token_probs_value(choices: Sequence[TokenChoice] | None) -> bytes | None:
+    return None if choices is None else encode_token_probs(choices)
+
+
+def _sampling_json(sampling: Mapping[str, Any] | None) -> str:
+    return json.dumps(dict(sampling or {}))
+
+
+def _sampling_from_json(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _like_pattern(text: str) -> str:
+    """`%text%` for LIKE ... ESCAPE '\\', with the user's % and _ taken literally."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _fts_query(terms: list[str]) -> str:
+    """Each word as a quoted prefix term (so FTS syntax in the query is just text)."""
+    return " ".join('"' + term.replace('"', '""') + '"*' for term in terms)
+
+
+# --- the store ----------------------------------------------------------------------
+
+
+class Store:
+    """The conversation database. Thread-safe: one connection behind a lock."""
+
+    def __init__(self, path: Path | str | None = None, *, quick_check: bool = True) -> None:
+        self.path = Path(path) if path is not None else paths.database_file()
+        _create_file(self.path)
+        _check_existing(self.path, quick_check)
+        self._lock = threading.RLock()
+        # isolation_level=None: autocommit; multi-statement writes use explicit
+        # BEGIN IMMEDIATE ... COMMIT (see `_write`).
+        self._conn = sqlite3.connect(
+            self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+        try:
+            with self._translate_errors():
+                self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+                self._conn.execute("PRAGMA journal_mode = WAL")
+                # In WAL mode NORMAL survives a killed process (only a power cut can
+                # lose the last commits) and spares an fsync on every streamed update.
+                self._conn.execute("PRAGMA synchronous = NORMAL")
+                self._conn.execute("PRAGMA foreign_keys = ON")
+                self._migrate()
+                self.has_fts = self._sync_search_index()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    # -- plumbing
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _translate_errors(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.DatabaseError as error:
+            translated = _translate(self.path, error)
+            if translated is error:
+                raise
+            raise translated from error
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One short transaction. IMMEDIATE takes the write lock up front, so a
+        second process waits (busy_timeout) instead of failing half-way."""
+        with self._lock, self._translate_errors():
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: several SELECTs see one consistent snapshot."""
+        with self._lock, self._translate_errors():
+            self._conn.execute("BEGIN")
+            try:
+                yield self._conn
+            finally:
+                if self._conn.in_transaction:
+                    self._conn.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == SCHEMA_VERSION:
+            return
+        with self._write() as conn:
+            # Read again under the write lock: another process may have migrated.
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise NewerSchemaError(self.path, version, SCHEMA_VERSION)
+            for number in range(version + 1, SCHEMA_VERSION + 1):
+                MIGRATIONS[number - 1](conn)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _sync_search_index(self) -> bool:
+        """Match the FTS index to this SQLite: returns whether FTS search is usable.
+
+        A file may be opened by Pythons with and without FTS5. Without it the
+        triggers would make every message write fail, so they are dropped; a later
+        open with FTS5 sees them missing and rebuilds the index from the messages.
+        """
+        available = _fts5_available(self._conn)
+        rows = self._conn.execute(
+            "SELECT name FROM sqlite_master WHERE name = 'messages_fts' OR "
+            "(type = 'trigger' AND name LIKE 'messages\\_fts\\_%' ESCAPE '\\')"
+        )
+        present = {row[0] for row in rows}
+        complete = present >= {"messages_fts", *_FTS_TRIGGERS}
+        if available and not complete:
+            with self._write() as conn:
+                _install_search_index(conn)
+        elif not available and present & set(_FTS_TRIGGERS):
+            with self._write() as conn:
+                for name in _FTS_TRIGGERS:
+                    conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+        return available
+
+    def _touch(self, conn: sqlite3.Connection, conv_id: int) -> None:
+        """Mark the conversation as just updated; raise if it is gone."""
+        cursor = conn.execute(
+            "UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conv_id)
+        )
+        if cursor.rowcount == 0:
+            raise self._missing(conv_id)
+
+    def _missing(self, conv_id: int) -> ConversationNotFoundError:
+        return ConversationNotFoundError(
+            f"Conversation {conv_id} is no longer in {self.path}; "
+            "another kvchat window may have deleted it."
+        )
+
+    def _insert_messages(
+        self, conn: sqlite3.Connection, conv_id: int, messages: list[Message]
+    ) -> None:
+        for message in messages:
+            cursor = conn.execute(
+                "INSERT INTO messages (conversation_id, position, role, content, created, "
+                "token_count, prompt_tokens, prompt_evaluated, generated_tokens, ttft_s, "
+                "decode_tps, finish_reason, seed, total_s, token_probs) VALUES (?, "
+                "(SELECT COALESCE(MAX(position), -1) + 1 FROM messages "
+                "WHERE conversation_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    conv_id,
+                    conv_id,
+                    message.role,
+                    message.content,
+                    message.created,
+                    message.token_count,
+                    *_stats_values(message.stats),
+                    _token_probs_value(message.token_probs),
+                ),
+            )
+            message.id = cursor.lastrowid
+
+    def _insert_conversation(
+        self, conn: sqlite3.Connection, conv: Conversation, sampling: Mapping[str, Any] | None
+    ) -> int:
+        cursor = conn.execute(
+            "INSERT INTO conversations (title, created, updated, model_path, model_name, "
+            "system_prompt, sampling) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                conv.title,
+                conv.created,
+                conv.updated,
+                conv.model_path,
+                conv.model_name,
+                conv.system_prompt,
+                _sampling_json(sampling),
+            ),
+        )
+        conv_id = cursor.lastrowid
+        assert conv_id is not None
+        self._insert_messages(conn, conv_id, conv.messages)
+        conv.id = conv_id
+        return conv_id
+
+    # -- writing
+
+    def create_conversation(
+        self, conv: Conversation, sampling: Mapping[str, Any] | None = None
+    ) -> int:
+        """Save a new conversation (and any messages it already has); sets `conv.id`."""
+        with self._write() as conn:
+            return self._insert_conversation(conn, conv, sampling)
+
+    def import_conversation(self, conv: Conversation, sampling: Mapping[str, Any]) -> int:
+        """Save an imported conversation as a new one, all or nothing (one transaction).
+
+        Keeps the imported created/updated times; sets `conv.id` and message ids.
+        """
+        return self.create_conversation(conv, sampling)
+
+    def add_message(self, conv_id: int, message: Message, *, replaces: int | None = None) -> int:
+        """Append a message; sets `message.id` and bumps the conversation's `updated`.
+
+        `replaces`: the id of a reply this one regenerates. It is superseded in the
+        same transaction and remembers this message as `replaced_by`.
+        """
+        with self._write() as conn:
+            self._touch(conn, conv_id)
+            self._insert_messages(conn, conv_id, [message])
+            if replaces is not None:
+                conn.execute(
+                    "UPDATE messages SET superseded = 1, replaced_by = ? WHERE id = ?",
+                    (message.id, replaces),
+                )
+        assert message.id is not None
+        return message.id
+
+    def update_message_content(
+        self,
+        message_id: int,
+        content: str,
+        token_count: int | None = None,
+        stats: ReplyStats | None = None,
+        token_probs: Sequence[TokenChoice] | None = None,
+    ) -> None:
+        """Save a streaming reply's text so far: one UPDATE, committed at once.
+
+        `token_count`, `stats` and `token_probs` are left as they are when not given.
+        """
+        if stats is None:
+            sql = (
+                "UPDATE messages SET content = ?, token_count = COALESCE(?, token_count) "
+                "WHERE id = ?"
+            )
+            params: tuple[Any, ...] = (content, token_count, message_id)
+        else:
+            sql = (
+                "UPDATE messages SET content = ?, token_count = COALESCE(?, token_count), "
+                "prompt_tokens = ?, prompt_evaluated = ?, generated_tokens = ?, ttft_s = ?, "
+                "decode_tps = ?, finish_reason = ?, seed = ?, total_s = ? WHERE id = ?"
+            )
+            params = (content, token_count, *_stats_values(stats), message_id)
+        if token_probs is not None:
+            sql = sql.replace(" WHERE id = ?", ", token_probs = ? WHERE id = ?")
+            params = (*params[:-1], encode_token_probs(token_probs), message_id)
+        with self._lock, self._translate_errors():
+            cursor = self._conn.execute(sql, params)  # autocommit: its own transaction
+        if cursor.rowcount == 0:
+            raise ConversationNotFoundError(
+                f"Message {message_id} is no longer in {self.path}; "
+                "another kvchat window may have deleted its conversation."
+            )
+
+    def delete_message(self, message_id: int) -> None:
+        """Delete one message, e.g. a reply that failed before it was shown.
+        Deleting a missing one is a no-op."""
+        with self._write() as conn:
+            conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+
+    def supersede_message(self, message_id: int) -> None:
+        """Hide a message from the visible history (regenerate); it stays retrievable."""
+        with self._lock, self._translate_errors():
+            self._conn.execute("UPDATE messages SET superseded = 1 WHERE id = ?", (message_id,))
+
+    def delete_messages_after(self, message_id: int) -> int:
+        """Delete every message after this one in its conversation (superseded ones
+        too), e.g. to edit and resend an earlier message. Returns how many went."""
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT conversation_id, position FROM messages WHERE id = ?", (message_id,)
+            ).fetchone()
+            if row is None:
+                return 0
+            cursor = conn.execute(
+                "DELETE FROM messages WHERE conversation_id = ? AND position > ?", row
+            )
+            self._touch(conn, row[0])
+            return cursor.rowcount
+
+    def rename(self, conv_id: int, title: str) -> None:
+        with self._write() as conn:
+            cursor = conn.execute(
+                "UPDATE conversations SET title = ? WHERE id = ?", (title, conv_id)
+            )
+            if cursor.rowcount == 0:
+                raise self._missing(conv_id)
+
+    def update_conversation_settings(
+        self,
+        conv_id: int,
+        system_prompt: str,
+        sampling: Mapping[str, Any],
+        model_path: str,
+        model_name: str,
+    ) -> None:
+        with self._write() as conn:
+            cursor = conn.execute(
+                "UPDATE conversations SET system_prompt = ?, sampling = ?, model_path = ?, "
+                "model_name = ? WHERE id = ?",
+                (system_prompt, _sampling_json(sampling), model_path, model_name, conv_id),
+            )
+            if cursor.rowcount == 0:
+                raise self._missing(conv_id)
+
+    def delete_conversation(self, conv_id: int) -> None:
+        """Delete a conversation and all its messages. Deleting a missing one is a no-op."""
+        with self._write() as conn:
+            conn.execute("DELETE FROM conversations WHERE id = ?", (conv_id,))
+
+    # -- reading
+
+    def get_conversation(self, conv_id: int) -> Conversation:
+        """The conversation with its visible messages in order (superseded left out)."""
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT title, created, updated, model_path, model_name, system_prompt "
+                "FROM conversations WHERE id = ?",
+                (conv_id,),
+            ).fetchone()
+            if row is None:
+                raise self._missing(conv_id)
+            messages = _messages(conn, conv_id, superseded=False)
+        title, created, updated, model_path, model_name, system_prompt = row
+        return Conversation(
+            system_prompt=system_prompt,
+            messages=messages,
+            title=title,
+            id=conv_id,
+            created=created,
+            updated=updated,
+            model_path=model_path,
+            model_name=model_name,
+        )
+
+    def get_superseded(self, conv_id: int) -> list[Message]:
+        """Replies that regenerate replaced, oldest first."""
+        with self._read() as conn:
+            return _messages(conn, conv_id, superseded=True)
+
+    def get_sampling(self, conv_id: int) -> dict[str, Any]:
+        """The sampling settings saved with the conversation."""
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT sampling FROM conversations WHERE id = ?", (conv_id,)
+            ).fetchone()
+        if row is None:
+            raise self._missing(conv_id)
+        return _sampling_from_json(row[0])
+
+    def latest_conversation_id(self) -> int | None:
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT id FROM conversations ORDER BY updated DESC, id DESC LIMIT 1"
+            ).fetchone()
+        return None if row is None else int(row[0])
+
+    def list_conversations(
+        self, query: str = "", limit: int = 200, offset: int = 0
+    ) -> list[ConversationSummary]:
+        """Newest updated first. `query` matches the title (substring) or the text of
+        a visible message: every word, as a word prefix with FTS5 (punctuation is
+        ignored), as a substring without."""
+        where, params = self._search_clause(query.strip()) if query.strip() else ("", [])
+        sql = (
+            "SELECT c.id, c.title, c.model_name, c.updated, c.created, "
+            "(SELECT COUNT(*) FROM messages m "
+            " WHERE m.conversation_id = c.id AND m.superseded = 0) "
+            f"FROM conversations c {where} "
+            "ORDER BY c.updated DESC, c.id DESC LIMIT ? OFFSET ?"
+        )
+        with self._read() as conn:
+            rows = conn.execute(sql, (*params, limit, offset)).fetchall()
+        return [
+            ConversationSummary(
+                id=id_,
+                title=title,
+                model_name=model_name,
+                message_count=count,
+                updated=updated,
+                created=created,
+            )
+            for id_, title, model_name, updated, created, count in rows
+        ]
+
+    def count_conversations(self, query: str = "") -> int:
+        """How many conversations `list_conversations(query)` pages through."""
+        where, params = self._search_clause(query.strip()) if query.strip() else ("", [])
+        with self._read() as conn:
+            row = conn.execute(f"SELECT COUNT(*) FROM conversations c {where}", params).fetchone()
+        return int(row[0])
+
+    def _search_clause(self, query: str) -> tuple[str, list[Any]]:
+        title = "c.title LIKE ? ESCAPE '\\'"
+        terms = query.split()
+        if self.has_fts:
+            # The FTS tokenizer ignores punctuation, so a term without a letter or
+            # digit would match nothing and, ANDed in, hide every result.
+            terms = [term for term in terms if any(ch.isalnum() for ch in term)]
+            if not terms:
+                return f"WHERE {title}", [_like_pattern(query)]
+            messages = (
+                "SELECT m.conversation_id FROM messages_fts f JOIN messages m ON m.id = f.rowid "
+                "WHERE messages_fts MATCH ? AND m.superseded = 0"
+            )
+            return (
+                f"WHERE {title} OR c.id IN ({messages})",
+                [_like_pattern(query), _fts_query(terms)],
+            )
+        words = " AND ".join("m.content LIKE ? ESCAPE '\\'" for _ in terms)
+        messages = f"SELECT m.conversation_id FROM messages m WHERE m.superseded = 0 AND {words}"
+        return (
+            f"WHERE {title} OR c.id IN ({messages})",
+            [_like_pattern(query), *(_like_pattern(t) for t in terms)],
+        )

@@ -1,0 +1,329 @@
+"""Export a conversation as Markdown or JSON, and import one from JSON.
+
+The JSON is OpenAI-style (`{"messages": [{"role", "content"}, ...]}`, system
+prompt first) so other tools can read it, plus a `"kvchat"` object with what
+only kvchat knows: title, times, model, sampling settings, per-message stats.
+Import also takes plain OpenAI-style files and bare lists of messages. No I/O
+besides `read_import_file`; the store saves what `parse_import` returns.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, cast
+
+from chat.conversations.conversation import (
+    FINISH_REASONS,
+    ROLES,
+    Conversation,
+    FinishReason,
+    Message,
+    ReplyStats,
+    Role,
+)
+from chat.errors import KvchatError
+
+FORMAT_VERSION = 1
+"""Version of the "kvchat" object in exported JSON; import refuses newer ones."""
+
+MAX_IMPORT_BYTES = 20_000_000
+"""Larger files are refused before being read: a chat this big is surely a mistake."""
+
+
+class ImportFormatError(KvchatError):
+    """A file to import is unreadable or not a conversation."""
+
+    def __init__(self, detail: str, source: str | None = None) -> None:
+        self.detail = detail
+        self.source = source
+        where = source if source is not None else "this conversation"
+        super().__init__(f"Cannot import {where}: {detail}.")
+
+
+# --- export -------------------------------------------------------------------------
+
+
+def _when(timestamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp))
+
+
+def _stats_line(stats: ReplyStats) -> str:
+    return (
+        f"{stats.generated_tokens} tokens · {stats.decode_tps:.1f} tokens/s · "
+        f"first token {stats.ttft_s:.2f} s · prompt {stats.prompt_tokens} tokens "
+        f"({stats.prompt_reused} reused) · {stats.finish_reason}"
+    )
+
+
+def to_markdown(conv: Conversation, sampling: Mapping[str, Any] | None = None) -> str:
+    """A transcript for people: a metadata header, then each message under its role."""
+    lines = [f"# {conv.title or conv.default_title()}", ""]
+    if conv.model_name or conv.model_path:
+        model = conv.model_name or Path(conv.model_path).name
+        lines.append(
+            f"- **Model:** {model}" + (f" (`{conv.model_path}`)" if conv.model_path else "")
+        )
+    lines.append(f"- **Created:** {_when(conv.created)}")
+    lines.append(f"- **Updated:** {_when(conv.updated)}")
+    if sampling:
+        settings = ", ".join(f"{key} = {value}" for key, value in sampling.items())
+        lines.append(f"- **Sampling:** {settings}")
+    lines.append("")
+    if conv.system_prompt:
+        lines += ["## System prompt", "", conv.system_prompt, ""]
+    for message in conv.messages:
+        lines += [f"## {message.role.capitalize()}", "", message.content, ""]
+        if message.stats is not None:
+            lines += [f"*{_stats_line(message.stats)}*", ""]
+    return "\n".join(lines)
+
+
+def _stats_dict(stats: ReplyStats) -> dict[str, Any]:
+    return {
+        "prompt_tokens": stats.prompt_tokens,
+        "prompt_evaluated": stats.prompt_evaluated,
+        "generated_tokens": stats.generated_tokens,
+        "ttft_s": stats.ttft_s,
+        "decode_tps": stats.decode_tps,
+        "finish_reason": stats.finish_reason,
+        "seed": stats.seed,
+        "total_s": stats.total_s,
+    }
+
+
+def to_json(conv: Conversation, sampling: Mapping[str, Any]) -> str:
+    """OpenAI-style messages plus kvchat's metadata; `parse_import` reads it back."""
+    data = {
+        "messages": conv.chat_messages(),
+        "kvchat": {
+            "format": FORMAT_VERSION,
+            "title": conv.title,
+            "created": conv.created,
+            "updated": conv.updated,
+            "model": conv.model_name,
+            "model_path": conv.model_path,
+            # Says whether messages[0] is the system prompt or a message of its own.
+            "system_prompt": conv.system_prompt,
+            "sampling": dict(sampling),
+            # One entry per message after the system prompt, in the same order.
+            "messages": [
+                {
+                    "created": m.created,
+                    "token_count": m.token_count,
+                    "stats": None if m.stats is None else _stats_dict(m.stats),
+                }
+                for m in conv.messages
+            ],
+        },
+    }
+    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+
+
+# --- import -------------------------------------------------------------------------
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _parse_message(number: int, item: object) -> Message:
+    if not isinstance(item, dict):
+        raise ImportFormatError(f"message {number} is not an object")
+    if "role" not in item:
+        raise ImportFormatError(f'message {number} has no "role"')
+    role = item["role"]
+    if role not in ROLES:
+        known = ", ".join(ROLES)
+        raise ImportFormatError(f'message {number} has unknown role "{role}" (known: {known})')
+    if "content" not in item:
+        raise ImportFormatError(f'message {number} has no "content"')
+    if not isinstance(item["content"], str):
+        raise ImportFormatError(f"message {number}'s content is not a string")
+    return Message(role=cast(Role, role), content=item["content"])
+
+
+def _parse_stats(number: int, value: object) -> ReplyStats | None:
+    if value is None:
+        return None
+    where = f"the stats of message {number}"
+    if not isinstance(value, dict):
+        raise ImportFormatError(f"{where} are not an object")
+    for key in ("prompt_tokens", "prompt_evaluated", "generated_tokens"):
+        if not _is_int(value.get(key)):
+            raise ImportFormatError(f'{where} have no whole number "{key}"')
+    for key in ("ttft_s", "decode_tps"):
+        if not _is_number(value.get(key)):
+            raise ImportFormatError(f'{where} have no number "{key}"')
+    finish = value.get("finish_reason")
+    if finish not in FINISH_REASONS:
+        raise ImportFormatError(f'{where} have an unknown finish reason "{finish}"')
+    seed = value.get("seed")
+    if seed is not None and not _is_int(seed):
+        raise ImportFormatError(f'{where} have a "seed" that is not a whole number')
+    total = value.get("total_s", 0.0)
+    if not _is_number(total):
+        raise ImportFormatError(f'{where} have a "total_s" that is not a number')
+    return ReplyStats(
+        prompt_tokens=value["prompt_tokens"],
+        prompt_evaluated=value["prompt_evaluated"],
+        generated_tokens=value["generated_tokens"],
+        ttft_s=value["ttft_s"],
+        decode_tps=value["decode_tps"],
+        finish_reason=cast(FinishReason, finish),
+        seed=seed,
+        total_s=total,
+    )
+
+
+def _apply_message_meta(messages: list[Message], meta: object, first_number: int) -> None:
+    """Copy per-message times, token counts and stats from the "kvchat" object."""
+    if not isinstance(meta, list):
+        raise ImportFormatError('"kvchat.messages" is not a list')
+    if len(meta) != len(messages):
+        raise ImportFormatError(
+            f'"kvchat.messages" has {len(meta)} entries for {len(messages)} messages; '
+            'remove the "kvchat" object to import the messages without their metadata'
+        )
+    for offset, (message, entry) in enumerate(zip(messages, meta, strict=True)):
+        number = first_number + offset
+        if not isinstance(entry, dict):
+            raise ImportFormatError(
+                f'"kvchat.messages" entry for message {number} is not an object'
+            )
+        created = entry.get("created")
+        if created is not None:
+            if not _is_number(created):
+                raise ImportFormatError(f'message {number} has a "created" that is not a number')
+            message.created = float(created)
+        token_count = entry.get("token_count")
+        if token_count is not None and not _is_int(token_count):
+            raise ImportFormatError(
+                f'message {number} has a "token_count" that is not a whole number'
+            )
+        message.token_count = token_count
+        message.stats = _parse_stats(number, entry.get("stats"))
+
+
+def _meta_str(meta: dict[str, Any], key: str) -> str:
+    value = meta.get(key, "")
+    if not isinstance(value, str):
+        raise ImportFormatError(f'"kvchat.{key}" is not a string')
+    return value
+
+
+def _meta_time(meta: dict[str, Any], key: str, default: float) -> float:
+    value = meta.get(key, default)
+    if not _is_number(value):
+        raise ImportFormatError(f'"kvchat.{key}" is not a number')
+    return float(value)
+
+
+def parse_import(text: str) -> tuple[Conversation, dict[str, Any]]:
+    """A conversation (not yet stored) and its sampling settings, from JSON text.
+
+    Accepts kvchat's own export, `{"messages": [...]}` from other tools, or a bare
+    list of messages. A leading system message becomes the system prompt.
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ImportFormatError(
+            f"it is not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})"
+        ) from None
+    except RecursionError:
+        raise ImportFormatError("it is not valid JSON (nested too deeply)") from None
+
+    meta: dict[str, Any] = {}
+    if isinstance(data, list):
+        items = data
+    elif isinstance(data, dict) and "messages" in data:
+        items = data["messages"]
+        if not isinstance(items, list):
+            raise ImportFormatError('"messages" is not a list')
+        raw_meta = data.get("kvchat", {})
+        if not isinstance(raw_meta, dict):
+            raise ImportFormatError('"kvchat" is not an object')
+        meta = raw_meta
+    else:
+        raise ImportFormatError('expected an object with a "messages" list, or a list of messages')
+    if not items:
+        raise ImportFormatError("it has no messages")
+    messages = [_parse_message(n, item) for n, item in enumerate(items, start=1)]
+
+    version = meta.get("format", FORMAT_VERSION)
+    if not _is_int(version):
+        raise ImportFormatError('"kvchat.format" is not a whole number')
+    if version > FORMAT_VERSION:
+        raise ImportFormatError(
+            f"it was written by a newer kvchat (format {version}; this version reads "
+            f"up to {FORMAT_VERSION}); upgrade kvchat to import it"
+        )
+
+    # kvchat's own files say what the system prompt is; others put it first.
+    if "system_prompt" in meta:
+        has_prompt = _meta_str(meta, "system_prompt") != ""
+    else:
+        has_prompt = messages[0].role == "system"
+    if has_prompt and messages[0].role != "system":
+        raise ImportFormatError(
+            '"kvchat.system_prompt" is set but message 1 is not a system message'
+        )
+    system_prompt = messages.pop(0).content if has_prompt else ""
+
+    now = time.time()
+    conv = Conversation(
+        system_prompt=system_prompt,
+        messages=messages,
+        title=_meta_str(meta, "title"),
+        created=_meta_time(meta, "created", now),
+        updated=_meta_time(meta, "updated", now),
+        model_path=_meta_str(meta, "model_path"),
+        model_name=_meta_str(meta, "model"),
+    )
+    if "messages" in meta:
+        _apply_message_meta(messages, meta["messages"], first_number=2 if system_prompt else 1)
+    if not conv.title:
+        conv.title = conv.default_title()
+    sampling = meta.get("sampling", {})
+    if not isinstance(sampling, dict):
+        raise ImportFormatError('"kvchat.sampling" is not an object')
+    return conv, sampling
+
+
+def read_import_file(path: Path) -> tuple[Conversation, dict[str, Any]]:
+    """`parse_import` of a file, refusing files over MAX_IMPORT_BYTES before reading."""
+    limit_mb = MAX_IMPORT_BYTES // 1_000_000
+    try:
+        size = path.stat().st_size
+        if size > MAX_IMPORT_BYTES:
+            raise ImportFormatError(
+                f"it is {size / 1_000_000:.1f} MB and kvchat imports files up to {limit_mb} MB",
+                source=str(path),
+            )
+        # Read at most one byte past the limit: the size may lie (a pipe, a growing file).
+        with open(path, "rb") as file:
+            data = file.read(MAX_IMPORT_BYTES + 1)
+    except OSError as error:
+        raise ImportFormatError(f"cannot read it ({error.strerror})", source=str(path)) from None
+    if len(data) > MAX_IMPORT_BYTES:
+        raise ImportFormatError(
+            f"it is larger than the {limit_mb} MB that kvchat imports", source=str(path)
+        )
+    try:
+        text = data.decode("utf-8-sig")  # tolerate the BOM some Windows editors write
+    except UnicodeDecodeError as error:
+        raise ImportFormatError(
+            f"it is not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start})",
+            source=str(path),
+        ) from None
+    try:
+        return parse_import(text)
+    except ImportFormatError as error:
+        raise ImportFormatError(error.detail, source=str(path)) from None

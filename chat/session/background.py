@@ -1,0 +1,60 @@
+"""The one way kvchat runs work off the UI thread: a daemon thread.
+
+Why daemon threads, and not Textual thread workers or `asyncio.to_thread`:
+loading a model, evaluating a prompt or counting a long conversation can take
+many seconds inside llama.cpp, where Python cannot interrupt it. A worker or an
+executor thread is joined when the app exits, so Ctrl+Q would wait for it; a
+daemon thread never keeps the process alive. What must end cleanly before the
+model is freed (the reply stream) is stopped and joined explicitly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def start_thread(name: str, target: Callable[..., object], *args: Any) -> threading.Thread:
+    """Run `target(*args)` in a new daemon thread named `kvchat-<name>`."""
+    thread = threading.Thread(target=target, args=args, name=f"kvchat-{name}", daemon=True)
+    thread.start()
+    return thread
+
+
+async def in_thread(name: str, function: Callable[..., T], *args: Any) -> T:
+    """Await `function(*args)` run in a daemon thread (see the module docstring);
+    its exception, if any, is raised here."""
+    loop = asyncio.get_running_loop()
+    result: asyncio.Future[T] = loop.create_future()
+
+    def settle(outcome: T | None, error: BaseException | None) -> None:
+        if result.done():  # the awaiting task was cancelled meanwhile
+            return
+        if error is not None:
+            result.set_exception(error)
+        else:
+            result.set_result(outcome)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            outcome = function(*args)
+        except BaseException as error:  # handed to the awaiting task
+            _call_soon(loop, settle, None, error)
+        else:
+            _call_soon(loop, settle, outcome, None)
+
+    start_thread(name, run)
+    return await result
+
+
+def _call_soon(
+    loop: asyncio.AbstractEventLoop, callback: Callable[..., object], *args: Any
+) -> None:
+    # The loop may be closed already: the app quit while the thread ran.
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback, *args)

@@ -1,0 +1,232 @@
+"""The context window budget: what each part of the prompt costs, and what to
+leave out when it does not fit.
+
+Every turn the whole conversation is sent again: system prompt, earlier
+messages, the new message, and then the reply's tokens go into the same
+window. Counts here come from the model's own chat template and tokenizer (the
+same token ids the engine sends), never from estimates.
+
+Counting is incremental: each message's tokens are counted once (rendered
+after the system prompt, or after the first message when there is none, so
+that templates which inject a default system prompt count it once), and cached
+by content. Typing in the prompt box then costs one small tokenization, not a
+pass over the whole history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from chat.conversations.conversation import Conversation, Message, system_messages
+
+TokenizeChat = Callable[[Sequence[dict[str, str]], bool], list[int]]
+"""`Engine.tokenize_chat`: chat messages, and whether to open the reply."""
+
+# Room kept free for the reply: max tokens, but never more than this share of
+# the window, so that a small window still leaves room for the conversation.
+MAX_RESERVE_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """How one turn fills the window."""
+
+    n_ctx: int
+    system: int
+    history: int
+    """Earlier messages that are sent again this turn."""
+    new: int
+    """The new message, plus the template's opening of the reply."""
+    reserve: int
+    """Kept free for the reply."""
+    included: tuple[int, ...]
+    """Indices of earlier messages that are sent."""
+    left_out: tuple[int, ...] = ()
+    """Indices of earlier messages outside the window this turn."""
+    problem: str | None = None
+    """Why this turn cannot be sent (it does not fit), in words; None when it fits."""
+
+    @property
+    def used(self) -> int:
+        return self.system + self.history + self.new
+
+    @property
+    def free(self) -> int:
+        return max(0, self.n_ctx - self.used - self.reserve)
+
+    @property
+    def overflow(self) -> int:
+        """Tokens over the window (0 when it fits)."""
+        return max(0, self.used + self.reserve - self.n_ctx)
+
+
+@dataclass
+class ContextBudget:
+    """Token counts for one model's template and window."""
+
+    tokenize: TokenizeChat
+    n_ctx: int
+    _cache: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
+
+    def reserve_for(self, max_tokens: int) -> int:
+        return min(max_tokens, int(self.n_ctx * MAX_RESERVE_SHARE))
+
+    def _count(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool) -> int:
+        return len(self.tokenize(messages, add_generation_prompt)) if messages else 0
+
+    def system_tokens(self, system_prompt: str) -> int:
+        return self._head_tokens(system_messages(system_prompt))
+
+    def message_tokens(self, system_prompt: str, message: Message, anchor: Message | None) -> int:
+        """Tokens `message` adds after the system prompt (or after `anchor`,
+        the conversation's first message, when there is no system prompt)."""
+        head = _head(system_prompt, None if anchor is message else anchor)
+        key = (
+            system_prompt,
+            head[0]["content"] if head and not system_prompt else "",
+            message.role,
+            message.content,
+        )
+        return self._cached(
+            key,
+            lambda: self._count([*head, message.as_chat_dict()], False) - self._head_tokens(head),
+        )
+
+    def _head_tokens(self, head: list[dict[str, str]]) -> int:
+        """The same for every message after it: counted once, not once per message
+        (a reopened conversation of thousands of messages is counted twice as fast)
+        nor once per keystroke."""
+        if not head:
+            return 0
+        key = ("\0head", head[0]["role"], head[0]["content"], "")
+        return self._cached(key, lambda: self._count(head, False))
+
+    def new_message_tokens(self, system_prompt: str, text: str, anchor: Message | None) -> int:
+        """The message being typed, plus the template's opening of the reply."""
+        head = _head(system_prompt, anchor)
+        typed = {"role": "user", "content": text}
+        return self._count([*head, typed], True) - self._head_tokens(head)
+
+    def generation_prompt_tokens(self, system_prompt: str, anchor: Message | None) -> int:
+        head = _head(system_prompt, anchor)
+        if not head:
+            return 0
+        key = ("\0opening", head[0]["role"], head[0]["content"], "")
+        return self._cached(key, lambda: self._count(head, True) - self._head_tokens(head))
+
+    def _cached(self, key: tuple[str, str, str, str], compute: Callable[[], int]) -> int:
+        if key not in self._cache:
+            if len(self._cache) > 20_000:  # a long session: start over rather than grow forever
+                self._cache.clear()
+            self._cache[key] = compute()
+        return self._cache[key]
+
+    def count_messages(self, system_prompt: str, messages: Sequence[Message]) -> list[int]:
+        anchor = messages[0] if messages else None
+        return [self.message_tokens(system_prompt, m, anchor) for m in messages]
+
+    def plan(
+        self,
+        system_prompt: str,
+        messages: Sequence[Message],
+        new_text: str | None,
+        max_tokens: int,
+        policy: str,
+    ) -> WindowPlan:
+        """Which earlier messages to send with `new_text` (None: regenerate the
+        reply to the last message). When the turn cannot fit, `problem` says
+        why, and the caller refuses to send it."""
+        counts = self.count_messages(system_prompt, messages)
+        anchor = messages[0] if messages else None
+        system = self.system_tokens(system_prompt)
+        if new_text is not None:
+            new = self.new_message_tokens(system_prompt, new_text, anchor)
+            earlier = list(range(len(messages)))
+        else:
+            # Regenerating: the last user message is the "new" one.
+            new = counts[-1] + self.generation_prompt_tokens(system_prompt, anchor) if counts else 0
+            earlier = list(range(len(messages) - 1))
+        reserve = self.reserve_for(max_tokens)
+        room = self.n_ctx - system - new - reserve
+        problem = None
+        if room < 0:
+            included: list[int] = []
+            problem = (
+                f"The message needs {system + new + reserve:,} tokens with the system prompt and "
+                f"{reserve:,} kept free for the reply, but the window holds {self.n_ctx:,} "
+                f"({-room:,} too many). Shorten it, or lower max tokens in the settings (F2)."
+            )
+        else:
+            included = _choose(earlier, counts, room, policy, messages)
+        history = sum(counts[i] for i in included)
+        if problem is None and history > room:  # only with policy "stop"
+            problem = (
+                f"The conversation does not fit in the window: {history - room:,} tokens too many "
+                f"(window {self.n_ctx:,}, reply reserve {reserve:,}). Start a new conversation "
+                "(Ctrl+N), shorten the message, or set the overflow policy to drop-oldest "
+                "in the settings (F2)."
+            )
+        sent = set(included)
+        left_out = tuple(i for i in earlier if i not in sent)
+        return WindowPlan(
+            self.n_ctx, system, history, new, reserve, tuple(included), left_out, problem
+        )
+
+
+def _head(system_prompt: str, anchor: Message | None) -> list[dict[str, str]]:
+    """What a message is counted after: the system prompt, or else the
+    conversation's first message (templates may add a default system prompt
+    for the first message, which must be counted once)."""
+    return system_messages(system_prompt) or ([anchor.as_chat_dict()] if anchor else [])
+
+
+def _turns(indices: list[int], messages: Sequence[Message]) -> list[list[int]]:
+    """Group message indices into turns: a user message and the replies after it.
+    Leaving out whole turns keeps user/assistant alternation, which some
+    templates require."""
+    turns: list[list[int]] = []
+    for i in indices:
+        if messages[i].role == "user" or not turns:
+            turns.append([i])
+        else:
+            turns[-1].append(i)
+    return turns
+
+
+def _choose(
+    earlier: list[int], counts: list[int], room: int, policy: str, messages: Sequence[Message]
+) -> list[int]:
+    if policy == "stop" or sum(counts[i] for i in earlier) <= room:
+        return earlier
+    turns = _turns(earlier, messages)
+    cost = [sum(counts[i] for i in turn) for turn in turns]
+    keep_first = policy == "truncate-middle" and len(turns) > 1 and cost[0] <= room
+    budget = room - (cost[0] if keep_first else 0)
+    kept: list[list[int]] = []
+    # Newest turns first, until the next one would not fit.
+    start = 1 if keep_first else 0
+    for turn, turn_cost in zip(reversed(turns[start:]), reversed(cost[start:]), strict=True):
+        if turn_cost > budget:
+            break
+        kept.insert(0, turn)
+        budget -= turn_cost
+    if keep_first:
+        kept.insert(0, turns[0])
+    return [i for turn in kept for i in turn]
+
+
+def prompt_messages(
+    conversation: Conversation, plan: WindowPlan, newest: Message | None = None
+) -> list[dict[str, str]]:
+    """What a turn sends: the system prompt, the earlier messages that fit
+    (`plan.included`), and the newest message (by default the conversation's last)."""
+    newest = newest or conversation.messages[-1]
+    return [*history_messages(conversation, plan), newest.as_chat_dict()]
+
+
+def history_messages(conversation: Conversation, plan: WindowPlan) -> list[dict[str, str]]:
+    """The system prompt and the earlier messages that fit the window."""
+    messages = conversation.messages
+    earlier = [messages[i].as_chat_dict() for i in plan.included]
+    return system_messages(conversation.system_prompt) + earlier

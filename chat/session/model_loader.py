@@ -1,0 +1,202 @@
+"""Loading and reloading the model: the one owner of the engine.
+
+States: no model chosen (NONE), the first load under way (LOADING), a model
+ready (READY), a replacement loading while the old one stays in memory
+(RELOADING), the first load failed (FAILED). A reload that fails keeps the
+model that was loaded; a model that replaces another is in place before the
+old one is closed.
+
+Loading runs in a background thread (chat.session.background); its outcome is
+handed to `report` from that thread, and the owner of the loader (the app)
+passes it back to `accept` on its own thread. No Textual here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from chat.engine.base import Engine
+from chat.errors import KvchatError, ModelError
+from chat.model_files import ModelCandidate, how_to_get_a_model, pick_model
+from chat.session.background import start_thread
+from chat.settings.schema import FIELDS, ModelSettings
+
+EngineFactory = Callable[[Path, ModelSettings], Engine]
+
+# Model settings the engine is loaded with: changing one of them means a reload.
+LOADER_FIELDS: tuple[str, ...] = tuple(
+    spec.name for spec in FIELDS.values() if spec.section == "model" and spec.name != "path"
+)
+
+
+class LoadState(Enum):
+    NONE = "none"
+    LOADING = "loading"
+    READY = "ready"
+    RELOADING = "reloading"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class ModelReady:
+    """A load finished: `engine` runs `model` with `settings`."""
+
+    engine: Engine
+    model: ModelCandidate
+    settings: ModelSettings
+    reload: bool = False
+    """It was loaded to replace the model (settings changed), not at start."""
+    save: bool = False
+    """The settings pane asked to save the settings once the model loaded."""
+
+
+@dataclass(frozen=True)
+class ModelFailed:
+    """A load failed; `error` says why, in words."""
+
+    error: str
+    model: ModelCandidate
+    reload: bool = False
+    save: bool = False
+
+
+LoadOutcome = ModelReady | ModelFailed
+
+
+@dataclass(frozen=True)
+class Reload:
+    """What a change of model settings loads."""
+
+    model: ModelCandidate
+    settings: ModelSettings
+
+
+class ModelBusyError(ModelError):
+    """A model is still loading; another change has to wait for it."""
+
+
+class NoModelFoundError(ModelError):
+    """No model file is set and none was found; the message says how to get one."""
+
+
+def load_llama(path: Path, settings: ModelSettings) -> Engine:
+    # Imported here so that the UI starts drawing before llama.cpp is imported.
+    from chat import paths
+    from chat.engine.llama import load_engine
+
+    return load_engine(path, settings, paths.log_file())
+
+
+class ModelLoader:
+    def __init__(
+        self, report: Callable[[LoadOutcome], object], factory: EngineFactory = load_llama
+    ) -> None:
+        self._report = report
+        self.factory = factory
+        self.state = LoadState.NONE
+        self.engine: Engine | None = None
+        """The model in use (READY, or RELOADING: still loaded, no new replies)."""
+        self.model: ModelCandidate | None = None
+        """The file of the model loaded, or being loaded at first."""
+        self._closed = False
+
+    @property
+    def busy(self) -> bool:
+        return self.state in (LoadState.LOADING, LoadState.RELOADING)
+
+    @property
+    def usable_engine(self) -> Engine | None:
+        """The engine replies may use now: none while another model loads."""
+        return self.engine if self.state is LoadState.READY else None
+
+    def load(self, model: ModelCandidate, settings: ModelSettings) -> None:
+        """Load `model` at start, in the background; the outcome goes to `report`."""
+        self.state = LoadState.LOADING
+        self.model = model
+        start_thread("load", self._load, model, copy.deepcopy(settings), False, False)
+
+    def begin_reload(self) -> None:
+        """A reload is under way from now: no new replies, and another change of
+        model settings waits for it (`plan_reload` refuses it)."""
+        self.state = LoadState.RELOADING if self.engine is not None else LoadState.LOADING
+
+    def reload(self, plan: Reload, *, save: bool = False) -> None:
+        """Load `plan.model` to replace the model in use (see `begin_reload`)."""
+        self.begin_reload()
+        start_thread("reload", self._load, plan.model, copy.deepcopy(plan.settings), True, save)
+
+    def _load(
+        self, model: ModelCandidate, settings: ModelSettings, reload: bool, save: bool
+    ) -> None:
+        try:
+            engine = self.factory(model.path, settings)
+        except KvchatError as error:
+            self._report(ModelFailed(str(error), model, reload, save))
+        except Exception as error:  # llama.cpp failures we did not foresee
+            reason = f"Could not load the model {model.path}: {error}"
+            self._report(ModelFailed(reason, model, reload, save))
+        else:
+            self._report(ModelReady(engine, model, settings, reload, save))
+
+    def accept(self, outcome: LoadOutcome) -> bool:
+        """Take a finished load's outcome (on the owner's thread). False when it
+        is not to be used: the loader was closed meanwhile (the app quit)."""
+        if self._closed:
+            if isinstance(outcome, ModelReady):
+                _close_quietly(outcome.engine)
+            return False
+        if isinstance(outcome, ModelFailed):
+            self.state = LoadState.READY if self.engine is not None else LoadState.FAILED
+            return True
+        old = self.engine
+        self.engine, self.model, self.state = outcome.engine, outcome.model, LoadState.READY
+        if old is not None and old is not outcome.engine:
+            # After the new one is in place; close() waits for any call still running.
+            start_thread("close-model", _close_quietly, old)
+        return True
+
+    def plan_reload(self, current: ModelSettings, new: ModelSettings) -> Reload | None:
+        """What changing the model settings from `current` to `new` loads, or None
+        when nothing needs loading (the same file under another name, or settings
+        the engine does not load with). Raises `ModelError` when it cannot be
+        done: a load under way, a model file that cannot be used, or none found."""
+        if new == current:
+            return None
+        if self.busy:
+            raise ModelBusyError(
+                "A model is still loading: change the model settings again when it is ready."
+            )
+        candidate = pick_model(None, new.path)
+        if candidate is None:
+            raise NoModelFoundError(how_to_get_a_model())
+        same_file = self.model is not None and same_path(candidate.path, self.model.path)
+        same_loader = all(getattr(new, name) == getattr(current, name) for name in LOADER_FIELDS)
+        if same_file and same_loader and self.engine is not None:
+            return None
+        return Reload(candidate, copy.deepcopy(new))
+
+    def close(self) -> None:
+        """The app is quitting: a load still running closes its engine when done."""
+        self._closed = True
+
+
+def same_path(one: Path, other: Path) -> bool:
+    return _resolved(one) == _resolved(other)
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.expanduser().resolve()
+    except (OSError, RuntimeError):
+        return path
+
+
+def _close_quietly(engine: Engine) -> None:
+    # The engine is gone either way; the app carries on.
+    with contextlib.suppress(Exception):
+        engine.close()

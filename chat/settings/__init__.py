@@ -1,0 +1,13 @@
+"""Settings: one schema, and where values come from.
+
+- `schema`: every setting, declared once (`FieldSpec` on dataclass fields);
+- `values`: checking and converting one value;
+- `config_file`: the TOML file, read leniently and written atomically;
+- `environment`: KVCHAT_* variables;
+- `resolve`: CLI flag > environment > config file > default;
+- `effective`: the `--print-config` listing.
+
+Who reads which section: `model` the model loader (chat.session.model_loader)
+and the engine; `sampling` the engine, per reply; `chat` the chat screen and the
+reply planning; `ui` the app (theme). No Textual and no llama_cpp here.
+"""

@@ -1,0 +1,277 @@
+"""What each setting is: its section, type, default, allowed range and help line.
+
+Each setting is declared once, as a dataclass field whose metadata holds its
+`FieldSpec`. `FIELDS` is built from those fields, and everything else
+(checking values, the TOML file, environment variables, command-line flags,
+the settings pane, `--print-config`) works from `FIELDS`: adding a setting
+means adding one field here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+OVERFLOW_POLICIES = ("stop", "drop-oldest", "truncate-middle")
+# "auto" is q8_0 when the model runs on the CPU and f16 (llama.cpp's default)
+# on a GPU. Measured on the demo model (README, Performance): q8_0 keys cut the
+# attention cost that grows with the conversation (turn-20 prompt -16 %, the
+# cache -45 MB) for a perplexity change of +0.02 %. Values stay f16: quantized
+# values need flash attention, which is slower on the CPU.
+KEY_CACHE_TYPES = ("auto", "f16", "q8_0")
+
+# The kinds of value a setting can hold; the settings pane builds its form
+# field from the kind, and `parse_value` checks values by it.
+Kind = Literal[
+    "float",
+    "int",
+    "bool",
+    "str",  # one line of non-empty text
+    "text",  # any text, may be empty or span lines
+    "choice",
+    "optional_int",  # an int in range, or None
+    "optional_path",  # a file path, or None
+    "str_list",
+]
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """Everything needed to check one setting and to build its form field."""
+
+    key: str
+    """Dotted "section.name", e.g. "sampling.temperature"."""
+    kind: type | str
+    """One of the `Kind` strings."""
+    default: object
+    help: str
+    """One line, shown under the field in the settings pane."""
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[Any, ...] | None = None
+    special: tuple[tuple[object, str], ...] = ()
+    """Values allowed outside minimum..maximum, with what each means, e.g.
+    `((0, "the model's own window"),)`; `None` labels the blank value of an
+    optional kind."""
+
+    @property
+    def section(self) -> str:
+        return self.key.split(".", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.key.split(".", 1)[1]
+
+    def special_values(self) -> tuple[object, ...]:
+        return tuple(value for value, _ in self.special)
+
+    def none_label(self) -> str:
+        """What leaving an optional field blank means, e.g. "random"."""
+        for value, meaning in self.special:
+            if value is None:
+                return meaning
+        return "none"
+
+    def range_text(self) -> str:
+        """The allowed values in words, e.g. "0 – 5" or "blank = random, or 0 – 4294967295"."""
+        if self.kind == "choice":
+            return "one of: " + ", ".join(str(choice) for choice in self.choices or ())
+        if self.kind == "bool":
+            return "true or false"
+        if self.kind == "str":
+            return "any non-empty text"
+        if self.kind == "text":
+            return "any text"
+        if self.kind == "str_list":
+            return "a list of non-empty strings"
+        if self.kind == "optional_path":
+            return f"blank = {self.none_label()}, or a file path"
+        parts = []
+        for value, meaning in self.special:
+            shown = "blank" if value is None else str(value)
+            parts.append(f"{shown} = {meaning}")
+        if self.kind == "optional_int" and None not in self.special_values():
+            parts.append("blank = none")
+        span = f"{plain_number(self.minimum)} – {plain_number(self.maximum)}"
+        return ", or ".join([*parts, span])
+
+
+def plain_number(value: float | None) -> str:
+    """0 rather than 0.0 in messages; 4294967295 rather than 4.29e+09."""
+    if value is None:
+        return "?"
+    if float(value).is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _meta(
+    kind: Kind,
+    help: str,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    *,
+    choices: tuple[Any, ...] | None = None,
+    special: tuple[tuple[object, str], ...] = (),
+) -> dict[str, object]:
+    """Dataclass field metadata: the FieldSpec of a setting, less its key and default."""
+    spec = {
+        "kind": kind,
+        "help": help,
+        "minimum": minimum,
+        "maximum": maximum,
+        "choices": choices,
+        "special": special,
+    }
+    return {"spec": spec}
+
+
+def _setting(default: object, kind: Kind, help: str, *args: Any, **kwargs: Any) -> Any:
+    """A dataclass field with an immutable default that carries its FieldSpec.
+
+    Returns `Any` so that `temperature: float = _setting(0.8, ...)` type-checks.
+    """
+    return field(default=default, metadata=_meta(kind, help, *args, **kwargs))
+
+
+@dataclass
+class ModelSettings:
+    path: str | None = _setting(
+        None,
+        "optional_path",
+        "A .gguf model file. Blank: kvchat finds one itself.",
+        special=((None, "find one automatically"),),
+    )
+    n_ctx: int = _setting(
+        0,
+        "int",
+        "Context window in tokens. 0 uses the window the model was trained with.",
+        256,
+        1_048_576,
+        special=((0, "the model's own window"),),
+    )
+    n_gpu_layers: int = _setting(
+        -1,
+        "int",
+        "Layers to offload to the GPU; ignored by CPU-only builds.",
+        0,
+        1000,
+        special=((-1, "all layers"),),
+    )
+    flash_attn: bool = _setting(False, "bool", "Flash attention: faster and leaner on most GPUs.")
+    n_threads: int | None = _setting(
+        None,
+        "optional_int",
+        "CPU threads for generation.",
+        1,
+        512,
+        special=((None, "llama.cpp picks"),),
+    )
+    n_batch: int = _setting(512, "int", "Prompt tokens evaluated per batch.", 1, 65_536)
+    cache_type_k: str = _setting(
+        "auto",
+        "choice",
+        "KV cache key type. auto: q8_0 (leaner, faster long chats) on the CPU, f16 on a GPU.",
+        choices=KEY_CACHE_TYPES,
+    )
+
+
+@dataclass
+class SamplingSettings:
+    temperature: float = _setting(
+        0.8, "float", "Randomness of replies; 0 always picks the most likely token.", 0, 5
+    )
+    top_p: float = _setting(
+        0.95, "float", "Sample only from the likeliest tokens that add up to this share.", 0, 1
+    )
+    top_k: int = _setting(
+        40, "int", "Sample only from this many likeliest tokens; 0 is off.", 0, 1000
+    )
+    min_p: float = _setting(
+        0.05, "float", "Drop tokens less likely than this share of the likeliest one.", 0, 1
+    )
+    typical_p: float = _setting(1.0, "float", "Locally typical sampling; 1 is off.", 0, 1)
+    repeat_penalty: float = _setting(
+        1.0, "float", "Make recently used tokens less likely; 1 is off.", 0, 3
+    )
+    presence_penalty: float = _setting(
+        0.0, "float", "Penalty for any token already in the reply.", -2, 2
+    )
+    frequency_penalty: float = _setting(
+        0.0, "float", "Penalty growing with how often a token appeared.", -2, 2
+    )
+    mirostat_mode: int = _setting(
+        0, "choice", "Mirostat sampling: 0 off, 1 or 2 for its versions.", choices=(0, 1, 2)
+    )
+    mirostat_tau: float = _setting(5.0, "float", "Mirostat target surprise.", 0, 20)
+    mirostat_eta: float = _setting(0.1, "float", "Mirostat learning rate.", 0, 1)
+    seed: int | None = _setting(
+        None,
+        "optional_int",
+        "Seed for sampling; the same seed and prompt give the same reply.",
+        0,
+        2**32 - 1,
+        special=((None, "random"),),
+    )
+    max_tokens: int = _setting(
+        1024, "int", "Most tokens in one reply; also reserved in the window for it.", 1, 131_072
+    )
+    stop: list[str] = field(
+        default_factory=list,
+        metadata=_meta(
+            "str_list", "Extra stop sequences, one per line: the reply ends before any of them."
+        ),
+    )
+
+
+@dataclass
+class ChatSettings:
+    system_prompt: str = _setting(
+        "You are a helpful assistant.",
+        "text",
+        "Sent before every conversation; blank sends none.",
+    )
+    overflow: str = _setting(
+        "drop-oldest",
+        "choice",
+        "When the conversation outgrows the window: stop, drop oldest turns, or cut the middle.",
+        choices=OVERFLOW_POLICIES,
+    )
+    record_token_probs: bool = _setting(
+        True, "bool", "Keep each token's probability for the token view."
+    )
+    prefill: bool = _setting(
+        True, "bool", "When typing pauses, evaluate the message ahead: its reply starts at once."
+    )
+
+
+@dataclass
+class UISettings:
+    theme: str = _setting("kvchat-dark", "str", "Colour theme: a built-in name or a user theme.")
+
+
+@dataclass
+class Settings:
+    model: ModelSettings = field(default_factory=ModelSettings)
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    chat: ChatSettings = field(default_factory=ChatSettings)
+    ui: UISettings = field(default_factory=UISettings)
+
+
+def _build_fields() -> dict[str, FieldSpec]:
+    """FIELDS in display order: sections as in Settings, fields as declared."""
+    specs: dict[str, FieldSpec] = {}
+    defaults = Settings()
+    for section in dataclasses.fields(Settings):
+        section_value = getattr(defaults, section.name)
+        for item in dataclasses.fields(section_value):
+            key = f"{section.name}.{item.name}"
+            specs[key] = FieldSpec(
+                key=key, default=getattr(section_value, item.name), **item.metadata["spec"]
+            )
+    return specs
+
+
+FIELDS: dict[str, FieldSpec] = _build_fields()
+SECTIONS: tuple[str, ...] = tuple(item.name for item in dataclasses.fields(Settings))

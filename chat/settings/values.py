@@ -1,0 +1,169 @@
+"""Checking and converting one setting's value, as typed, read from TOML or
+from an environment variable; reading and writing it in `Settings`."""
+
+from __future__ import annotations
+
+import math
+import os
+
+from chat.errors import ConfigError
+from chat.settings.schema import FIELDS, FieldSpec, Settings, plain_number
+
+# Strings that mean "no value" (None) for the optional kinds, so that a user can
+# clear a field by leaving it blank or say KVCHAT_SEED=random.
+_NONE_WORDS = ("", "none", "null", "random", "auto")
+_TRUE_WORDS = ("true", "yes", "on", "1")
+_FALSE_WORDS = ("false", "no", "off", "0")
+
+
+def _spec(key: str) -> FieldSpec:
+    try:
+        return FIELDS[key]
+    except KeyError:
+        raise ConfigError(f"There is no setting called {key}.") from None
+
+
+def _show(raw: object) -> str:
+    """A value as the user wrote it, TOML-style, short enough for one message."""
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    if isinstance(raw, str):
+        text = raw if len(raw) <= 40 else raw[:39] + "…"
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(raw, float):
+        return plain_number(raw) if math.isfinite(raw) else str(raw)
+    if isinstance(raw, (list, tuple)):
+        return "[" + ", ".join(_show(item) for item in raw) + "]"
+    return str(raw)
+
+
+def format_value(key: str, value: object) -> str:
+    """A parsed value for a message: `0.8`, `"kvchat-dark"`, `(random)`."""
+    if value is None:
+        return f"({_spec(key).none_label()})"
+    return _show(value)
+
+
+def _refuse(spec: FieldSpec, raw: object, problem: str) -> ConfigError:
+    return ConfigError(f"{spec.key} = {_show(raw)} {problem}: allowed {spec.range_text()}.")
+
+
+def _check_range(spec: FieldSpec, value: float) -> None:
+    if value in spec.special_values():
+        return
+    assert spec.minimum is not None and spec.maximum is not None
+    if not spec.minimum <= value <= spec.maximum:
+        raise _refuse(spec, value, "is out of range")
+
+
+def _parse_int(spec: FieldSpec, raw: object) -> int:
+    # bool is a subclass of int, but `top_k = true` is a mistake, not 1.
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    elif isinstance(raw, str):
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise _refuse(spec, raw, "is not a whole number") from None
+    else:
+        raise _refuse(spec, raw, "is not a whole number")
+    _check_range(spec, value)
+    return value
+
+
+def _parse_float(spec: FieldSpec, raw: object) -> float:
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        value = float(raw)
+    elif isinstance(raw, str):
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            raise _refuse(spec, raw, "is not a number") from None
+    else:
+        raise _refuse(spec, raw, "is not a number")
+    if not math.isfinite(value):  # nan compares false with every bound
+        raise _refuse(spec, raw, "is not a finite number")
+    _check_range(spec, value)
+    return value
+
+
+def _parse_bool(spec: FieldSpec, raw: object) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str):
+        word = raw.strip().lower()
+        if word in _TRUE_WORDS:
+            return True
+        if word in _FALSE_WORDS:
+            return False
+    raise _refuse(spec, raw, "is not true or false")
+
+
+def _parse_choice(spec: FieldSpec, raw: object) -> object:
+    for choice in spec.choices or ():
+        # Compare types too: True == 1 and 1.0 == 1, but neither is mirostat mode 1.
+        if type(raw) is type(choice) and raw == choice:
+            return choice
+        if isinstance(raw, str) and raw.strip() == str(choice):
+            return choice
+    raise _refuse(spec, raw, "is not a valid choice")
+
+
+def _parse_str_list(spec: FieldSpec, raw: object) -> list[str]:
+    if isinstance(raw, str):
+        # Typed in a field or an environment variable: one per line, or comma-separated
+        # on one line. Blank entries (a trailing newline or comma) are dropped.
+        parts = raw.splitlines() if "\n" in raw else raw.split(",")
+        return [part for part in parts if part.strip()]
+    if isinstance(raw, (list, tuple)):
+        if not all(isinstance(item, str) for item in raw):
+            raise _refuse(spec, raw, "has an item that is not text")
+        if not all(raw):
+            raise _refuse(spec, raw, "has an empty item")
+        return list(raw)
+    raise _refuse(spec, raw, "is not a list")
+
+
+def parse_value(key: str, raw: object) -> object:
+    """Check and convert one value for setting `key`, or raise ConfigError.
+
+    `raw` is typed when it comes from TOML or from code, and a string when a
+    person typed it or it came from an environment variable: "0.7", "true",
+    "" or "none" (blank, for optional settings), "a,b" or lines for lists.
+    """
+    spec = _spec(key)
+    kind = spec.kind
+    if kind in ("optional_int", "optional_path") and (
+        raw is None or (isinstance(raw, str) and raw.strip().lower() in _NONE_WORDS)
+    ):
+        return None
+    if kind in ("int", "optional_int"):
+        return _parse_int(spec, raw)
+    if kind == "float":
+        return _parse_float(spec, raw)
+    if kind == "bool":
+        return _parse_bool(spec, raw)
+    if kind == "choice":
+        return _parse_choice(spec, raw)
+    if kind == "str_list":
+        return _parse_str_list(spec, raw)
+    if not isinstance(raw, str):
+        raise _refuse(spec, raw, "is not text")
+    if kind == "text":
+        return raw  # kept exactly: leading spaces and newlines can matter in a prompt
+    if kind == "optional_path":
+        return os.path.expanduser(raw.strip())
+    if not raw.strip():
+        raise _refuse(spec, raw, "is empty")
+    return raw.strip()
+
+
+def get_value(settings: Settings, key: str) -> object:
+    spec = _spec(key)
+    return getattr(getattr(settings, spec.section), spec.name)
+
+
+def set_value(settings: Settings, key: str, value: object) -> None:
+    """Set an already parsed value (see `parse_value`)."""
+    spec = _spec(key)
+    setattr(getattr(settings, spec.section), spec.name, value)

