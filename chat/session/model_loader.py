@@ -22,7 +22,7 @@ from pathlib import Path
 
 from chat.engine.base import Engine
 from chat.errors import KvchatError, ModelError
-from chat.model_files import ModelCandidate, how_to_get_a_model, pick_model
+from chat.model_files import ModelCandidate, how_to_get_a_model, pick_model, same_path
 from chat.session.background import start_thread
 from chat.settings.schema import FIELDS, ModelSettings
 
@@ -183,17 +183,6 @@ class ModelLoader:
     def close(self) -> None:
         """The app is quitting: a load still running closes its engine when done."""
         self._closed = True
-
-
-def same_path(one: Path, other: Path) -> bool:
-    return _resolved(one) == _resolved(other)
-
-
-def _resolved(path: Path) -> Path:
-    try:
-        return path.expanduser().resolve()
-    except (OSError, RuntimeError):
-        return path
 
 
 def _close_quietly(engine: Engine) -> None:

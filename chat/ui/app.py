@@ -39,7 +39,7 @@ from textual.screen import Screen
 from chat import paths
 from chat.conversations.store import Store
 from chat.errors import ConfigError, KvchatError, ModelError
-from chat.model_files import ModelCandidate, how_to_get_a_model, human_size, list_models
+from chat.model_files import ModelCandidate, how_to_get_a_model, model_choices
 from chat.session.background import in_thread
 from chat.session.model_loader import (
     EngineFactory,
@@ -49,7 +49,6 @@ from chat.session.model_loader import (
     NoModelFoundError,
     Reload,
     load_llama,
-    same_path,
 )
 from chat.settings.config_file import backup_path, save_config, update_config
 from chat.settings.run_overrides import RunOverrides
@@ -301,29 +300,8 @@ class ChatApp(App[None]):
             self._opening_settings = False
 
     def _model_choices(self) -> list[tuple[str, object]]:
-        """The model file options: automatic, the current setting, every GGUF found."""
-        options: list[tuple[str, object]] = [("Find one automatically", "")]
-        seen: list[Path] = []
         loaded = self.model.path if self.model is not None else None
-
-        def is_loaded(path: Path) -> bool:
-            return loaded is not None and same_path(path, loaded)
-
-        current = self.settings.model.path
-        if current:
-            mark = " (loaded)" if is_loaded(Path(current)) else " (current setting)"
-            options.append((current + mark, current))
-            seen.append(Path(current))
-        for candidate in list_models():
-            if any(same_path(candidate.path, other) for other in seen):
-                continue
-            seen.append(candidate.path)
-            mark = " · loaded" if is_loaded(candidate.path) else ""
-            label = f"{candidate.name}  ({human_size(candidate.size)}, {candidate.source}){mark}"
-            options.append((label, str(candidate.path)))
-        if loaded is not None and not any(same_path(loaded, other) for other in seen):
-            options.append((f"{loaded} (loaded)", str(loaded)))
-        return options
+        return list(model_choices(loaded, self.settings.model.path))
 
     def _theme_choices(self) -> list[tuple[str, object]]:
         return [(name, name) for name in self.available_themes]

@@ -13,9 +13,9 @@ import pytest
 
 from chat import paths
 from chat.cli import main as cli
-from chat.ui.app import Launch
 from chat.conversations.conversation import Conversation, Message, ReplyStats
 from chat.conversations.store import Store
+from chat.ui.app import Launch
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Button, Input, Select, Static, Switch, TextArea
 
+from chat import model_files
 from chat.engine.llama import LlamaEngine
 from chat.errors import ModelError
 from chat.model_files import ModelCandidate
@@ -21,7 +22,6 @@ from chat.settings.config_file import backup_path, load_config
 from chat.settings.resolve import resolve_settings
 from chat.settings.schema import FIELDS, FieldSpec, ModelSettings, SamplingSettings, Settings
 from chat.settings.values import get_value
-from chat.ui import app as app_module
 from chat.ui.app import ChatApp, Launch
 from chat.ui.screens.settings import SettingsScreen
 from chat.ui.widgets.message_view import MessageView
@@ -40,7 +40,7 @@ def ids(spec: FieldSpec) -> str:
 @pytest.fixture(autouse=True)
 def no_model_search(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pane lists models found on the machine; tests see none but their own."""
-    monkeypatch.setattr(app_module, "list_models", lambda config_model=None: [])
+    monkeypatch.setattr(model_files, "list_models", lambda config_model=None: [])
 
 
 @pytest.fixture
@@ -211,7 +211,7 @@ async def test_model_file_lists_what_list_models_finds_plus_the_current_path(
     other = tmp_path / "other.gguf"
     other.write_bytes(b"GGUF" + bytes(8))
     monkeypatch.setattr(
-        app_module,
+        model_files,
         "list_models",
         lambda config_model=None: [candidate(other), candidate(gguf)],
     )
