@@ -756,26 +756,17 @@ class Store:
         a visible message: every word, as a word prefix with FTS5 (punctuation is
         ignored), as a substring without."""
         where, params = self._search_clause(query.strip()) if query.strip() else ("", [])
+        # The columns in ConversationSummary's field order.
         sql = (
-            "SELECT c.id, c.title, c.model_name, c.updated, c.created, "
+            "SELECT c.id, c.title, c.model_name, "
             "(SELECT COUNT(*) FROM messages m "
-            " WHERE m.conversation_id = c.id AND m.superseded = 0) "
-            f"FROM conversations c {where} "
+            " WHERE m.conversation_id = c.id AND m.superseded = 0), "
+            f"c.updated, c.created FROM conversations c {where} "
             "ORDER BY c.updated DESC, c.id DESC LIMIT ? OFFSET ?"
         )
         with self._read() as conn:
             rows = conn.execute(sql, (*params, limit, offset)).fetchall()
-        return [
-            ConversationSummary(
-                id=id_,
-                title=title,
-                model_name=model_name,
-                message_count=count,
-                updated=updated,
-                created=created,
-            )
-            for id_, title, model_name, updated, created, count in rows
-        ]
+        return [ConversationSummary(*row) for row in rows]
 
     def count_conversations(self, query: str = "") -> int:
         """How many conversations `list_conversations(query)` pages through."""

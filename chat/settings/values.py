@@ -56,32 +56,22 @@ def _check_range(spec: FieldSpec, value: float) -> None:
         raise _refuse(spec, value, "is out of range")
 
 
-def _parse_int(spec: FieldSpec, raw: object) -> int:
+def _parse_number(spec: FieldSpec, raw: object, whole: bool) -> float:
+    """A number typed or read from TOML: `whole` for an int setting."""
+    convert = int if whole else float
+    problem = "is not a whole number" if whole else "is not a number"
     # bool is a subclass of int, but `top_k = true` is a mistake, not 1.
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        value = raw
+    accepted = (int,) if whole else (int, float)
+    if isinstance(raw, accepted) and not isinstance(raw, bool):
+        value = convert(raw)
     elif isinstance(raw, str):
         try:
-            value = int(raw.strip())
+            value = convert(raw.strip())
         except ValueError:
-            raise _refuse(spec, raw, "is not a whole number") from None
+            raise _refuse(spec, raw, problem) from None
     else:
-        raise _refuse(spec, raw, "is not a whole number")
-    _check_range(spec, value)
-    return value
-
-
-def _parse_float(spec: FieldSpec, raw: object) -> float:
-    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
-        value = float(raw)
-    elif isinstance(raw, str):
-        try:
-            value = float(raw.strip())
-        except ValueError:
-            raise _refuse(spec, raw, "is not a number") from None
-    else:
-        raise _refuse(spec, raw, "is not a number")
-    if not math.isfinite(value):  # nan compares false with every bound
+        raise _refuse(spec, raw, problem)
+    if not whole and not math.isfinite(value):  # nan compares false with every bound
         raise _refuse(spec, raw, "is not a finite number")
     _check_range(spec, value)
     return value
@@ -138,9 +128,9 @@ def parse_value(key: str, raw: object) -> object:
     ):
         return None
     if kind in ("int", "optional_int"):
-        return _parse_int(spec, raw)
+        return int(_parse_number(spec, raw, whole=True))
     if kind == "float":
-        return _parse_float(spec, raw)
+        return _parse_number(spec, raw, whole=False)
     if kind == "bool":
         return _parse_bool(spec, raw)
     if kind == "choice":

@@ -45,59 +45,53 @@ class ListedCommands(Provider):
                     break
 
 
-class ConversationCommands(ListedCommands):
+@dataclass(frozen=True)
+class ScreenAction:
+    """A palette entry that runs one of the screen's actions."""
+
+    name: str
+    help: str
+    action: str
+    other_names: tuple[str, ...] = ()
+
+
+CHAT_SCREEN_ACTIONS = (
+    ScreenAction(
+        "Open saved conversation",
+        "Browse, filter, rename, delete and reopen conversations (Ctrl+O)",
+        "open_conversations",
+    ),
+    ScreenAction(
+        "Export conversation",
+        "Write this conversation to a Markdown file (Ctrl+E)",
+        "export",
+    ),
+    ScreenAction("New conversation", "Start a new conversation (Ctrl+N)", "new_conversation"),
+    ScreenAction(
+        "Token view",
+        "Ctrl+T: the reply's tokens and the distribution each was sampled from",
+        "token_view",
+        other_names=("Show token probabilities",),
+    ),
+    ScreenAction(
+        "Pin last seed",
+        "Use the last reply's seed for every reply: the same prompt then gives the same reply",
+        "pin_seed",
+    ),
+    ScreenAction(
+        "Random seed each reply", "Unpin the seed: each reply gets a new one", "random_seed"
+    ),
+)
+
+
+class ChatScreenCommands(ListedCommands):
+    """The chat screen's own entries: conversations, the token view, the seed."""
+
     def entries(self) -> list[PaletteEntry]:
         run = self.screen.run_action
         return [
-            PaletteEntry(
-                "Open saved conversation",
-                "Browse, filter, rename, delete and reopen conversations (Ctrl+O)",
-                partial(run, "open_conversations"),
-            ),
-            PaletteEntry(
-                "Export conversation",
-                "Write this conversation to a Markdown file (Ctrl+E)",
-                partial(run, "export"),
-            ),
-            PaletteEntry(
-                "New conversation",
-                "Start a new conversation (Ctrl+N)",
-                partial(run, "new_conversation"),
-            ),
-        ]
-
-
-class TokenViewCommands(ListedCommands):
-    """The command palette entry for the token view (on the chat screen)."""
-
-    def entries(self) -> list[PaletteEntry]:
-        return [
-            PaletteEntry(
-                "Token view",
-                "Ctrl+T: the reply's tokens and the distribution each was sampled from",
-                partial(self.screen.run_action, "token_view"),
-                other_names=("Show token probabilities",),
-            )
-        ]
-
-
-class SeedCommands(ListedCommands):
-    """Pinning the seed (on the chat screen): the same prompt then gives the same reply."""
-
-    def entries(self) -> list[PaletteEntry]:
-        run = self.screen.run_action
-        return [
-            PaletteEntry(
-                "Pin last seed",
-                "Use the last reply's seed for every reply: the same prompt then gives the "
-                "same reply",
-                partial(run, "pin_seed"),
-            ),
-            PaletteEntry(
-                "Random seed each reply",
-                "Unpin the seed: each reply gets a new one",
-                partial(run, "random_seed"),
-            ),
+            PaletteEntry(item.name, item.help, partial(run, item.action), item.other_names)
+            for item in CHAT_SCREEN_ACTIONS
         ]
 
 

@@ -131,20 +131,22 @@ def builtin_themes_dir() -> Path:
     return installed if installed.is_dir() else package_dir.parent / "themes"
 
 
+# TOML's names for its types, not Python's: the user wrote TOML. bool first:
+# it is a subclass of int.
+_TOML_TYPE_NAMES: tuple[tuple[type, str], ...] = (
+    (bool, "true/false"),
+    (int, "a whole number"),
+    (float, "a number"),
+    (str, "a string"),
+    (list, "a list"),
+    (dict, "a table"),
+)
+
+
 def _type_name(value: object) -> str:
-    # Name TOML's types, not Python's: the user wrote TOML.
-    if isinstance(value, bool):
-        return "true/false"
-    if isinstance(value, int):
-        return "a whole number"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a table"
+    for kind, name in _TOML_TYPE_NAMES:
+        if isinstance(value, kind):
+            return name
     return "a date or time"
 
 

@@ -72,29 +72,26 @@ def test_first_load_goes_from_loading_to_ready(tmp_path: Path) -> None:
     assert loader.state is LoadState.READY and loader.usable_engine is engine
 
 
-def test_a_failed_first_load_says_why(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        # kvchat's own errors are shown as they are ...
+        (ModelError("not a GGUF model file"), "not a GGUF model file"),
+        # ... and anything else llama.cpp raises names the file.
+        (ValueError("Failed to load"), "Could not load the model {path}: Failed to load"),
+    ],
+)
+def test_a_failed_first_load_says_why(tmp_path: Path, error: Exception, said: str) -> None:
     def failing(path: Path, settings: ModelSettings) -> Engine:
-        raise ModelError(f"{path} is not a GGUF model file.")
+        raise error
 
     loader, outcomes = loader_with(failing)
     model = gguf(tmp_path, "broken.gguf")
     loader.load(model, ModelSettings())
     outcome = finish(loader, outcomes)
     assert isinstance(outcome, ModelFailed)
-    assert outcome.error == f"{model.path} is not a GGUF model file."
+    assert outcome.error == said.format(path=model.path)
     assert loader.state is LoadState.FAILED and loader.usable_engine is None
-
-
-def test_an_unforeseen_failure_names_the_file(tmp_path: Path) -> None:
-    def crashing(path: Path, settings: ModelSettings) -> Engine:
-        raise ValueError("Failed to load model from file")
-
-    loader, outcomes = loader_with(crashing)
-    model = gguf(tmp_path, "x.gguf")
-    loader.load(model, ModelSettings())
-    outcome = finish(loader, outcomes)
-    assert isinstance(outcome, ModelFailed)
-    assert outcome.error == f"Could not load the model {model.path}: Failed to load model from file"
 
 
 def test_a_reload_replaces_the_engine_and_closes_the_old_one_after(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ from chat.session.context_window import (
 from chat.session.model_loader import ModelLoader
 from chat.session.reply_stream import ReplyChunk, ReplyEnded, ReplyFailed, ReplyStream
 from chat.settings.schema import Settings
-from chat.ui.commands import ConversationCommands, SeedCommands, TokenViewCommands
+from chat.ui.commands import ChatScreenCommands
 from chat.ui.messages import ReplyUpdate, SwitchModelRequested
 from chat.ui.widgets.context_meter import HELP as CONTEXT_HELP
 from chat.ui.widgets.context_meter import ContextMeter, MeterState
@@ -77,7 +77,7 @@ class ChatScreen(Screen[None]):
         Binding("f1", "context_help", "Help", tooltip="Why the whole conversation is re-sent"),
         Binding("ctrl+t", "token_view", "Tokens"),
     ]
-    COMMANDS = {ConversationCommands, TokenViewCommands, SeedCommands}
+    COMMANDS = {ChatScreenCommands}
 
     # Typing updates the meter after this pause, not on every keystroke.
     METER_DEBOUNCE_S = 0.15
