@@ -80,8 +80,12 @@ class ReplyStream:
         self._save_interval_s = save_interval_s
         self._cancel = threading.Event()
         self._thread: threading.Thread | None = None
-        self.text = ""
-        """The reply so far (every token delivered or about to be)."""
+        self._parts: list[str] = []
+
+    @property
+    def text(self) -> str:
+        """The reply so far (every token delivered, or about to be)."""
+        return "".join(self._parts)
 
     def start(self) -> None:
         self._thread = start_thread("generate", self._run)
@@ -108,7 +112,7 @@ class ReplyStream:
             for event in events:
                 if isinstance(event, TokenEvent):
                     text += event.text
-                    self.text += event.text
+                    self._parts.append(event.text)
                     tokens += 1 if event.token_id >= 0 else 0  # -1: held-back text at the end
                     now = time.monotonic()
                     if (text or tokens) and now - delivered_at >= self._frame_s:
