@@ -1,9 +1,12 @@
 """The chat screen: the conversation, the prompt box and the status bar.
 
-The flow of one turn: the prompt box posts `Submitted`; the user's message is
-added and saved; a `ReplyStream` (chat.session.reply_stream) runs the engine in
-a background thread and posts `ReplyUpdate`s (chunks of tokens, then the end);
-the screen streams them into the reply's Markdown view and the saver.
+It shows a `ChatSession` (chat.session.chat_session: the conversation, its
+settings, window planning and saving, without Textual) and feeds it what the
+user does. The flow of one turn: the prompt box posts `Submitted`; the
+session adds and saves the user's message; a `ReplyStream`
+(chat.session.reply_stream) runs the engine in a background thread and posts
+`ReplyUpdate`s (chunks of tokens, then the end); the screen streams them into
+the reply's Markdown view.
 
 The screen is given what it works with: the default settings (which the app's
 settings pane changes in place) and the model loader (the one owner of the
@@ -14,9 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 from dataclasses import asdict, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from textual import on
@@ -29,17 +30,13 @@ from textual.timer import Timer
 from textual.widgets import Footer, LoadingIndicator, Static
 
 from chat.conversations.conversation import Conversation, Message
-from chat.conversations.saver import ConversationSaver, ConversationSettings, restore_sampling
+from chat.conversations.saver import ConversationSaver
 from chat.conversations.store import Store
-from chat.engine.base import Engine
+from chat.engine.base import ChatMessages, Engine
 from chat.errors import KvchatError
 from chat.session.background import in_thread, start_thread
-from chat.session.context_window import (
-    ContextBudget,
-    WindowPlan,
-    history_messages,
-    prompt_messages,
-)
+from chat.session.chat_session import ChatSession
+from chat.session.context_window import ContextBudget, WindowPlan
 from chat.session.model_loader import ModelLoader
 from chat.session.reply_stream import ReplyChunk, ReplyEnded, ReplyFailed, ReplyStream
 from chat.settings.schema import Settings
@@ -62,11 +59,6 @@ if TYPE_CHECKING:
 
 
 class ChatScreen(Screen[None]):
-    """`settings` are this conversation's: a reopened conversation gets a copy with
-    its own saved sampling settings, and `defaults` (the settings new
-    conversations start from) is not changed. The conversation is saved as it
-    happens through `saver` (see chat.conversations.saver)."""
-
     BINDINGS = [
         Binding("escape", "stop", "Stop"),
         Binding("ctrl+r", "regenerate", "Regen", tooltip="Regenerate the last reply"),
@@ -90,28 +82,34 @@ class ChatScreen(Screen[None]):
 
     def __init__(self, defaults: Settings, models: ModelLoader) -> None:
         super().__init__()
-        self.defaults = defaults
-        self.settings = defaults
+        self.session = ChatSession(defaults, self._report_save_problem)
         self._models = models
-        self.conversation = Conversation(system_prompt=defaults.chat.system_prompt)
         self._reply_view: AssistantMessageView | None = None
         self._stream: ReplyStream | None = None
-        self.budget: ContextBudget | None = None
         self._meter_timer: Timer | None = None
         self._prefill_timer: Timer | None = None
-        self.saver = ConversationSaver(self._report_save_problem)
         self.reply_shown: Signal[int] = Signal(self, "reply_shown")
         """Published each time reply tokens are on screen, with how many (the
         benchmark measures decode speed where the user sees it)."""
-        self._outside_window: set[int] = set()
-        """id() of the messages outside the window at the last turn."""
-        self._system_tokens = 0
         self._check_model_when_loaded = False
+
+    @property
+    def conversation(self) -> Conversation:
+        return self.session.conversation
+
+    @property
+    def settings(self) -> Settings:
+        """This conversation's settings (see chat.session.chat_session)."""
+        return self.session.settings
+
+    @property
+    def saver(self) -> ConversationSaver:
+        return self.session.saver
 
     @property
     def engine(self) -> Engine | None:
         """The model replies use now (None while none is loaded or another loads)."""
-        return self._models.usable_engine if self.budget is not None else None
+        return self._models.usable_engine if self.session.model is not None else None
 
     @property
     def generating(self) -> bool:
@@ -138,7 +136,7 @@ class ChatScreen(Screen[None]):
                 Message("system", self.conversation.system_prompt)
             )
 
-    # -- model state, driven by the app ------------------------------------
+    # The model, as the app reports it.
 
     async def show_loading(self, name: str) -> None:
         self.query_one(StatusBar).show_loading(name)
@@ -150,7 +148,7 @@ class ChatScreen(Screen[None]):
 
     async def show_model(self, engine: Engine) -> None:
         """`engine` (the loader's) is ready: replies can be sent."""
-        self.budget = ContextBudget(engine.tokenize_chat, engine.info.n_ctx)
+        self.session.use_model(engine)
         await self._remove_loading()
         self.query_one("#notice").display = False
         self.query_one(StatusBar).show_model(engine.info)
@@ -163,11 +161,12 @@ class ChatScreen(Screen[None]):
     async def show_reloading(self, name: str) -> None:
         """Another model is loading to replace this one: no replies until `show_model`
         (or `show_problem`); the conversation stays as it is."""
+        self.session.model_unavailable()
         self.query_one(StatusBar).show_reloading(name)
 
     async def show_problem(self, text: str, *, no_model: bool = False) -> None:
         """An error panel (a model that failed to load, or no model at all)."""
-        self.budget = None
+        self.session.no_model()
         await self._remove_loading()
         notice = self.query_one("#notice", Static)
         notice.update(Content(text))
@@ -181,7 +180,7 @@ class ChatScreen(Screen[None]):
         for indicator in self.query("#loading"):
             await indicator.remove()
 
-    # -- sending, streaming, stopping ---------------------------------------
+    # Sending and the window.
 
     @on(PromptBox.Submitted)
     async def _on_submitted(self, event: PromptBox.Submitted) -> None:
@@ -196,7 +195,7 @@ class ChatScreen(Screen[None]):
             self.notify("No model is loaded yet; your text stays in the box.", severity="warning")
             return
         text = event.text.strip("\n")
-        plan = self._plan(text)
+        plan = self.session.plan(text)
         if plan is None:
             return
         if plan.problem:
@@ -204,64 +203,26 @@ class ChatScreen(Screen[None]):
             self.notify(plan.problem, severity="error", timeout=15)
             return
         event.prompt_box.clear()
-        message = Message("user", text, token_count=plan.new - self._generation_prompt())
-        self.conversation.messages.append(message)
-        # Saved before generation starts: a crash mid-reply never loses the question.
-        self.saver.save_messages(self.conversation, self._conversation_settings())
+        message = self.session.add_user_message(text, plan)
         await self.query_one(ConversationView).add_message(message)
         await self._start_reply(plan)
 
-    def _plan(self, new_text: str | None) -> WindowPlan | None:
-        if self.budget is None:
-            return None
-        chat = self.settings.chat
-        return self.budget.plan(
-            self.conversation.system_prompt,
-            self.conversation.messages,
-            new_text,
-            self.settings.sampling.max_tokens,
-            chat.overflow,
-        )
-
-    def _generation_prompt(self) -> int:
-        assert self.budget is not None
-        messages = self.conversation.messages
-        return self.budget.generation_prompt_tokens(
-            self.conversation.system_prompt, messages[0] if messages else None
-        )
-
-    def _mark_window(self, plan: WindowPlan) -> None:
-        """Show which messages are outside the window this turn, and each one's tokens."""
-        messages = self.conversation.messages
-        self._outside_window = {id(messages[i]) for i in plan.left_out}
-        self._system_tokens = plan.system
-        self._mark_views(self.query_one(ConversationView).message_views())
-
     def _mark_views(self, views: list[MessageView]) -> None:
-        """Token counts and window state of these views, as of the last turn."""
-        assert self.budget is not None
-        messages = self.conversation.messages
-        anchor = messages[0] if messages else None
-        in_conversation = {id(message) for message in messages}
-        for view in views:
-            if view.message.role == "system":
-                view.message.token_count = self._system_tokens
-            elif id(view.message) in in_conversation:
-                view.message.token_count = self.budget.message_tokens(
-                    self.conversation.system_prompt, view.message, anchor
-                )
-            view.show_outside_window(id(view.message) in self._outside_window)
+        """Show each view's token count and window state as of the last turn."""
+        outside = self.session.window_states([view.message for view in views])
+        for view, is_outside in zip(views, outside, strict=True):
+            view.show_outside_window(is_outside)
 
     @on(ConversationView.EarlierShown)
     def _on_earlier_shown(self, event: ConversationView.EarlierShown) -> None:
-        if self.budget is not None and self._outside_window:
+        if self.session.budget is not None and self.session.has_messages_outside:
             self._mark_views(event.views)
 
     def refresh_meter(self) -> None:
         """Recount the window for the text in the prompt box (idle or typing)."""
-        if self.budget is None or self.generating:
+        if self.generating:
             return
-        plan = self._plan(self.query_one(PromptBox).text)
+        plan = self.session.plan(self.query_one(PromptBox).text)
         if plan is not None:
             self.query_one(ContextMeter).show(MeterState.from_plan(plan))
             for view in self.query_one(ConversationView).message_views():
@@ -276,14 +237,15 @@ class ChatScreen(Screen[None]):
         is rendered through the chat template); counts are cached, so afterwards
         `refresh_meter` is cheap. Meanwhile the screen stays responsive.
         """
-        if self.budget is None:
+        budget = self.session.budget
+        if budget is None:
             return
         if len(self.conversation.messages) <= self.COUNT_IN_THREAD_ABOVE:
             self.refresh_meter()
             return
         self.query_one(ContextMeter).show_counting()
         self.run_worker(
-            self._count_in_thread(self.budget, self.conversation),
+            self._count_in_thread(budget, self.conversation),
             group="count-messages",
             exclusive=True,  # a newer count (another conversation) replaces this one
             exit_on_error=False,
@@ -297,7 +259,7 @@ class ChatScreen(Screen[None]):
         messages = list(conversation.messages)
         # The engine's tokenizer reads only the vocabulary: safe beside a reply.
         await in_thread("count", budget.count_messages, conversation.system_prompt, messages)
-        if self.budget is budget and self.conversation is conversation:
+        if self.session.budget is budget and self.conversation is conversation:
             self.refresh_meter()
             self._schedule_prefill()
 
@@ -314,28 +276,17 @@ class ChatScreen(Screen[None]):
         self._prefill_timer = self.set_timer(self.PREFILL_PAUSE_S, self._prefill_draft)
 
     def _prefill_draft(self) -> None:
-        """Evaluate ahead, in a thread, what the next reply will evaluate: the
-        prompt that sending the box's text would send (sent unchanged, its reply
-        starts at once), or with the box empty the conversation so far (just
-        opened: its first reply then evaluates little more than the new
-        message). Sent otherwise, nothing changes but the CPU time spent."""
+        """Evaluate ahead, in a thread, what the next reply will evaluate (see
+        `ChatSession.prefill_prompt`). Sent otherwise, nothing changes but the
+        CPU time spent."""
         engine = self.engine
         if engine is None or self.generating or not self.settings.chat.prefill:
             return
         if self._counting_messages():
             return  # planning would count them here; done, the count schedules this again
-        text = self.query_one(PromptBox).text.strip("\n")
-        plan = self._plan(text)
-        if plan is None or plan.problem:
-            return
-        a_message = bool(text.strip())
-        if a_message:
-            messages = prompt_messages(self.conversation, plan, Message("user", text))
-        elif self.conversation.messages:
-            messages = history_messages(self.conversation, plan)
-        else:
-            return
-        start_thread("prefill", _prefill_quietly, engine, messages, a_message)
+        prompt = self.session.prefill_prompt(self.query_one(PromptBox).text.strip("\n"))
+        if prompt is not None:
+            start_thread("prefill", _prefill_quietly, engine, *prompt)
 
     def _counting_messages(self) -> bool:
         return any(
@@ -350,19 +301,21 @@ class ChatScreen(Screen[None]):
     def action_context_help(self) -> None:
         self.notify(CONTEXT_HELP, title="Why the whole conversation is sent again", timeout=20)
 
+    # The reply.
+
     async def _start_reply(self, plan: WindowPlan, replaces: int | None = None) -> None:
         """`replaces`: the saved id of the reply that this one regenerates."""
         engine = self.engine
         assert engine is not None
-        self._mark_window(plan)
+        reply = self.session.begin_reply(plan, replaces)
+        self._mark_views(self.query_one(ConversationView).message_views())
         self.query_one(ContextMeter).show(MeterState.from_plan(plan))
-        reply = Message("assistant", "")
         self._reply_view = await self.query_one(ConversationView).start_reply(reply)
-        self.saver.start_reply(self.conversation, self._conversation_settings(), reply, replaces)
         self.query_one(StatusBar).show_generating()
         self._stream = ReplyStream(
             engine,
-            prompt_messages(self.conversation, plan),
+            self.session.reply_prompt(plan),
+            # A copy: the settings pane may change them while the reply streams.
             replace(self.settings.sampling),
             lambda event: self.post_message(ReplyUpdate(event)),
             record_probs=self.settings.chat.record_token_probs,
@@ -395,11 +348,9 @@ class ChatScreen(Screen[None]):
         if view is None:
             return
         finished = ended.finished
-        view.message.token_probs = list(finished.choices) or None
+        self.session.end_reply(view.message, finished)
         await view.finish(finished.text, finished.stats)
-        self.conversation.messages.append(view.message)
         self._reply_view = self._stream = None
-        self.saver.finish_reply(finished.text, finished.stats)
         self.query_one(StatusBar).show_reply(finished.stats)
         self._schedule_prefill()  # for what was typed while the reply streamed
         if finished.stats.finish_reason == "context_full":
@@ -413,18 +364,17 @@ class ChatScreen(Screen[None]):
         view = self._reply_view
         self._reply_view = self._stream = None
         if view is not None:
-            self.saver.discard(self.conversation, view.message)
+            self.session.drop_reply(view.message)
             await view.finish("", None)
             await view.remove()
-        if failed.prompt_too_long and self.conversation.messages:
+        if failed.prompt_too_long:
             # Nothing is lost: the message goes back into the box to be shortened.
-            last = self.conversation.messages.pop()
-            self.saver.discard(self.conversation, last)
+            last = self.session.take_back_last_message()
             views = self.query_one(ConversationView).message_views()
-            if views and views[-1].message is last:
+            if last is not None and views and views[-1].message is last:
                 await views[-1].remove()
             box = self.query_one(PromptBox)
-            if not box.text.strip():
+            if last is not None and not box.text.strip():
                 box.text = last.content
         self.notify(failed.error, severity="error", timeout=10)
         if self.engine is not None:
@@ -433,6 +383,13 @@ class ChatScreen(Screen[None]):
     def action_stop(self) -> None:
         if self._stream is not None:
             self._stream.cancel()
+
+    def stop_generating(self) -> None:
+        """End the reply within one token (its end arrives as usual). Called on
+        quit too: the reply so far is saved now, as its final write will not happen."""
+        if self._stream is not None:
+            self._stream.cancel()
+            self.saver.save_progress(self._stream.text)
 
     async def action_regenerate(self) -> None:
         if self.generating:
@@ -443,12 +400,13 @@ class ChatScreen(Screen[None]):
         if self.engine is None:
             self.notify("No model is loaded.", severity="warning")
             return
-        messages = self.conversation.messages
-        if not messages or messages[-1].role != "assistant":
+        last_reply = self.session.last_reply()
+        if last_reply is None:
             self.notify("There is no reply to regenerate yet.", severity="warning")
             return
-        last_reply = messages.pop()
-        plan = self._plan(None)
+        messages = self.conversation.messages
+        messages.pop()
+        plan = self.session.plan(None)
         if plan is None or plan.problem:
             messages.append(last_reply)
             self.notify(plan.problem or "" if plan else "No model is loaded.", severity="error")
@@ -458,45 +416,14 @@ class ChatScreen(Screen[None]):
         # The new reply supersedes the old one in the database, which keeps it.
         await self._start_reply(plan, replaces=last_reply.id)
 
-    async def action_new_conversation(self) -> None:
-        if self.generating:
-            self.notify("Stop the reply first (Esc).", severity="warning")
-            return
-        self.settings = self.defaults
-        self.conversation = Conversation(system_prompt=self.settings.chat.system_prompt)
-        self._outside_window = set()
-        await self.query_one(ConversationView).clear()
-        await self._show_system_prompt()
-        self.query_one(PromptBox).focus()
-        self.refresh_meter()
-
-    def stop_generating(self) -> None:
-        """End the reply within one token (its end arrives as usual). Called on
-        quit too: the reply so far is saved now, as its final write will not happen."""
-        if self._stream is not None:
-            self._stream.cancel()
-            self.saver.save_progress(self._stream.text)
-
-    def defaults_changed(self) -> None:
-        """The settings pane changed the defaults' sampling, chat and UI settings:
-        a reopened conversation's own copy takes them too."""
-        if self.settings is not self.defaults:
-            self.settings.sampling = copy.deepcopy(self.defaults.sampling)
-            self.settings.chat, self.settings.ui = self.defaults.chat, self.defaults.ui
-
-    def last_seed(self) -> int | None:
-        """The seed of the newest reply in the conversation, if there is one."""
-        for message in reversed(self.conversation.messages):
-            if message.role == "assistant" and message.stats and message.stats.seed is not None:
-                return message.stats.seed
-        return None
+    # The seed.
 
     def action_pin_seed(self) -> None:
-        seed = self.last_seed()
+        seed = self.session.last_seed()
         if seed is None:
             self.notify("There is no reply yet, so no seed to pin.", severity="warning")
             return
-        self.defaults.sampling.seed = seed
+        self.session.defaults.sampling.seed = seed
         self.notify(
             f"Seed pinned to {seed}: Ctrl+R now regenerates the same reply. "
             "Save it in Settings (F2) to keep it; clear it there for random seeds.",
@@ -504,20 +431,24 @@ class ChatScreen(Screen[None]):
         )
 
     def action_random_seed(self) -> None:
-        self.defaults.sampling.seed = None
+        self.session.defaults.sampling.seed = None
         self.notify("Each reply now gets a new random seed.")
 
-    # -- saved conversations ------------------------------------------------
+    def defaults_changed(self) -> None:
+        """The settings pane changed the defaults (see `ChatSession.defaults_changed`)."""
+        self.session.defaults_changed()
 
-    def _conversation_settings(self) -> ConversationSettings:
-        """What the conversation's row records: its system prompt, sampling and model."""
-        info = self.engine.info if self.engine is not None else None
-        return ConversationSettings(
-            system_prompt=self.conversation.system_prompt,
-            sampling=asdict(self.settings.sampling),
-            model_path=str(info.path) if info else self.conversation.model_path,
-            model_name=info.name if info else self.conversation.model_name,
-        )
+    # Conversations: new, saved, opened, exported.
+
+    async def action_new_conversation(self) -> None:
+        if self.generating:
+            self.notify("Stop the reply first (Esc).", severity="warning")
+            return
+        self.session.new_conversation()
+        await self.query_one(ConversationView).clear()
+        await self._show_system_prompt()
+        self.query_one(PromptBox).focus()
+        self.refresh_meter()
 
     def _report_save_problem(self, text: str) -> None:
         self.notify(text, title="Not saved", severity="error", timeout=10, markup=False)
@@ -534,7 +465,7 @@ class ChatScreen(Screen[None]):
 
     async def open_conversation(self, conversation: int | Conversation) -> bool:
         """Show a saved conversation and continue it with its own system prompt and
-        sampling settings (for this conversation only: see the class docstring).
+        sampling settings (for this conversation only: see chat.session.chat_session).
 
         `conversation`: its id in the store, or one already loaded from the store
         (its saved sampling settings are then not read: the defaults apply).
@@ -544,23 +475,12 @@ class ChatScreen(Screen[None]):
             return False
         sampling: dict[str, Any] = {}
         if isinstance(conversation, int):
-            loaded = self._load_conversation(conversation)
-            if loaded is None:
+            try:
+                conversation, sampling = self.session.load(conversation)
+            except KvchatError as error:
+                self.notify(str(error), severity="error", timeout=10, markup=False)
                 return False
-            conversation, sampling = loaded
-        defaults = self.defaults
-        self.settings = replace(defaults, sampling=restore_sampling(sampling, defaults.sampling))
-        self.conversation = conversation
-        self._outside_window = set()
-        self.saver.opened(
-            conversation,
-            ConversationSettings(
-                conversation.system_prompt,
-                sampling,
-                conversation.model_path,
-                conversation.model_name,
-            ),
-        )
+        self.session.open(conversation, sampling)
         system = conversation.system_prompt
         await self.query_one(ConversationView).show_messages(
             Message("system", system) if system else None, conversation.messages
@@ -574,26 +494,12 @@ class ChatScreen(Screen[None]):
             self._offer_model_switch()
         return True
 
-    def _load_conversation(self, conv_id: int) -> tuple[Conversation, dict[str, Any]] | None:
-        store = self.saver.store
-        if store is None:
-            self.notify("Conversations are not being saved, so none can be opened.")
-            return None
-        try:
-            return store.get_conversation(conv_id), store.get_sampling(conv_id)
-        except KvchatError as error:
-            self.notify(str(error), severity="error", timeout=10, markup=False)
-            return None
-
     def _offer_model_switch(self) -> None:
         """Say so when the conversation was made with another model, and offer it."""
-        conversation, engine = self.conversation, self.engine
-        if not conversation.model_path or engine is None:
+        path, engine = self.session.made_with_another_model(), self.engine
+        if path is None or engine is None:
             return
-        path = Path(conversation.model_path)
-        if path == engine.info.path or path.resolve() == engine.info.path.resolve():
-            return
-        made_with = conversation.model_name or path.name
+        made_with = self.conversation.model_name or path.name
         if not path.is_file():
             self.notify(
                 f"This conversation was made with {made_with} ({path}), which is no longer "
@@ -661,7 +567,7 @@ class ChatScreen(Screen[None]):
             return
         self.notify(f"Exported to {path}", title="Conversation exported", timeout=10, markup=False)
 
-    # -- links in replies ---------------------------------------------------
+    # Links in replies open only once the user confirms.
 
     def on_markdown_link_clicked(self, event: Markdown.LinkClicked) -> None:
         from chat.ui.screens.link_confirm import LinkConfirmScreen
@@ -670,7 +576,7 @@ class ChatScreen(Screen[None]):
         self.app.push_screen(LinkConfirmScreen(event.href))
 
 
-def _prefill_quietly(engine: Engine, messages: list[dict[str, str]], a_message: bool) -> None:
+def _prefill_quietly(engine: Engine, messages: ChatMessages, a_message: bool) -> None:
     """A prefill is only a head start: if it fails, sending the text meets the
     same problem and reports it, so nothing is shown from here."""
     with contextlib.suppress(Exception):
