@@ -1,38 +1,63 @@
-"""Screenshots of the chat screen mid-conversation, compared with the SVGs in
+"""Screenshots of every screen and dialog, compared with the SVGs in
 `__snapshots__/` (pytest-textual-snapshot, with the Textual pinned in the
-`test` extra). After a deliberate change of the UI, look at the new pictures:
+`test` extra). Each screen and dialog is taken at 80x24 (the smallest common
+terminal) and 120x40; the chat screen also in both built-in themes at 100x30,
+which is the README's screenshot. After a deliberate change of the UI, look at
+the new pictures:
 
     python -m pytest tests/ui/test_snapshots.py --snapshot-update
     cp tests/ui/__snapshots__/test_snapshots/test_chat_screen[kvchat-dark].svg docs/screenshot.svg
 
 Everything on screen is fixed: the scripted engine's model name and figures,
-the terminal size, and no focused prompt box (so no blinking cursor).
+saved conversations' times (dates long past), the paths shown (relative to a
+temporary working folder), the terminal size, cursors that do not blink, no
+loading indicator and no notifications.
 """
 
 from __future__ import annotations
 
+import calendar
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from textual.pilot import Pilot
+from textual.screen import Screen
+from textual.widgets import DataTable, Input, Markdown, TextArea
 
+from chat.conversations.conversation import Conversation, Message, ReplyStats
+from chat.conversations.store import Store
 from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
+from chat.ui.screens.chat import ChatScreen
+from chat.ui.screens.conversations import ConversationsScreen
+from chat.ui.screens.dialogs import ConfirmScreen, RenameScreen, StorageProblemScreen
+from chat.ui.screens.link_confirm import LinkConfirmScreen
+from chat.ui.screens.settings import SettingsScreen
+from chat.ui.screens.token_view import TokenViewScreen
+from chat.ui.widgets.message_view import AssistantMessageView
 from tests.fakes import ScriptedEngine, scripted_factory
-from tests.ui.conftest import MODEL, ready, send, turn_done
+from tests.ui.conftest import MODEL, ready, send, turn_done, wait_for
 
 SIZE = (100, 30)
+SIZES = pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
 SNAPSHOTS = Path(__file__).parent / "__snapshots__" / "test_snapshots"
 README_SCREENSHOT = Path(__file__).parents[2] / "docs" / "screenshot.svg"
 
+TUTOR = "You are a concise Python tutor."
+QUESTION = "How do I reverse a list in Python?"
 REPLIES = [
     "Slicing gives a reversed **copy**; `reverse()` turns the list around in place:\n\n"
     "```python\nitems = [1, 2, 3]\nprint(items[::-1])  # [3, 2, 1]\n"
     "items.reverse()\nprint(items)        # [3, 2, 1]\n```\n",
     "`reversed(items)` is lazy: it walks the list backwards without copying it.",
 ]
+LINK = "https://docs.python.org/3/library/stdtypes.html#mutable-sequence-types"
+LINK_REPLY = f"The [list methods]({LINK}) are all in the standard library reference."
+
+STATS = ReplyStats(40, 40, 12, 0.05, 80.0, "done", seed=7, total_s=0.2)
 
 
 def as_tokens(text: str) -> list[str]:
@@ -40,23 +65,119 @@ def as_tokens(text: str) -> list[str]:
     return re.findall(r"\s*\S+", text)
 
 
-def chat_app(theme: str) -> ChatApp:
+def chat_app(
+    theme: str = "kvchat-dark",
+    replies: Sequence[str] = REPLIES,
+    *,
+    database: Path | None = None,
+    resume: int | None = None,
+) -> ChatApp:
     settings = Settings()
     settings.ui.theme = theme
-    settings.chat.system_prompt = "You are a concise Python tutor."
-    engine = ScriptedEngine(replies=[as_tokens(reply) for reply in REPLIES])
-    return ChatApp(Launch(settings, MODEL), engine_factory=scripted_factory(engine))
+    settings.chat.system_prompt = TUTOR
+    engine = ScriptedEngine(replies=[as_tokens(reply) for reply in replies])
+    launch = Launch(settings, MODEL, database=database, resume=resume)
+    return ChatApp(launch, engine_factory=scripted_factory(engine))
+
+
+def noon_utc(date: str) -> float:
+    """A fixed time the browser shows as this date in any time zone within 12 hours of UTC."""
+    year, month, day = (int(part) for part in date.split("-"))
+    return float(calendar.timegm((year, month, day, 12, 0, 0)))
+
+
+def saved_conversation(
+    title: str,
+    date: str,
+    turns: int,
+    *,
+    model_path: str = str(MODEL.path),
+    model_name: str = "scripted",
+) -> Conversation:
+    at = noon_utc(date)
+    conv = Conversation(
+        system_prompt=TUTOR,
+        title=title,
+        created=at,
+        updated=at,
+        model_path=model_path,
+        model_name=model_name,
+    )
+    for i in range(turns):
+        question = title if i == 0 else f"And follow-up question {i}?"
+        conv.messages.append(Message("user", question, created=at))
+        conv.messages.append(Message("assistant", f"Answer **{i + 1}**.", created=at, stats=STATS))
+    return conv
+
+
+def save(database: Path, *conversations: Conversation) -> list[int]:
+    with Store(database) as store:
+        return [store.create_conversation(conv) for conv in conversations]
+
+
+def browser_database(tmp_path: Path) -> Path:
+    database = tmp_path / "conversations.db"
+    save(
+        database,
+        saved_conversation("Reversing a list", "2025-03-14", 2),
+        saved_conversation("Dictionaries keep insertion order", "2025-02-02", 5),
+        saved_conversation("Why is my generator empty the second time?", "2024-12-24", 1),
+        saved_conversation(
+            "asyncio.gather or TaskGroup",
+            "2024-11-05",
+            12,
+            model_path="/models/qwen2.5-1.5b-instruct-q4_k_m.gguf",
+            model_name="qwen2.5-1.5b-instruct",
+        ),
+    )
+    return database
+
+
+async def steady(pilot: Pilot[Any]) -> None:
+    """What changes on its own is stopped: cursors stop blinking (they stay
+    shown where focused), notifications are dismissed; then the screen settles."""
+    app = pilot.app
+    for screen in app.screen_stack:
+        for widget in screen.query("Input, TextArea"):
+            assert isinstance(widget, Input | TextArea)
+            widget.cursor_blink = False
+    app.clear_notifications()
+    await pilot.pause()
+
+
+async def on_top(pilot: Pilot[Any], kind: type[Screen[Any]]) -> Screen[Any]:
+    """Wait until a screen of this kind is on top with its contents, then let it settle."""
+    app = pilot.app
+    await wait_for(lambda: isinstance(app.screen, kind) and bool(app.screen.query("*")), pilot)
+    await pilot.pause()
+    return app.screen
+
+
+async def one_reply(pilot: Pilot[Any]) -> ChatScreen:
+    """Ask the question; wait for the whole reply and the meter's last count."""
+    app = pilot.app
+    assert isinstance(app, ChatApp)
+    screen = await ready(app, pilot)
+    await send(pilot, QUESTION)
+    await turn_done(screen, pilot, 2)
+    # The meter recounts once typing pauses (a timer started by clearing the box):
+    # before or after a fast scripted reply ends. Recounted now, either way it shows this.
+    screen.refresh_meter()
+    await pilot.pause()
+    return screen
+
+
+# -- the chat screen --------------------------------------------------------------
 
 
 async def hold_a_conversation(pilot: Pilot[Any]) -> None:
     app = pilot.app
     assert isinstance(app, ChatApp)
     screen = await ready(app, pilot)
-    for number, question in enumerate(
-        ["How do I reverse a list in Python?", "And without copying it?"], start=1
-    ):
+    for number, question in enumerate([QUESTION, "And without copying it?"], start=1):
         await send(pilot, question)
         await turn_done(screen, pilot, 2 * number)
+    screen.refresh_meter()  # see one_reply
     app.set_focus(None)  # no cursor in the prompt box
     await pilot.pause()
 
@@ -71,3 +192,165 @@ def test_readme_screenshot_is_the_dark_snapshot() -> None:
     assert README_SCREENSHOT.read_text(encoding="utf-8") == snapshot.read_text(encoding="utf-8"), (
         f"docs/screenshot.svg is out of date: cp '{snapshot}' {README_SCREENSHOT}"
     )
+
+
+@SIZES
+def test_chat_reply(size: tuple[int, int], snap_compare: Any) -> None:
+    """A streamed Markdown reply with a code block, the prompt box focused."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await one_reply(pilot)
+        await steady(pilot)
+
+    assert snap_compare(chat_app(), terminal_size=size, run_before=run_before)
+
+
+# -- the settings pane, the token view ----------------------------------------------
+
+
+@SIZES
+def test_settings_pane(
+    size: tuple[int, int], snap_compare: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The model list would name the GGUF files of this machine's download caches.
+    monkeypatch.setattr("chat.model_files.list_models", lambda config_model=None: [])
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        assert isinstance(pilot.app, ChatApp)
+        await ready(pilot.app, pilot)
+        await pilot.press("f2")
+        await on_top(pilot, SettingsScreen)
+        await steady(pilot)
+
+    assert snap_compare(chat_app(), terminal_size=size, run_before=run_before)
+
+
+@SIZES
+def test_token_view(size: tuple[int, int], snap_compare: Any) -> None:
+    """Ctrl+T over a reply whose token probabilities were recorded (the scripted
+    engine's made-up distributions: see `scripted_choice`)."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await one_reply(pilot)
+        await pilot.press("ctrl+t")
+        view = await on_top(pilot, TokenViewScreen)
+        assert isinstance(view, TokenViewScreen) and view.choices
+        await steady(pilot)
+
+    assert snap_compare(chat_app(replies=REPLIES[1:]), terminal_size=size, run_before=run_before)
+
+
+# -- saved conversations: the browser and its dialogs ---------------------------------
+
+
+async def open_browser(pilot: Pilot[Any], rows: int) -> ConversationsScreen:
+    assert isinstance(pilot.app, ChatApp)
+    await ready(pilot.app, pilot)
+    await wait_for(lambda: pilot.app.store is not None, pilot)
+    await pilot.press("ctrl+o")
+    browser = await on_top(pilot, ConversationsScreen)
+    assert isinstance(browser, ConversationsScreen)
+    table = browser.query_one(DataTable)
+    await wait_for(lambda: table.row_count == rows, pilot)
+    return browser
+
+
+@SIZES
+def test_conversation_browser(size: tuple[int, int], snap_compare: Any, tmp_path: Path) -> None:
+    """Ctrl+O over four saved conversations, newest first."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await open_browser(pilot, rows=4)
+        await steady(pilot)
+
+    app = chat_app(database=browser_database(tmp_path))
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@SIZES
+def test_delete_confirm(size: tuple[int, int], snap_compare: Any, tmp_path: Path) -> None:
+    """D in the browser: the confirmation before the newest conversation is deleted."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await open_browser(pilot, rows=4)
+        await pilot.press("d")
+        await on_top(pilot, ConfirmScreen)
+        await steady(pilot)
+
+    app = chat_app(database=browser_database(tmp_path))
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@SIZES
+def test_rename_dialog(size: tuple[int, int], snap_compare: Any, tmp_path: Path) -> None:
+    """R in the browser: the newest conversation's title, selected, ready to retype."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await open_browser(pilot, rows=4)
+        await pilot.press("r")
+        await on_top(pilot, RenameScreen)
+        await steady(pilot)
+
+    app = chat_app(database=browser_database(tmp_path))
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@SIZES
+def test_model_switch_confirm(
+    size: tuple[int, int], snap_compare: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conversation made with another model, resumed at start: switch models?"""
+    monkeypatch.chdir(tmp_path)  # the other model's path, as shown, is relative
+    other = Path("models") / "smollm2-360m-instruct-q8_0.gguf"
+    other.parent.mkdir()
+    other.write_bytes(b"GGUF")
+    conv = saved_conversation(
+        QUESTION, "2025-03-14", 1, model_path=str(other), model_name="SmolLM2 360M Instruct"
+    )
+    database = tmp_path / "conversations.db"
+    (conv_id,) = save(database, conv)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        assert isinstance(pilot.app, ChatApp)
+        await ready(pilot.app, pilot)
+        await on_top(pilot, ConfirmScreen)
+        await steady(pilot)
+
+    app = chat_app(database=database, resume=conv_id)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+# -- the database kvchat cannot use; a link in a reply ---------------------------------
+
+
+@SIZES
+def test_storage_problem_dialog(
+    size: tuple[int, int], snap_compare: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A damaged database at start: move it aside, continue without saving, or quit."""
+    monkeypatch.chdir(tmp_path)  # the database's path, as shown, is relative
+    database = Path("data") / "conversations.db"
+    database.parent.mkdir()
+    database.write_bytes(b"this is not a database, but it is someone's file\n" * 50)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        assert isinstance(pilot.app, ChatApp)
+        await ready(pilot.app, pilot)
+        await on_top(pilot, StorageProblemScreen)
+        await steady(pilot)
+
+    assert snap_compare(chat_app(database=database), terminal_size=size, run_before=run_before)
+
+
+@SIZES
+def test_link_confirm(size: tuple[int, int], snap_compare: Any) -> None:
+    """A link clicked in a reply: open, copy or cancel."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await one_reply(pilot)
+        body = pilot.app.query(AssistantMessageView).last().body
+        body.post_message(Markdown.LinkClicked(body, LINK))
+        await on_top(pilot, LinkConfirmScreen)
+        await steady(pilot)
+
+    assert snap_compare(chat_app(replies=[LINK_REPLY]), terminal_size=size, run_before=run_before)
