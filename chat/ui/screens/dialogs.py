@@ -115,11 +115,9 @@ class StorageProblemScreen(ModalScreen[str]):
     user decides: "move" it aside and start a new one, "continue" without
     saving, or "quit". Nothing happens to the file without the first answer."""
 
-    DEFAULT_CSS = (
-        "StorageProblemScreen { align: center middle; }"
-        + DIALOG_CSS
-        + "StorageProblemScreen .dialog { width: 92; }"  # three buttons in a row
-    )
+    # Three buttons in a row, within the dialog's 76 columns: an 80-column
+    # terminal shows every one of them.
+    DEFAULT_CSS = "StorageProblemScreen { align: center middle; }" + DIALOG_CSS
     BINDINGS = [Binding("escape", "dismiss('continue')", "Continue without saving")]
 
     def __init__(self, problem: str) -> None:
@@ -131,7 +129,7 @@ class StorageProblemScreen(ModalScreen[str]):
             yield Label("Conversations cannot be saved", classes="dialog-title")
             yield Static(Content(self._problem), classes="dialog-text", id="problem")
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Move it aside, start a new database", id="move", variant="warning")
+                yield Button("Move aside, new database", id="move", variant="warning")
                 yield Button("Continue without saving", id="continue", variant="primary")
                 yield Button("Quit", id="quit")
 
