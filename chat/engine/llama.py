@@ -207,6 +207,17 @@ class LlamaEngine:
         # not take the lock: the context meter can count while a reply streams.
         return self._tokenize_chat(messages, add_generation_prompt, self._tokenize)
 
+    def tokenize_prompt(self, messages: ChatMessages) -> list[int]:
+        """The prompt `stream_reply(messages, ...)` sends, tokenized as a reply
+        tokenizes it: piece by piece, the pieces then remembered, so that the
+        next reply whose prompt extends this one tokenizes only its new pieces.
+        After this call the engine is as after a turn that sent `messages`, as
+        far as tokenizing goes (a benchmark times a turn that way).
+
+        Unlike `tokenize_chat`, this waits for a reply or prefill in progress."""
+        with self._lock:
+            return self._tokenize_chat(messages, True, self._prompt_tokenizer)
+
     def _tokenize_chat(
         self, messages: ChatMessages, add_generation_prompt: bool, tokenize: TokenizeBytes
     ) -> list[int]:
@@ -438,6 +449,14 @@ class LlamaEngine:
         self._llm.n_tokens = start  # generate() and eval() keep only this much
         self._batches = [span for span in self._batches if span[1] <= start]
         self._batches.append((start, end))
+
+    @property
+    def llama(self) -> Any:
+        """The underlying `llama_cpp.Llama`, for benchmarks and diagnostics. One
+        call at a time: use it only while the engine generates nothing, and
+        know that the engine does not see what is done with it (a state loaded
+        into it, for one, is not a batch the engine evaluated)."""
+        return self._llm
 
     @property
     def cached_tokens(self) -> int:
