@@ -1,13 +1,21 @@
-"""Shared fixtures. Every test runs with its own config and data folders."""
+"""Shared fixtures and helpers. Every test runs with its own config and data
+folders. Waits are for conditions, never fixed pauses."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+import tomli_w
 
 from chat.model_files import DEMO_PIP_NAME, demo_model_path
+from chat.ui.themes import COLOUR_FIELDS
+
+if TYPE_CHECKING:
+    from chat.ui.screens.chat import ChatScreen
 
 
 @pytest.fixture(autouse=True)
@@ -39,3 +47,42 @@ def engine(demo_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     loaded = load_engine(demo_model, ModelSettings(n_ctx=2048), log)
     yield loaded
     loaded.close()
+
+
+# --- waiting for the app (Pilot) ------------------------------------------------------
+
+
+async def wait_for(condition: Callable[[], object], pilot, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    """Let the app run until `condition()` is true; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        await pilot.pause(0.02)  # a poll: the app runs meanwhile
+
+
+async def turn_done(screen: ChatScreen, pilot, count: int, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    """Wait until the conversation holds `count` messages and no reply streams."""
+    await wait_for(
+        lambda: len(screen.conversation.messages) == count and not screen.generating,
+        pilot,
+        timeout,
+    )
+
+
+# --- theme files ---------------------------------------------------------------------
+
+
+def good_document(name: str = "mine", dark: bool = True) -> dict[str, Any]:
+    """A valid user theme: the required fields only, no [variables]."""
+    colours = dict.fromkeys(COLOUR_FIELDS, "#334455")
+    colours.update(foreground="#eeeeee", background="#101010")
+    return {"name": name, "dark": dark, **colours}
+
+
+def write(directory: Path, file_name: str, document: dict[str, Any] | str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    file = directory / file_name
+    text = document if isinstance(document, str) else tomli_w.dumps(document)
+    file.write_text(text, encoding="utf-8")
+    return file

@@ -34,9 +34,15 @@ def scripted_choice(text: str, index: int) -> TokenChoice:
 
 
 class ScriptedEngine:
-    """Replies with `replies` in turn, one chunk per token, `delay` seconds apart.
+    """Replies with `replies` in turn, one chunk per token.
 
-    With `record_probs`, each token carries `scripted_choice(chunk, index)`.
+    `delay` simulates the model's speed: the seconds each token takes to
+    generate (a slow model, not a wait for anything). With `hold_after`, each
+    reply stalls after that many tokens, as a model might mid-reply, until the
+    test sets `release` (or the reply is stopped); `holding` is set while it
+    stalls. Both events are cleared when a reply starts, and `hold_after` may be
+    set between replies. With `record_probs`, each token carries
+    `scripted_choice(chunk, index)`.
     """
 
     def __init__(
@@ -44,9 +50,13 @@ class ScriptedEngine:
         replies: Sequence[Sequence[str]] = (("Hello", " there", "!"),),
         delay: float = 0.0,
         n_ctx: int = 4096,
+        hold_after: int | None = None,
     ) -> None:
         self.replies = [list(r) for r in replies]
         self.delay = delay
+        self.hold_after = hold_after
+        self.holding = threading.Event()
+        self.release = threading.Event()
         self.calls: list[tuple[list[dict[str, str]], SamplingSettings]] = []
         self.prefills: list[list[dict[str, str]]] = []
         self.history_prefills: list[list[dict[str, str]]] = []
@@ -86,13 +96,21 @@ class ScriptedEngine:
             self.calls.append(([dict(m) for m in messages], sampling))
             script = self.replies[(len(self.calls) - 1) % len(self.replies)]
             reply = ReplyText()
+            self.holding.clear()
+            self.release.clear()
             self.started.set()
             finish: FinishReason = "done"
             generated = 0
             choices: list[TokenChoice] = []
             for chunk in script:
+                if generated == self.hold_after:
+                    self.holding.set()
+                    # Stalled until released; a stop still ends it within a token.
+                    while not self.release.wait(0.01) and not cancel.is_set():
+                        pass
+                    self.holding.clear()
                 if self.delay:
-                    time.sleep(self.delay)
+                    time.sleep(self.delay)  # the simulated time to generate this token
                 choice = scripted_choice(chunk, generated) if record_probs else None
                 if choice is not None:
                     choices.append(choice)

@@ -14,7 +14,7 @@ from chat import paths
 from chat.cli import main as cli
 from chat.ui.app import ChatApp
 from chat.ui.themes import DEFAULT_THEME, load_themes
-from tests.ui.conftest import good_document, write
+from tests.conftest import good_document, write
 
 
 def chat(*args: str) -> subprocess.CompletedProcess[str]:

@@ -59,7 +59,10 @@ def test_stdin_prompt_and_json(demo_model: Path) -> None:
 
 def test_greedy_one_shot_is_repeatable(demo_model: Path) -> None:
     args = ("-p", "Name three fruits.", "--temperature", "0", "--max-tokens", "16")
-    assert chat(*args).stdout == chat(*args).stdout
+    first, second = chat(*args), chat(*args)
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    assert first.stdout.strip()  # a reply, the same one twice
+    assert second.stdout == first.stdout
 
 
 @pytest.mark.parametrize(
@@ -101,6 +104,7 @@ def test_list_models_finds_the_models_folder(tmp_path: Path, demo_model: Path) -
     (data / "models").mkdir(parents=True)
     (data / "models" / "mine.gguf").write_bytes(b"GGUF" + b"\0" * 100)
     result = chat("--list-models", env_extra={"KVCHAT_DATA_DIR": str(data)})
+    assert result.returncode == 0, result.stderr
     assert "mine.gguf" in result.stdout and "models folder" in result.stdout
 
 

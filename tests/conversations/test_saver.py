@@ -3,9 +3,7 @@ export files that never overwrite."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import stat
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -204,7 +202,7 @@ def test_export_never_overwrites(tmp_path: Path) -> None:
     first = export_conversation(conv, {}, folder=tmp_path)
     first.write_text("edited by the user")
     second = export_conversation(conv, {}, folder=tmp_path)
-    assert (first.name, second.name) == ("what-s-a-kv-cache-part-2-12.md", second.name)
+    assert first.name == "what-s-a-kv-cache-part-2-12.md"
     assert second.name == "what-s-a-kv-cache-part-2-12-2.md"
     assert first.read_text() == "edited by the user"
     assert "## Assistant" in second.read_text()
@@ -215,10 +213,12 @@ def test_export_never_overwrites(tmp_path: Path) -> None:
     )  # no temporary files left behind
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
 def test_export_to_an_unwritable_folder_says_so(tmp_path: Path) -> None:
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
-    with pytest.raises(KvchatError, match="cannot write the export"):
-        export_conversation(Conversation(messages=[Message("user", "x")]), {}, folder=locked)
+    # A file stands where a folder of the path should be: no one can write
+    # there, root included (a read-only folder would not stop root).
+    (tmp_path / "notes").write_text("a file, not a folder")
+    folder = tmp_path / "notes" / "exports"
+    with pytest.raises(KvchatError) as error:
+        export_conversation(Conversation(messages=[Message("user", "x")]), {}, folder=folder)
+    assert str(error.value) == f"kvchat cannot write the export to {folder}: Not a directory."
+    assert (tmp_path / "notes").read_text() == "a file, not a folder"

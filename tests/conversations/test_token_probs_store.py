@@ -109,6 +109,7 @@ async def test_the_app_saves_recorded_probabilities_with_the_reply(tmp_path: Pat
     from chat.settings.schema import Settings
     from chat.ui.app import ChatApp, Launch
     from chat.ui.widgets.prompt_box import PromptBox
+    from tests.conftest import turn_done, wait_for
     from tests.fakes import ScriptedEngine, scripted_factory
 
     engine = ScriptedEngine(replies=[["one", " two", " three"]], delay=0.01)
@@ -119,12 +120,10 @@ async def test_the_app_saves_recorded_probabilities_with_the_reply(tmp_path: Pat
     )
     async with app.run_test() as pilot:
         screen = app.chat_screen
-        while screen.engine is None or app.store is None:
-            await pilot.pause(0.02)
+        await wait_for(lambda: screen.engine is not None and app.store is not None, pilot)
         app.query_one(PromptBox).insert("count")
         await pilot.press("enter")
-        while screen.generating or len(screen.conversation.messages) < 2:
-            await pilot.pause(0.02)
+        await turn_done(screen, pilot, 2)
         conv_id = screen.conversation.id
     assert conv_id is not None
     with Store(database) as store:

@@ -17,8 +17,8 @@ from chat.ui.app import ChatApp, Launch
 from chat.ui.widgets.context_meter import ContextMeter, bar_cells
 from chat.ui.widgets.message_view import MessageView
 from chat.ui.widgets.prompt_box import PromptBox
-from tests.ui.conftest import turn_done
-from tests.ui.conftest import wait_for as ui_wait_for
+from tests.conftest import turn_done
+from tests.conftest import wait_for as wait_for_the_app
 
 SYSTEM = "You are a helpful assistant."
 
@@ -117,8 +117,8 @@ def test_bar_cells_fill_the_width() -> None:
     assert all(name != "history" for name, _ in cells)
 
 
-# The real model needs longer than the UI helpers' default.
-wait_for = partial(ui_wait_for, timeout=60.0)
+# The real model needs longer than the helper's default.
+wait_for = partial(wait_for_the_app, timeout=60.0)
 
 
 def small_window_settings(
@@ -205,13 +205,21 @@ async def test_stop_policy_keeps_the_typed_message(demo_model: Path) -> None:
     async with app.run_test(size=(140, 40)) as pilot:
         screen = app.chat_screen
         await wait_for(lambda: screen.engine is not None, pilot)
+
+        def refused() -> bool:
+            return any("tokens too many" in n.message for n in app._notifications)
+
         sent = 0
         for i in range(12):
             text = f"Question {i}: please tell me a long story about ships and the sea."
             app.query_one(PromptBox).insert(text)
             await pilot.press("enter")
-            await pilot.pause(0.05)
-            if any("tokens too many" in n.message for n in app._notifications):
+            # Either refused with a notice, or on its way: the message joined the conversation.
+            await wait_for(
+                lambda asked=2 * sent + 1: refused() or len(screen.conversation.messages) >= asked,
+                pilot,
+            )
+            if refused():
                 assert app.query_one(PromptBox).text == text
                 break
             sent += 1

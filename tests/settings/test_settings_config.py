@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -511,14 +513,51 @@ def test_file_that_cannot_be_read(tmp_path: Path) -> None:
     assert len(problems) == 1 and "cannot be read" in str(problems[0])
 
 
-@pytest.mark.skipif(sys.platform == "win32" or os.geteuid() == 0, reason="root reads any file")
+LOAD_CONFIG = """
+import json, sys
+from pathlib import Path
+from chat.settings.config_file import load_config
+from chat.settings.schema import Settings
+settings, problems = load_config(Path(sys.argv[1]))
+print(json.dumps([settings == Settings(), [str(problem) for problem in problems]]))
+"""
+
+
+def file_modes_apply() -> Callable[[], None] | None:
+    """For a child process (preexec_fn): as root, give up the two capabilities that
+    let root read any file (Linux: gone from the bounding set, so from the child
+    after exec), so that file modes apply to it as to any user. Otherwise None."""
+    if os.geteuid() != 0:
+        return None
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the child only calls it
+
+    def drop_capabilities() -> None:
+        for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+            if libc.prctl(24, capability, 0, 0, 0) != 0:  # 24: PR_CAPBSET_DROP
+                raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+    return drop_capabilities
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="file modes are POSIX")
 def test_file_without_read_permission(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
     path.write_text("[ui]\ntheme = 'x'\n")
     path.chmod(0)
-    settings, problems = load_config(path)
-    assert settings == Settings()
-    assert "Permission denied" in str(problems[0])
+    # Read in another process, which the file's mode applies to even as root.
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD_CONFIG, str(path)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+        preexec_fn=file_modes_apply(),
+    )
+    assert result.returncode == 0, result.stderr
+    defaults, problems = json.loads(result.stdout)
+    assert defaults is True
+    assert problems == [f"{path}: cannot be read (Permission denied). Using the defaults."]
 
 
 def test_problem_without_a_line() -> None:

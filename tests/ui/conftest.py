@@ -1,13 +1,12 @@
-"""Helpers for driving the app with Pilot: a scripted model, waits for
-conditions (never fixed pauses), and theme files to load."""
+"""Helpers for driving the app with Pilot: a scripted model, what the screen
+shows, the command palette. The waits themselves (`wait_for`, `turn_done`) and
+the theme-file helpers are in tests/conftest.py: tests outside tests/ui use them too."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Any
 
-import tomli_w
+from textual.command import Command, CommandList, CommandPalette
 from textual.widgets import Markdown
 from textual.widgets._markdown import MarkdownBlock
 
@@ -15,8 +14,9 @@ from chat.model_files import ModelCandidate
 from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.screens.chat import ChatScreen
-from chat.ui.themes import COLOUR_FIELDS
+from chat.ui.widgets.message_view import AssistantMessageView
 from chat.ui.widgets.prompt_box import PromptBox
+from tests.conftest import wait_for
 from tests.fakes import ScriptedEngine, scripted_factory
 
 MODEL = ModelCandidate(Path("/models/scripted.gguf"), 1000, "test")
@@ -26,29 +26,18 @@ def make_app(engine: ScriptedEngine, settings: Settings | None = None) -> ChatAp
     return ChatApp(Launch(settings or Settings(), MODEL), engine_factory=scripted_factory(engine))
 
 
-async def wait_for(condition, pilot, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
-        await pilot.pause(0.02)
-
-
-async def turn_done(screen: ChatScreen, pilot, count: int, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    """Wait until the conversation holds `count` messages and no reply streams."""
-    await wait_for(
-        lambda: len(screen.conversation.messages) == count and not screen.generating,
-        pilot,
-        timeout,
-    )
-
-
 def rendered(markdown: Markdown) -> str:
     return "\n".join(
         block._content.plain
         for block in markdown.query(MarkdownBlock)
         if hasattr(block, "_content")
     )
+
+
+def reply_on_screen(app: ChatApp) -> str:
+    """The text of the newest reply as the screen shows it (streaming or done)."""
+    views = app.query(AssistantMessageView)
+    return rendered(views.last().body) if views else ""
 
 
 async def ready(app: ChatApp, pilot) -> ChatScreen:  # type: ignore[no-untyped-def]
@@ -63,16 +52,22 @@ async def send(pilot, text: str) -> None:  # type: ignore[no-untyped-def]
     await pilot.press("enter")
 
 
-def good_document(name: str = "mine", dark: bool = True) -> dict[str, Any]:
-    """A valid user theme: the required fields only, no [variables]."""
-    colours = dict.fromkeys(COLOUR_FIELDS, "#334455")
-    colours.update(foreground="#eeeeee", background="#101010")
-    return {"name": name, "dark": dark, **colours}
+async def run_command(pilot, search: str, command: str) -> None:  # type: ignore[no-untyped-def]
+    """Open the command palette (Ctrl+P), type `search`, and press Enter once
+    `command` is the first suggestion; return when the palette has closed."""
+    app = pilot.app
+    await pilot.press("ctrl+p")
+    await wait_for(lambda: isinstance(app.screen, CommandPalette), pilot)
+    palette = app.screen
+    await pilot.press(*search)
+    suggestions = palette.query_one(CommandList)
 
+    def first_suggestion_is_the_command() -> bool:
+        if suggestions.option_count == 0 or suggestions.highlighted != 0:
+            return False
+        first = suggestions.get_option_at_index(0)
+        return isinstance(first, Command) and first.hit.text == command
 
-def write(directory: Path, file_name: str, document: dict[str, Any] | str) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    file = directory / file_name
-    text = document if isinstance(document, str) else tomli_w.dumps(document)
-    file.write_text(text, encoding="utf-8")
-    return file
+    await wait_for(first_suggestion_is_the_command, pilot)
+    await pilot.press("enter")
+    await wait_for(lambda: app.screen is not palette, pilot)

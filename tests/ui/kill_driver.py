@@ -1,5 +1,5 @@
 """Runs the chat app headless with a slow scripted engine, sends one message and
-waits to be killed: the `kill -9` test in test_conversations drives it.
+waits to be killed: the `kill -9` test in test_conversations_browser drives it.
 
 Usage: python -m tests.ui.kill_driver SIDE_FILE
 
@@ -26,6 +26,7 @@ from chat.model_files import ModelCandidate
 from chat.settings.schema import SamplingSettings, Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.widgets.prompt_box import PromptBox
+from tests.conftest import wait_for
 from tests.fakes import ScriptedEngine, scripted_factory
 
 MESSAGE = "Count slowly"
@@ -33,7 +34,8 @@ MESSAGE = "Count slowly"
 
 class LoggingEngine(ScriptedEngine):
     def __init__(self, log: TextIO) -> None:
-        # 100 tokens a second for a minute: still streaming when the test kills us.
+        # A model generating 100 tokens a second (simulated) for a minute: still
+        # streaming when the test kills us.
         super().__init__(replies=[[f"{i} " for i in range(6000)]], delay=0.01)
         self.log = log
 
@@ -54,8 +56,8 @@ class LoggingEngine(ScriptedEngine):
 async def send_and_wait(pilot: Pilot[None]) -> None:
     app = pilot.app
     assert isinstance(app, ChatApp)
-    while app.chat_screen.engine is None or app.store is None:
-        await asyncio.sleep(0.02)
+    # Sent once there is a model to reply and a database to save to.
+    await wait_for(lambda: app.chat_screen.engine is not None and app.store is not None, pilot, 30)
     app.query_one(PromptBox).insert(MESSAGE)
     await pilot.press("enter")
     await asyncio.Event().wait()  # until killed

@@ -21,8 +21,9 @@ from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.themes import APP_VARIABLES, DEFAULT_THEME, load_themes
 from chat.ui.widgets.message_view import UserMessageView
+from tests.conftest import good_document, wait_for, write
 from tests.fakes import ScriptedEngine, scripted_factory
-from tests.ui.conftest import MODEL, good_document, ready, send, wait_for, write
+from tests.ui.conftest import MODEL, ready, run_command, send
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -140,14 +141,11 @@ def test_css_defaults_are_kvchat_darks_variables() -> None:
 
 
 async def open_theme_picker(pilot) -> OptionList:  # type: ignore[no-untyped-def]
-    await pilot.press("ctrl+p")
+    """Ctrl+P, "theme", Enter: the palette that lists the themes, every one listed."""
+    await run_command(pilot, "theme", "Theme")
     await wait_for(lambda: isinstance(pilot.app.screen, CommandPalette), pilot)
-    await pilot.press(*"theme")
-    await pilot.pause(0.3)
-    await pilot.press("enter")
-    await pilot.pause(0.3)
     options = pilot.app.screen.query_one(OptionList)
-    await wait_for(lambda: options.option_count > 0, pilot)
+    await wait_for(lambda: options.option_count >= len(builtin_names()), pilot)
     return options
 
 

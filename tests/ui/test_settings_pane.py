@@ -27,8 +27,9 @@ from chat.ui.screens.settings import SettingsScreen
 from chat.ui.widgets.message_view import MessageView
 from chat.ui.widgets.prompt_box import PromptBox
 from chat.ui.widgets.setting_field import SettingField
+from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine, scripted_factory
-from tests.ui.conftest import ready, send, turn_done, wait_for
+from tests.ui.conftest import ready, run_command, send
 
 NUMERIC = [spec for spec in FIELDS.values() if spec.kind in ("int", "float", "optional_int")]
 
@@ -391,15 +392,19 @@ async def test_cancel_and_escape_change_nothing(gguf: Path) -> None:
 
 
 async def test_command_palette_opens_the_pane(gguf: Path) -> None:
-    app = make_app(gguf)
+    settings = Settings()
+    settings.sampling.temperature = 0.3
+    app = make_app(gguf, settings=settings)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
-        await pilot.press("ctrl+p")
-        await pilot.pause(0.2)
-        await pilot.press(*"settings")
-        await pilot.pause(0.5)
-        await pilot.press("enter")
+        await run_command(pilot, "settings", "Settings")
         await wait_for(lambda: isinstance(app.screen, SettingsScreen), pilot)
+        pane = app.screen
+        assert isinstance(pane, SettingsScreen)
+        await pilot.pause()
+        # The pane shows the settings in use.
+        assert pane.field("sampling.temperature").control.value == "0.3"
+        assert pane.field("model.path").control.value == str(gguf)
 
 
 # --- live: sampling and the system prompt -------------------------------------------
@@ -515,14 +520,23 @@ async def test_model_change_reloads_in_the_background_and_the_chat_continues(
 
 
 async def test_only_sampling_changes_do_not_reload(gguf: Path) -> None:
-    factory = Factory()
+    factory = Factory(replies=[["same model"]])
     app = make_app(gguf, factory)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
         pane = await open_pane(app, pilot)
         await set_field(pane, pilot, "sampling.temperature", "0.5")
         await save(pane, pilot)
-        await pilot.pause(0.1)
+        # Said once the settings are applied; a reload would have begun by then.
+        await wait_for(
+            lambda: any("applied for this session" in n.message for n in app._notifications),
+            pilot,
+        )
+        assert "Reloading" not in str(app.query_one("#status", Static).render())
+        await send(pilot, "still you?")  # no "No model is loaded yet": it answers at once
+        await finished_turns(app, pilot, 1)
+        (engine,) = factory.engines
+        assert engine.calls[0][1].temperature == 0.5
         assert len(factory.loads) == 1
 
 
@@ -626,12 +640,9 @@ async def test_pin_last_seed_from_the_command_palette(gguf: Path) -> None:
         await send(pilot, "x")
         await finished_turns(app, pilot, 1)
         assert engine.calls[0][1].seed is None
-        await pilot.press("ctrl+p")
-        await pilot.pause(0.2)
-        await pilot.press(*"pin last seed")
-        await pilot.pause(0.5)
-        await pilot.press("enter")
+        await run_command(pilot, "pin last seed", "Pin last seed")
         await wait_for(lambda: app.settings.sampling.seed == 1234, pilot)  # the scripted seed
+        assert any("Seed pinned to 1234" in n.message for n in app._notifications)
         await pilot.press("ctrl+r")
         await wait_for(lambda: len(engine.calls) == 2 and not screen.generating, pilot)
         assert engine.calls[1][1].seed == 1234
@@ -690,7 +701,10 @@ async def test_a_successful_reload_saves_the_model_settings(gguf: Path, tmp_path
         await wait_for(
             lambda: screen.engine is factory.engines[-1] is not factory.engines[0], pilot
         )
-        await pilot.pause()
+        # The model settings are written once the new model is in place, as it says.
+        await wait_for(lambda: any("Model loaded" in n.message for n in app._notifications), pilot)
+        saved_notes = [n.message for n in app._notifications if "Settings saved to" in n.message]
+        assert len(saved_notes) == 2 and "once the model has loaded" in saved_notes[0]
     saved, _ = load_config(path)
     assert saved.model.n_ctx == 2048
 

@@ -38,8 +38,9 @@ from chat.ui.screens.link_confirm import LinkConfirmScreen
 from chat.ui.screens.settings import SettingsScreen
 from chat.ui.screens.token_view import TokenViewScreen
 from chat.ui.widgets.message_view import AssistantMessageView
+from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine, scripted_factory
-from tests.ui.conftest import MODEL, ready, send, turn_done, wait_for
+from tests.ui.conftest import MODEL, ready, send
 
 SIZE = (100, 30)
 SIZES = pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])

@@ -34,7 +34,7 @@ from chat.ui.themes import (
     load_theme_file,
     load_themes,
 )
-from tests.ui.conftest import good_document, write
+from tests.conftest import good_document, write
 
 REPO = Path(__file__).resolve().parents[2]
 METER_VARIABLES = APP_VARIABLES[:6]

@@ -25,8 +25,9 @@ from chat.ui.widgets.token_view import (
     layout_tokens,
     visible_whitespace,
 )
+from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine, scripted_choice
-from tests.ui.conftest import make_app, ready, send, turn_done, wait_for
+from tests.ui.conftest import make_app, ready, run_command, send
 
 CHUNKS = ["Hello", " there", "!", "\n\n", "How", " can", " I", " help", "?"]
 
@@ -58,7 +59,7 @@ def assert_detail_shows(app: ChatApp, choice: TokenChoice, index: int, count: in
     assert ("outside the greedy choice" in title) == (not choice.greedy)
 
 
-async def chat_once(app: ChatApp, pilot, chunks: list[str] | None = None) -> ChatScreen:  # type: ignore[no-untyped-def]
+async def chat_once(app: ChatApp, pilot) -> ChatScreen:  # type: ignore[no-untyped-def]
     screen = await ready(app, pilot)
     before = len(screen.conversation.messages)
     await send(pilot, "hi")
@@ -161,7 +162,7 @@ async def test_clicked_reply_is_the_one_shown_and_p_n_switch_replies() -> None:
     engine = ScriptedEngine(replies=[["First", " reply"], ["Second", " one", "."]])
     app = make_app(engine)
     async with app.run_test(size=(100, 36)) as pilot:
-        screen = await chat_once(app, pilot)
+        await chat_once(app, pilot)
         await chat_once(app, pilot)
         views = list(app.query(AssistantMessageView))
         await pilot.click(views[0].body)
@@ -186,7 +187,6 @@ async def test_clicked_reply_is_the_one_shown_and_p_n_switch_replies() -> None:
         assert not views[0].has_class("selected")
         view = await open_view(app, pilot)
         assert view.query_one(TokenStrip).texts == ["Second", " one", "."]
-        assert screen is not None
 
 
 async def test_u_jumps_to_the_least_likely_token() -> None:
@@ -221,12 +221,10 @@ async def test_no_reply_yet_and_the_command_palette_entry() -> None:
         assert app.screen is screen
         assert any("no reply yet" in n.message for n in app._notifications)
         await chat_once(app, pilot)
-        await pilot.press("ctrl+p")
-        await pilot.pause()
-        await pilot.press(*"token view")
-        await pilot.pause(0.3)
-        await pilot.press("enter")
+        await run_command(pilot, "token view", "Token view")
         await wait_for(lambda: isinstance(app.screen, TokenViewScreen), pilot)
+        await pilot.pause()
+        assert app.screen.query_one(TokenStrip).texts == CHUNKS
 
 
 async def test_token_texts_are_shown_literally() -> None:
