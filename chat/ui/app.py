@@ -1,21 +1,9 @@
 """ChatApp: wires the parts together and hosts the chat screen.
 
 What it wires: the model loader (chat.session.model_loader) to the chat
-screen; the settings pane to the settings, the config file and the loader;
-the conversation database (chat.ui.database_flow) to the screen's saver; and
-kvchat's colour themes.
-
-Settings changes (see `apply_settings`):
-- sampling settings are read by the chat screen at the start of each reply, so
-  the next reply uses them;
-- the system prompt goes to new conversations, and to the current one only if
-  it has no messages yet: a conversation under way keeps the prompt its
-  replies were made with (regenerating stays reproducible, and its KV cache
-  stays valid);
-- model settings that change what is loaded reload the model; a reply still
-  streaming is stopped first (one engine call at a time);
-- Save writes the config file, less what was set for this run only
-  (chat.settings.run_overrides).
+screen; the settings pane (chat.ui.settings_flow) to the settings, the config
+file and the loader; the conversation database (chat.ui.database_flow) to the
+screen's saver; and kvchat's colour themes.
 
 Themes: kvchat's themes (built-in and the user's) are the only ones
 registered, the one in `settings.ui.theme` is applied at start, and any later
@@ -24,8 +12,6 @@ change of `App.theme` is saved to the config file.
 
 from __future__ import annotations
 
-import asyncio
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,25 +24,22 @@ from textual.screen import Screen
 
 from chat import paths
 from chat.conversations.store import Store
-from chat.errors import ConfigError, KvchatError, ModelError
-from chat.model_files import ModelCandidate, how_to_get_a_model, model_choices
-from chat.session.background import in_thread
+from chat.errors import KvchatError
+from chat.model_files import ModelCandidate, how_to_get_a_model
 from chat.session.model_loader import (
     EngineFactory,
-    ModelBusyError,
     ModelLoader,
     ModelReady,
-    NoModelFoundError,
-    Reload,
     load_llama,
 )
-from chat.settings.config_file import backup_path, save_config, update_config
+from chat.settings.config_file import update_config
 from chat.settings.run_overrides import RunOverrides
-from chat.settings.schema import ModelSettings, Settings
+from chat.settings.schema import Settings
 from chat.ui.commands import ThemeCommands
 from chat.ui.database_flow import DatabaseFlow
 from chat.ui.messages import ModelLoadFinished, SwitchModelRequested
 from chat.ui.screens.chat import ChatScreen
+from chat.ui.settings_flow import SettingsFlow
 from chat.ui.themes import (
     DEFAULT_THEME,
     ThemeProblem,
@@ -68,8 +51,6 @@ from chat.ui.tuning import settle_startup_garbage, share_the_gil_quickly
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
-
-    from chat.ui.screens.settings import SettingsResult
 
 
 @dataclass
@@ -121,19 +102,33 @@ class ChatApp(App[None]):
         self.launch = launch
         self.settings = launch.settings
         """The defaults new conversations start from; the settings pane changes them."""
-        self.config_path = launch.config_path
-        self.config_had_problems = launch.config_had_problems
-        self.run_overrides = RunOverrides(launch.run_overrides, launch.settings)
         self.models = ModelLoader(
             lambda outcome: self.post_message(ModelLoadFinished(outcome)), engine_factory
         )
         self.chat_screen = ChatScreen(self.settings, self.models)
+        self.settings_flow = SettingsFlow(
+            self,
+            self.settings,
+            self.chat_screen,
+            self.models,
+            launch.config_path,
+            config_had_problems=launch.config_had_problems,
+            run_overrides=RunOverrides(launch.run_overrides, launch.settings),
+        )
         self.database = launch.database if launch.database is not None else paths.database_file()
         self.store: Store | None = None
         self._startup_problems = list(launch.startup_problems)
         self._theme_problems: list[ThemeProblem] = []
-        self._opening_settings = False
         self._use_kvchat_themes(self.settings.ui.theme)
+
+    @property
+    def config_path(self) -> Path | None:
+        """Where Save in the settings pane and theme changes write (None: nowhere)."""
+        return self.settings_flow.config_path
+
+    @property
+    def config_had_problems(self) -> bool:
+        return self.settings_flow.config_had_problems
 
     @property
     def model(self) -> ModelCandidate | None:
@@ -251,7 +246,7 @@ class ChatApp(App[None]):
                 info = outcome.engine.info
                 self.notify(f"Model loaded: {info.name}, {info.n_ctx:,} tokens of context.")
                 if outcome.save:
-                    self.save_settings()
+                    self.settings_flow.save()
             return
         engine = self.models.engine
         if not outcome.reload or engine is None:
@@ -278,145 +273,10 @@ class ChatApp(App[None]):
         )
 
     async def action_settings(self) -> None:
-        # Imported here, like the other screens the first frame does not show:
-        # startup to the first frame is a measured target (chat.bench).
-        from chat.ui.screens.settings import SettingsScreen
-
-        if self._opening_settings or isinstance(self.screen, SettingsScreen):
-            return
-        self._opening_settings = True
-        try:
-            # Looking for models walks download caches: not on the UI thread.
-            models = await in_thread("list-models", self._model_choices)
-            pane = SettingsScreen(
-                # What is in use: a reopened conversation's own sampling settings.
-                self.chat_screen.settings,
-                choices={"model.path": models, "ui.theme": self._theme_choices()},
-                notes=self.run_overrides.notes(),
-                config_path=self.config_path,
-            )
-            await self.push_screen(pane, callback=self._settings_closed)
-        finally:
-            self._opening_settings = False
-
-    def _model_choices(self) -> list[tuple[str, object]]:
-        loaded = self.model.path if self.model is not None else None
-        return list(model_choices(loaded, self.settings.model.path))
-
-    def _theme_choices(self) -> list[tuple[str, object]]:
-        return [(name, name) for name in self.available_themes]
-
-    async def _settings_closed(self, result: SettingsResult | None) -> None:
-        if result is not None:
-            await self.apply_settings(result.settings, save=result.save)
-
-    async def apply_settings(self, new: Settings, *, save: bool = False) -> None:
-        """Use `new` from now on (see the module docstring); `save`: write the file too."""
-        current = self.settings
-        current.sampling = copy.deepcopy(new.sampling)
-        prompt_changed = new.chat.system_prompt != current.chat.system_prompt
-        current.chat = copy.deepcopy(new.chat)
-        theme_changed = new.ui.theme != current.ui.theme
-        current.ui = copy.deepcopy(new.ui)
-        self.chat_screen.defaults_changed()
-        if prompt_changed:
-            await self._system_prompt_changed()
-        if theme_changed:
-            self._apply_theme()
-        reload = self._plan_reload(new.model)
-        if save:
-            self.save_settings(model_pending=reload is not None)
-        elif reload is None:
-            self.notify("Settings applied for this session.")
-        if reload is not None:
-            self._start_reload(reload, save=save)
-
-    async def _system_prompt_changed(self) -> None:
-        screen = self.chat_screen
-        if not screen.conversation.messages and not screen.generating:
-            await screen.action_new_conversation()  # shows the new system prompt
-        else:
-            self.notify(
-                "The new system prompt applies to new conversations (Ctrl+N); "
-                "this one keeps its own."
-            )
-
-    def _apply_theme(self) -> None:
-        name = self.settings.ui.theme
-        if name in self.available_themes:
-            self.theme = name
-        else:
-            self.notify(f"There is no theme called {name}.", severity="warning")
-
-    # Reloading the model.
-
-    def _plan_reload(self, new: ModelSettings) -> Reload | None:
-        """The reload that `new` model settings need, or None (said why, where
-        that is a problem; settings that need no reload are applied here)."""
-        try:
-            reload = self.models.plan_reload(self.settings.model, new)
-        except ModelBusyError as error:
-            self.notify(f"{error} The other settings were applied.", severity="warning", timeout=10)
-            return None
-        except NoModelFoundError as error:
-            self.notify(str(error), severity="error", timeout=15)
-            return None
-        except ModelError as error:
-            self.notify(
-                f"{error} The model settings were not applied.", severity="error", timeout=15
-            )
-            return None
-        if reload is None and new != self.settings.model:
-            self.settings.model = copy.deepcopy(new)  # the same file, named differently
-        return reload
-
-    def _start_reload(self, reload: Reload, *, save: bool) -> None:
-        self.models.begin_reload()  # from now: a second change waits for this one
-        self.run_worker(self._reload(reload, save), group="reload")
-
-    async def _reload(self, reload: Reload, save: bool) -> None:
-        screen = self.chat_screen
-        await screen.show_reloading(reload.model.name)  # no new replies from here on
-        if screen.generating:
-            self.notify("Stopping the reply to reload the model; what it wrote is kept.")
-            screen.stop_generating()
-            while screen.generating:
-                await asyncio.sleep(0.02)
-        self.notify(f"Reloading model {reload.model.name}…")
-        self.models.reload(reload, save=save)
+        await self.settings_flow.open_pane()
 
     def on_switch_model_requested(self, message: SwitchModelRequested) -> None:
-        """Load the model at `path` and use it from the next reply: the same reload
-        as a model change in the settings pane. For this session: Save in the
-        pane keeps it."""
-        new = copy.deepcopy(self.settings.model)
-        new.path = str(message.path)
-        reload = self._plan_reload(new)
-        if reload is not None:
-            self._start_reload(reload, save=False)
-
-    # Saving the settings.
-
-    def save_settings(self, *, model_pending: bool = False) -> bool:
-        """Write the settings to the config file; say so. False if not written."""
-        if self.config_path is None:
-            self.notify("Settings applied for this session (there is no config file to save to).")
-            return False
-        try:
-            to_save = self.run_overrides.settings_to_save(self.settings, self.config_path)
-            save_config(to_save, self.config_path, keep_backup=self.config_had_problems)
-        except ConfigError as error:
-            self.notify(str(error), title="Settings not saved", severity="error", timeout=15)
-            return False
-        text = f"Settings saved to {self.config_path}."
-        if model_pending:
-            text += " The model settings are saved once the model has loaded."
-        if self.config_had_problems:
-            kept = backup_path(self.config_path)
-            text += f" The earlier file, which had problems, is kept as {kept}."
-            self.config_had_problems = False  # a second save must not overwrite that copy
-        self.notify(text, timeout=8)
-        return True
+        self.settings_flow.switch_model(message.path)
 
     async def action_quit(self) -> None:
         self.chat_screen.stop_generating()

@@ -1,0 +1,205 @@
+"""The settings pane (F2) from opening it to what its values change, and
+model switches (the same reload as a model change in the pane).
+
+What a change does:
+- sampling settings are read by the chat session at the start of each reply,
+  so the next reply uses them;
+- the system prompt goes to new conversations, and to the current one only if
+  it has no messages yet: a conversation under way keeps the prompt its
+  replies were made with (regenerating stays reproducible, and its KV cache
+  stays valid);
+- model settings that change what is loaded reload the model; a reply still
+  streaming is stopped first (one engine call at a time);
+- Save writes the config file, less what was set for this run only
+  (chat.settings.run_overrides).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from textual.app import App
+
+from chat.errors import ConfigError, ModelError
+from chat.model_files import model_choices
+from chat.session.background import in_thread
+from chat.session.model_loader import (
+    ModelBusyError,
+    ModelLoader,
+    NoModelFoundError,
+    Reload,
+)
+from chat.settings.config_file import backup_path, save_config
+from chat.settings.run_overrides import RunOverrides
+from chat.settings.schema import ModelSettings, Settings
+from chat.ui.screens.chat import ChatScreen
+
+if TYPE_CHECKING:
+    from chat.ui.screens.settings import SettingsResult
+
+
+class SettingsFlow:
+    def __init__(
+        self,
+        app: App[None],
+        settings: Settings,
+        screen: ChatScreen,
+        models: ModelLoader,
+        config_path: Path | None,
+        *,
+        config_had_problems: bool,
+        run_overrides: RunOverrides,
+    ) -> None:
+        """`settings`: the defaults new conversations start from, changed here in
+        place. `config_path`: where Save writes (None: nowhere);
+        `config_had_problems`: the first save keeps the file as config.toml.bak."""
+        self._app = app
+        self._settings = settings
+        self._screen = screen
+        self._models = models
+        self.config_path = config_path
+        self.config_had_problems = config_had_problems
+        self._run_overrides = run_overrides
+        self._opening = False
+
+    async def open_pane(self) -> None:
+        # Imported here, like the other screens the first frame does not show:
+        # startup to the first frame is a measured target (chat.bench).
+        from chat.ui.screens.settings import SettingsScreen
+
+        if self._opening or isinstance(self._app.screen, SettingsScreen):
+            return
+        self._opening = True
+        try:
+            loaded = self._models.model.path if self._models.model is not None else None
+            # Looking for models walks download caches: not on the UI thread.
+            models = await in_thread(
+                "list-models", model_choices, loaded, self._settings.model.path
+            )
+            pane = SettingsScreen(
+                # What is in use: a reopened conversation's own sampling settings.
+                self._screen.settings,
+                choices={
+                    "model.path": list(models),
+                    "ui.theme": [(name, name) for name in self._app.available_themes],
+                },
+                notes=self._run_overrides.notes(),
+                config_path=self.config_path,
+            )
+            await self._app.push_screen(pane, callback=self._closed)
+        finally:
+            self._opening = False
+
+    async def _closed(self, result: SettingsResult | None) -> None:
+        if result is not None:
+            await self.apply(result.settings, save=result.save)
+
+    async def apply(self, new: Settings, *, save: bool = False) -> None:
+        """Use `new` from now on (see the module docstring); `save`: write the file too."""
+        current = self._settings
+        current.sampling = copy.deepcopy(new.sampling)
+        prompt_changed = new.chat.system_prompt != current.chat.system_prompt
+        current.chat = copy.deepcopy(new.chat)
+        theme_changed = new.ui.theme != current.ui.theme
+        current.ui = copy.deepcopy(new.ui)
+        self._screen.defaults_changed()
+        if prompt_changed:
+            await self._system_prompt_changed()
+        if theme_changed:
+            self._apply_theme()
+        reload = self._plan_reload(new.model)
+        if save:
+            self.save(model_pending=reload is not None)
+        elif reload is None:
+            self._app.notify("Settings applied for this session.")
+        if reload is not None:
+            self._start_reload(reload, save=save)
+
+    async def _system_prompt_changed(self) -> None:
+        screen = self._screen
+        if not screen.conversation.messages and not screen.generating:
+            await screen.action_new_conversation()  # shows the new system prompt
+        else:
+            self._app.notify(
+                "The new system prompt applies to new conversations (Ctrl+N); "
+                "this one keeps its own."
+            )
+
+    def _apply_theme(self) -> None:
+        name = self._settings.ui.theme
+        if name in self._app.available_themes:
+            self._app.theme = name
+        else:
+            self._app.notify(f"There is no theme called {name}.", severity="warning")
+
+    # Reloading the model.
+
+    def switch_model(self, path: Path) -> None:
+        """Load the model at `path` and use it from the next reply. For this
+        session: Save in the pane keeps it."""
+        new = copy.deepcopy(self._settings.model)
+        new.path = str(path)
+        reload = self._plan_reload(new)
+        if reload is not None:
+            self._start_reload(reload, save=False)
+
+    def _plan_reload(self, new: ModelSettings) -> Reload | None:
+        """The reload that `new` model settings need, or None (said why, where
+        that is a problem; settings that need no reload are applied here)."""
+        notify = self._app.notify
+        try:
+            reload = self._models.plan_reload(self._settings.model, new)
+        except ModelBusyError as error:
+            notify(f"{error} The other settings were applied.", severity="warning", timeout=10)
+            return None
+        except NoModelFoundError as error:
+            notify(str(error), severity="error", timeout=15)
+            return None
+        except ModelError as error:
+            notify(f"{error} The model settings were not applied.", severity="error", timeout=15)
+            return None
+        if reload is None and new != self._settings.model:
+            self._settings.model = copy.deepcopy(new)  # the same file, named differently
+        return reload
+
+    def _start_reload(self, reload: Reload, *, save: bool) -> None:
+        self._models.begin_reload()  # from now: a second change waits for this one
+        self._app.run_worker(self._reload(reload, save), group="reload")
+
+    async def _reload(self, reload: Reload, save: bool) -> None:
+        screen = self._screen
+        await screen.show_reloading(reload.model.name)  # no new replies from here on
+        if screen.generating:
+            self._app.notify("Stopping the reply to reload the model; what it wrote is kept.")
+            screen.stop_generating()
+            while screen.generating:
+                await asyncio.sleep(0.02)
+        self._app.notify(f"Reloading model {reload.model.name}…")
+        self._models.reload(reload, save=save)
+
+    # Saving.
+
+    def save(self, *, model_pending: bool = False) -> bool:
+        """Write the settings to the config file; say so. False if not written."""
+        notify = self._app.notify
+        if self.config_path is None:
+            notify("Settings applied for this session (there is no config file to save to).")
+            return False
+        try:
+            to_save = self._run_overrides.settings_to_save(self._settings, self.config_path)
+            save_config(to_save, self.config_path, keep_backup=self.config_had_problems)
+        except ConfigError as error:
+            notify(str(error), title="Settings not saved", severity="error", timeout=15)
+            return False
+        text = f"Settings saved to {self.config_path}."
+        if model_pending:
+            text += " The model settings are saved once the model has loaded."
+        if self.config_had_problems:
+            kept = backup_path(self.config_path)
+            text += f" The earlier file, which had problems, is kept as {kept}."
+            self.config_had_problems = False  # a second save must not overwrite that copy
+        notify(text, timeout=8)
+        return True
