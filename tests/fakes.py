@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from chat.conversations.conversation import FinishReason, ReplyStats, TokenChoice
@@ -42,7 +42,8 @@ class ScriptedEngine:
     test sets `release` (or the reply is stopped); `holding` is set while it
     stalls. Both events are cleared when a reply starts, and `hold_after` may be
     set between replies. With `record_probs`, each token carries
-    `scripted_choice(chunk, index)`.
+    `scripted_choice(chunk, index)`. `on_reply` is called as each reply starts,
+    `on_token` with each token's text, both in the reply's thread.
     """
 
     def __init__(
@@ -51,10 +52,14 @@ class ScriptedEngine:
         delay: float = 0.0,
         n_ctx: int = 4096,
         hold_after: int | None = None,
+        on_reply: Callable[[], object] | None = None,
+        on_token: Callable[[str], object] | None = None,
     ) -> None:
         self.replies = [list(r) for r in replies]
         self.delay = delay
         self.hold_after = hold_after
+        self.on_reply = on_reply
+        self.on_token = on_token
         self.holding = threading.Event()
         self.release = threading.Event()
         self.calls: list[tuple[list[dict[str, str]], SamplingSettings]] = []
@@ -94,6 +99,8 @@ class ScriptedEngine:
                     f"The prompt is {len(prompt)} tokens; the window holds {self.info.n_ctx}."
                 )
             self.calls.append(([dict(m) for m in messages], sampling))
+            if self.on_reply is not None:
+                self.on_reply()
             script = self.replies[(len(self.calls) - 1) % len(self.replies)]
             reply = ReplyText()
             self.holding.clear()
@@ -115,7 +122,10 @@ class ScriptedEngine:
                 if choice is not None:
                     choices.append(choice)
                 generated += 1
-                yield TokenEvent(reply.feed(chunk.encode()), generated, choice)
+                text = reply.feed(chunk.encode())
+                if self.on_token is not None and text:
+                    self.on_token(text)
+                yield TokenEvent(text, generated, choice)
                 if cancel.is_set():
                     finish = "stopped"
                     break

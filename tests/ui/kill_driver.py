@@ -13,17 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
 from textual.pilot import Pilot
 
-from chat.engine.base import ChatMessages, EngineEvent, TokenEvent
 from chat.model_files import ModelCandidate
-from chat.settings.schema import SamplingSettings, Settings
+from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.widgets.prompt_box import PromptBox
 from tests.conftest import wait_for
@@ -32,25 +29,16 @@ from tests.fakes import ScriptedEngine, scripted_factory
 MESSAGE = "Count slowly"
 
 
-class LoggingEngine(ScriptedEngine):
-    def __init__(self, log: TextIO) -> None:
-        # A model generating 100 tokens a second (simulated) for a minute: still
-        # streaming when the test kills us.
-        super().__init__(replies=[[f"{i} " for i in range(6000)]], delay=0.01)
-        self.log = log
+def logging_engine(log: TextIO) -> ScriptedEngine:
+    """Writes each token's text, with the time, to `log` as it is generated."""
 
-    def stream_reply(
-        self,
-        messages: ChatMessages,
-        sampling: SamplingSettings,
-        cancel: threading.Event,
-        record_probs: bool = False,
-    ) -> Iterator[EngineEvent]:
-        for event in super().stream_reply(messages, sampling, cancel, record_probs):
-            if isinstance(event, TokenEvent) and event.text:
-                self.log.write(json.dumps([time.time(), event.text]) + "\n")
-                self.log.flush()
-            yield event
+    def write(text: str) -> None:
+        log.write(json.dumps([time.time(), text]) + "\n")
+        log.flush()
+
+    # A model generating 100 tokens a second (simulated) for a minute: still
+    # streaming when the test kills us.
+    return ScriptedEngine(replies=[[f"{i} " for i in range(6000)]], delay=0.01, on_token=write)
 
 
 async def send_and_wait(pilot: Pilot[None]) -> None:
@@ -65,7 +53,7 @@ async def send_and_wait(pilot: Pilot[None]) -> None:
 
 def main() -> None:
     with open(Path(sys.argv[1]), "a", encoding="utf-8") as log:
-        engine = LoggingEngine(log)
+        engine = logging_engine(log)
         model = ModelCandidate(engine.info.path, 1, "test")
         app = ChatApp(Launch(Settings(), model), engine_factory=scripted_factory(engine))
         app.run(headless=True, size=(100, 30), auto_pilot=send_and_wait)

@@ -10,9 +10,8 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -23,7 +22,6 @@ import chat.conversations.store as store_module
 from chat import paths
 from chat.conversations.conversation import Conversation, Message, ReplyStats
 from chat.conversations.store import Store
-from chat.engine.base import ChatMessages, EngineEvent
 from chat.model_files import ModelCandidate
 from chat.settings.schema import ModelSettings, SamplingSettings, Settings
 from chat.ui.app import ChatApp, Launch
@@ -96,35 +94,23 @@ def make_saved_conversation(
 # --- saved as it happens -------------------------------------------------------------
 
 
-class CheckingEngine(ScriptedEngine):
-    """Records what the database held when the engine was called."""
+async def test_user_message_is_saved_before_generation_and_reply_at_the_end() -> None:
+    seen_in_db: list[list[str]] = []
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.seen_in_db: list[list[str]] = []
-
-    def stream_reply(
-        self,
-        messages: ChatMessages,
-        sampling: SamplingSettings,
-        cancel: threading.Event,
-        record_probs: bool = False,
-    ) -> Iterator[EngineEvent]:
+    def check_database() -> None:
+        """What the database held when the engine was called."""
         with sqlite3.connect(db()) as conn:
             rows = conn.execute("SELECT content FROM messages ORDER BY id").fetchall()
-        self.seen_in_db.append([row[0] for row in rows])
-        yield from super().stream_reply(messages, sampling, cancel, record_probs)
+        seen_in_db.append([row[0] for row in rows])
 
-
-async def test_user_message_is_saved_before_generation_and_reply_at_the_end() -> None:
-    engine = CheckingEngine(replies=[["Ahoy", " there"]])
+    engine = ScriptedEngine(replies=[["Ahoy", " there"]], on_reply=check_database)
     app = make_app(engine)
     async with app.run_test() as pilot:
         screen = await ready(app, pilot)
         await send(pilot, "Say hello\nplease")
         await turn_done(screen, pilot, 2)
     # The user's message (and the reply's empty row) were there before the first token.
-    assert engine.seen_in_db == [["Say hello\nplease", ""]]
+    assert seen_in_db == [["Say hello\nplease", ""]]
     conv = saved()
     assert conv.title == "Say hello"
     assert (conv.model_path, conv.model_name) == ("/models/scripted.gguf", "scripted")
