@@ -1,5 +1,10 @@
 """Make model output safe to put on a terminal.
 
+Two ways: `sanitize` (and the streaming `TerminalSanitizer`) removes escape
+sequences, for what the app shows; `show_controls` keeps every character but
+shows control characters as visible symbols, for exports, where the text must
+stay whole but may be printed to a terminal (`chat --export 3 | cat`).
+
 Model output is untrusted text. Textual passes ESC through to the terminal, so
 an escape sequence in a reply could move the cursor, change the title, write
 to the clipboard (OSC 52) or print a hyperlink (OSC 8). `TerminalSanitizer`
@@ -102,3 +107,24 @@ class TerminalSanitizer:
 def sanitize(text: str) -> str:
     """Sanitize a complete text (a stored message, a one-shot reply)."""
     return TerminalSanitizer().feed(text)
+
+
+# Unicode's "Control Pictures" block shows C0 controls as printable symbols:
+# U+2400 + the code (ESC -> U+241B), and DEL -> U+2421.
+_CONTROL_PICTURES = {code: chr(0x2400 + code) for code in range(0x20)} | {0x7F: "\u2421"}
+
+
+def show_controls(text: str) -> str:
+    """`text` with every control character except newline and tab made visible:
+    C0 controls and DEL as their Control Pictures (ESC as "␛"), C1 controls as
+    "<U+009B>". Nothing else changes, and nothing a terminal acts on is left."""
+    if not any(_is_control(char) and char not in KEPT_CONTROLS for char in text):
+        return text
+    return "".join(_visible(char) for char in text)
+
+
+def _visible(char: str) -> str:
+    if char in KEPT_CONTROLS or not _is_control(char):
+        return char
+    code = ord(char)
+    return _CONTROL_PICTURES.get(code) or f"<U+{code:04X}>"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -28,10 +29,11 @@ def export_text(conv: Conversation, sampling: Mapping[str, Any], fmt: ExportForm
 
 
 def file_stem(conv: Conversation) -> str:
-    """`how-do-i-bake-bread-12`: the title in lower case, words joined by dashes,
-    then the conversation's id so that two chats with one title do not collide."""
-    title = conv.title or conv.default_title()
-    slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:50].rstrip("-")
+    """`how-do-i-bake-bread-12`: the title in lower case, words (letters and
+    digits of every script: "café", "東京") joined by dashes, then the
+    conversation's id so that two chats with one title do not collide."""
+    title = unicodedata.normalize("NFC", conv.title or conv.default_title())
+    slug = re.sub(r"[\W_]+", "-", title.lower()).strip("-")[:50].rstrip("-")
     slug = slug or "conversation"
     return f"{slug}-{conv.id}" if conv.id is not None else slug
 

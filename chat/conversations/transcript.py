@@ -10,6 +10,7 @@ besides `read_import_file`; the store saves what `parse_import` returns.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +26,7 @@ from chat.conversations.conversation import (
     Role,
 )
 from chat.errors import KvchatError
+from chat.sanitize import show_controls
 
 FORMAT_VERSION = 1
 """Version of the "kvchat" object in exported JSON; import refuses newer ones."""
@@ -44,6 +46,8 @@ class ImportFormatError(KvchatError):
 
 
 # --- export -------------------------------------------------------------------------
+
+_C1_AND_DEL = re.compile("[\x7f-\x9f]")
 
 
 def _when(timestamp: float) -> str:
@@ -78,7 +82,9 @@ def to_markdown(conv: Conversation, sampling: Mapping[str, Any] | None = None) -
         lines += [f"## {message.role.capitalize()}", "", message.content, ""]
         if message.stats is not None:
             lines += [f"*{_stats_line(message.stats)}*", ""]
-    return "\n".join(lines)
+    # Safe to print: a title, a message or a path from an imported file may hold
+    # escape sequences (retitle the terminal, write the clipboard, clear it).
+    return show_controls("\n".join(lines))
 
 
 def _stats_dict(stats: ReplyStats) -> dict[str, Any]:
@@ -119,7 +125,11 @@ def to_json(conv: Conversation, sampling: Mapping[str, Any]) -> str:
             ],
         },
     }
-    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+    text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+    # json.dumps escapes C0 controls but writes DEL and C1 controls (U+009B is
+    # a CSI to some terminals) as they are: escape them too. The text read back
+    # is the same.
+    return _C1_AND_DEL.sub(lambda match: f"\\u{ord(match[0]):04x}", text)
 
 
 # --- import -------------------------------------------------------------------------

@@ -75,6 +75,26 @@ def test_export_markdown_and_json_to_stdout() -> None:
     assert data["kvchat"]["sampling"] == {"temperature": 0.3}
 
 
+# What an imported conversation may carry: retitle the terminal (OSC 0), write the
+# clipboard (OSC 52), clear the screen (CSI 2J), the same as an 8-bit C1 CSI.
+HOSTILE = "\x1b]0;pwned\x07Hi\x1b]52;c;Zm9v\x07 there\x1b[2J\x9b2J\x7f"
+
+
+def test_an_export_piped_to_a_terminal_cannot_control_it() -> None:
+    conv_id = save("Title\x1b]0;x\x07", HOSTILE, "Fine.")
+    markdown = chat("--export", str(conv_id))  # stdout is a pipe, as in `| cat`
+    assert markdown.returncode == 0, markdown.stderr
+    controls = [c for c in markdown.stdout if ord(c) < 32 and c not in "\n\t"]
+    assert controls == [] and not any(0x7F <= ord(c) <= 0x9F for c in markdown.stdout)
+    # Shown, not hidden: the reader sees that the text had escape sequences.
+    assert "# Title␛]0;x␇\n" in markdown.stdout
+    assert "␛]0;pwned␇Hi␛]52;c;Zm9v␇ there␛[2J<U+009B>2J␡" in markdown.stdout
+    # JSON keeps the exact text, every control escaped as JSON does.
+    as_json = chat("--export", str(conv_id), "--format", "json")
+    assert not any((ord(c) < 32 and c != "\n") or 0x7F <= ord(c) <= 0x9F for c in as_json.stdout)
+    assert json.loads(as_json.stdout)["messages"][1]["content"] == HOSTILE
+
+
 def test_import_prints_the_new_id_and_round_trips(tmp_path: Path) -> None:
     conv_id = save("Bread", "How?", "Knead.")
     exported = tmp_path / "bread.json"

@@ -213,6 +213,38 @@ def test_export_never_overwrites(tmp_path: Path) -> None:
     )  # no temporary files left behind
 
 
+@pytest.mark.parametrize(
+    ("title", "stem"),
+    [
+        ("Café au lait", "café-au-lait-7"),
+        ("東京の天気は？", "東京の天気は-7"),
+        ("Привет, мир", "привет-мир-7"),
+        ("../../etc/passwd", "etc-passwd-7"),
+        ("\x1b]0;x\x07", "0-x-7"),
+        ("___", "conversation-7"),
+    ],
+)
+def test_export_file_names_keep_letters_of_every_script(
+    tmp_path: Path, title: str, stem: str
+) -> None:
+    conv = Conversation(title=title, id=7)
+    conv.messages = [Message("user", "hi")]
+    assert file_stem(conv) == stem
+    written = export_conversation(conv, {}, folder=tmp_path)
+    assert written.parent == tmp_path and written.name == f"{stem}.md"
+
+
+def test_an_exported_file_shows_escape_sequences_instead_of_keeping_them(
+    tmp_path: Path,
+) -> None:
+    # Ctrl+E writes this file; `cat` on it must not retitle the terminal.
+    conv = Conversation(title="imported", id=8)
+    conv.messages = [Message("user", "a\x1b]0;pwned\x07b\x9b2J")]
+    text = export_conversation(conv, {}, folder=tmp_path).read_text()
+    assert "a␛]0;pwned␇b<U+009B>2J" in text
+    assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text
+
+
 def test_export_to_an_unwritable_folder_says_so(tmp_path: Path) -> None:
     # A file stands where a folder of the path should be: no one can write
     # there, root included (a read-only folder would not stop root).
