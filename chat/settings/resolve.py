@@ -15,7 +15,7 @@ from chat.errors import ConfigError
 from chat.settings.config_file import ConfigProblem, read_config
 from chat.settings.environment import env_names, unknown_env_problems
 from chat.settings.schema import FIELDS, Settings
-from chat.settings.values import format_value, get_value, parse_value, set_value
+from chat.settings.values import ValueRefused, format_value, get_value, parse_value, set_value
 
 Source = Literal["cli", "env", "config", "default"]
 
@@ -77,8 +77,13 @@ def resolve_settings(
     for key, raw in cli.items():
         if raw is None:
             continue
-        set_value(settings, key, parse_value(key, raw))
+        flag = (cli_flags or {}).get(key) or cli_flag(key)
+        try:
+            value = parse_value(key, raw)
+        except ValueRefused as error:
+            raise ConfigError(error.worded(flag)) from None  # "--ctx 5 is out of range"
+        set_value(settings, key, value)
         sources[key] = "cli"
-        origins[key] = (cli_flags or {}).get(key) or cli_flag(key)
+        origins[key] = flag
 
     return ResolvedSettings(settings, sources, problems, config_path, origins)

@@ -44,8 +44,17 @@ def format_value(key: str, value: object) -> str:
     return _show(value)
 
 
-def _refuse(spec: FieldSpec, raw: object, problem: str) -> ConfigError:
-    return ConfigError(f"{spec.key} = {_show(raw)} {problem}: allowed {spec.range_text()}.")
+class ValueRefused(ConfigError):
+    """A value a setting does not take. The message names the setting as the
+    config file does (`model.n_ctx = 5 ...`); `worded` names it otherwise."""
+
+    def __init__(self, spec: FieldSpec, raw: object, problem: str) -> None:
+        self.spec, self.raw, self.problem = spec, raw, problem
+        super().__init__(self.worded(f"{spec.key} ="))
+
+    def worded(self, name: str) -> str:
+        """The message with the setting called `name`, e.g. "--ctx"."""
+        return f"{name} {_show(self.raw)} {self.problem}: allowed {self.spec.range_text()}."
 
 
 def _check_range(spec: FieldSpec, value: float) -> None:
@@ -53,7 +62,7 @@ def _check_range(spec: FieldSpec, value: float) -> None:
         return
     assert spec.minimum is not None and spec.maximum is not None
     if not spec.minimum <= value <= spec.maximum:
-        raise _refuse(spec, value, "is out of range")
+        raise ValueRefused(spec, value, "is out of range")
 
 
 def _parse_number(spec: FieldSpec, raw: object, whole: bool) -> float:
@@ -68,11 +77,11 @@ def _parse_number(spec: FieldSpec, raw: object, whole: bool) -> float:
         try:
             value = convert(raw.strip())
         except ValueError:
-            raise _refuse(spec, raw, problem) from None
+            raise ValueRefused(spec, raw, problem) from None
     else:
-        raise _refuse(spec, raw, problem)
+        raise ValueRefused(spec, raw, problem)
     if not whole and not math.isfinite(value):  # nan compares false with every bound
-        raise _refuse(spec, raw, "is not a finite number")
+        raise ValueRefused(spec, raw, "is not a finite number")
     _check_range(spec, value)
     return value
 
@@ -86,7 +95,7 @@ def _parse_bool(spec: FieldSpec, raw: object) -> bool:
             return True
         if word in _FALSE_WORDS:
             return False
-    raise _refuse(spec, raw, "is not true or false")
+    raise ValueRefused(spec, raw, "is not true or false")
 
 
 def _parse_choice(spec: FieldSpec, raw: object) -> object:
@@ -96,7 +105,7 @@ def _parse_choice(spec: FieldSpec, raw: object) -> object:
             return choice
         if isinstance(raw, str) and raw.strip() == str(choice):
             return choice
-    raise _refuse(spec, raw, "is not a valid choice")
+    raise ValueRefused(spec, raw, "is not a valid choice")
 
 
 def _parse_str_list(spec: FieldSpec, raw: object) -> list[str]:
@@ -107,11 +116,11 @@ def _parse_str_list(spec: FieldSpec, raw: object) -> list[str]:
         return [part for part in parts if part.strip()]
     if isinstance(raw, (list, tuple)):
         if not all(isinstance(item, str) for item in raw):
-            raise _refuse(spec, raw, "has an item that is not text")
+            raise ValueRefused(spec, raw, "has an item that is not text")
         if not all(raw):
-            raise _refuse(spec, raw, "has an empty item")
+            raise ValueRefused(spec, raw, "has an empty item")
         return list(raw)
-    raise _refuse(spec, raw, "is not a list")
+    raise ValueRefused(spec, raw, "is not a list")
 
 
 def parse_value(key: str, raw: object) -> object:
@@ -138,13 +147,13 @@ def parse_value(key: str, raw: object) -> object:
     if kind == "str_list":
         return _parse_str_list(spec, raw)
     if not isinstance(raw, str):
-        raise _refuse(spec, raw, "is not text")
+        raise ValueRefused(spec, raw, "is not text")
     if kind == "text":
         return raw  # kept exactly: leading spaces and newlines can matter in a prompt
     if kind == "optional_path":
         return os.path.expanduser(raw.strip())
     if not raw.strip():
-        raise _refuse(spec, raw, "is empty")
+        raise ValueRefused(spec, raw, "is empty")
     return raw.strip()
 
 

@@ -117,11 +117,21 @@ def test_config_flag_uses_another_file(tmp_path: Path) -> None:
     assert effective(result.stdout)["sampling"]["top_k"] == 3
 
 
-def test_bad_flag_value_is_a_usage_error() -> None:
-    result = chat("--print-config", "--ctx", "100")
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        # The flag the user typed is named, not the setting's key in the config file.
+        (["--ctx", "100"], "chat: --ctx 100 is out of range: allowed 0 = the model's own window"),
+        (["--max-tokens", "0"], "chat: --max-tokens 0 is out of range: allowed 1 – 131072."),
+        (["--temperature", "hot"], 'chat: --temperature "hot" is not a number: allowed 0 – 5.'),
+        (["--seed", "-3"], "chat: --seed -3 is out of range: allowed blank = random"),
+    ],
+)
+def test_bad_flag_value_is_a_usage_error_naming_the_flag(flags: list[str], said: str) -> None:
+    result = chat("--print-config", *flags)
     assert result.returncode == 2
-    assert "model.n_ctx = 100 is out of range" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith(said)
+    assert "Traceback" not in result.stderr and "model.n_ctx" not in result.stderr
 
 
 @pytest.mark.parametrize(

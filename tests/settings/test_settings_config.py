@@ -645,9 +645,12 @@ def test_bad_env_var_is_a_problem_and_falls_back(tmp_path: Path) -> None:
     assert "Using the default 1024" in str(by_key["sampling.max_tokens"])
 
 
-def test_bad_cli_value_raises(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"sampling\.temperature"):
+def test_bad_cli_value_raises_naming_the_flag(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^--temperature 9 is out of range: allowed 0 – 5\.$"):
         resolve_settings(tmp_path / "none.toml", {"sampling.temperature": 9.0}, {})
+    flags = {"model.n_ctx": "--ctx"}
+    with pytest.raises(ConfigError, match=r"^--ctx 5 is out of range"):
+        resolve_settings(tmp_path / "none.toml", {"model.n_ctx": "5"}, {}, cli_flags=flags)
 
 
 def test_config_problems_are_kept_when_resolving(tmp_path: Path) -> None:
