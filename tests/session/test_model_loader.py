@@ -37,7 +37,7 @@ class ClosingEngine(ScriptedEngine):
 
 def gguf(folder: Path, name: str) -> ModelCandidate:
     path = folder / name
-    path.write_bytes(b"GGUF" + bytes(8))
+    path.write_bytes(b"GGUF" + bytes(20))  # a GGUF header, no model
     return ModelCandidate(path, 12, "test")
 
 

@@ -328,7 +328,7 @@ async def test_reopen_restores_everything_and_continues() -> None:
 
 async def test_resume_at_start_and_model_mismatch_offers_a_switch(tmp_path: Path) -> None:
     other_model = tmp_path / "other.gguf"
-    other_model.write_bytes(b"GGUF")
+    other_model.write_bytes(b"GGUF" + bytes(20))  # a header, no model
     conv_id = make_saved_conversation(model_path=str(other_model))
     first, second = ScriptedEngine(), ScriptedEngine(replies=[["switched"]])
     loaded: list[Path] = []

@@ -210,7 +210,7 @@ async def test_model_file_lists_what_list_models_finds_plus_the_current_path(
     gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     other = tmp_path / "other.gguf"
-    other.write_bytes(b"GGUF" + bytes(8))
+    other.write_bytes(b"GGUF" + bytes(20))
     monkeypatch.setattr(
         model_files,
         "list_models",

@@ -304,7 +304,7 @@ def test_model_switch_confirm(
     monkeypatch.chdir(tmp_path)  # the other model's path, as shown, is relative
     other = Path("models") / "smollm2-360m-instruct-q8_0.gguf"
     other.parent.mkdir()
-    other.write_bytes(b"GGUF")
+    other.write_bytes(b"GGUF" + bytes(20))  # a header, no model
     conv = saved_conversation(
         QUESTION, "2025-03-14", 1, model_path=str(other), model_name="SmolLM2 360M Instruct"
     )
