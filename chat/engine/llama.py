@@ -14,6 +14,7 @@ import ctypes
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -45,16 +46,35 @@ PREFILL_WAIT_S = 60.0
 
 _log_lock = threading.Lock()
 _log_file: IO[str] | None = None
+# ggml's log level of errors (ggml.h: NONE, DEBUG, INFO, WARN, ERROR, CONT).
+_GGML_LOG_LEVEL_ERROR = 4
+# llama.cpp's latest error lines: why a model failed to load, in its own words
+# (Llama() itself raises only "Failed to load model from file").
+_recent_errors: deque[str] = deque(maxlen=8)
 
 
 @llama_cpp.llama_log_callback
 def _log_to_file(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    line = text.decode("utf-8", errors="replace")
     with _log_lock:
+        if level == _GGML_LOG_LEVEL_ERROR and line.strip():
+            _recent_errors.append(line.strip())
         # At interpreter exit the file may already be closed while llama.cpp
         # still logs (freeing the model): those lines are dropped.
         if _log_file is not None and not _log_file.closed:
-            _log_file.write(text.decode("utf-8", errors="replace"))
+            _log_file.write(line)
             _log_file.flush()
+
+
+def _llama_cpp_reason() -> str | None:
+    """llama.cpp's first error line since the last `_recent_errors.clear()`,
+    without the name of the function that logged it."""
+    with _log_lock:
+        errors = list(_recent_errors)
+    if not errors:
+        return None
+    _, _, reason = errors[0].partition(": ")
+    return reason.removeprefix("error loading model: ") or errors[0]
 
 
 def route_llama_log(path: Path) -> None:
@@ -107,12 +127,15 @@ def load_engine(path: Path, settings: ModelSettings, log_path: Path) -> LlamaEng
     }
     if settings.n_threads is not None:
         kwargs["n_threads"] = settings.n_threads
+    with _log_lock:
+        _recent_errors.clear()
     try:
         llm = llama_cpp.Llama(**kwargs)
     except (ValueError, RuntimeError, OSError, MemoryError) as error:
-        reason = str(error).strip() or type(error).__name__
+        reason = _llama_cpp_reason() or str(error).strip() or type(error).__name__
         raise ModelError(
-            f"Could not load the model {path}: {reason}. llama.cpp's log is in {log_path}."
+            f"Could not load the model {path}: {reason.rstrip('.')}. "
+            f"llama.cpp's log is in {log_path}."
         ) from error
     llm.verbose = False  # no per-call chatter on stderr from now on
     return LlamaEngine(llm, path, settings)

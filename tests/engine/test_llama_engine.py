@@ -343,3 +343,19 @@ def test_prefill_of_an_opened_conversation_evaluates_what_the_reply_would(
     continued = run(engine, ask, seeded)[1]
     assert continued.stats.prompt_evaluated == cold.stats.prompt_evaluated - ahead
     assert continued.text == cold.text  # the same batches, so the same logits
+
+
+def test_a_cut_model_file_fails_with_llama_cpps_own_reason(
+    demo_model: Path, tmp_path: Path
+) -> None:
+    # An interrupted download: a valid GGUF header, the tensors cut off.
+    cut = tmp_path / "cut.gguf"
+    with demo_model.open("rb") as whole:
+        cut.write_bytes(whole.read(2_000_000))
+    log = tmp_path / "llama.log"
+    with pytest.raises(ModelError) as refused:
+        load_engine(cut, ModelSettings(n_ctx=512), log)
+    said = str(refused.value)
+    assert said.startswith(f"Could not load the model {cut}: tensor 'token_embd.weight' data")
+    assert "model is corrupted or incomplete" in said and str(log) in said
+    assert "Failed to load model from file" not in said  # llama-cpp-python's vaguer words
