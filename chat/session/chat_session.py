@@ -26,36 +26,50 @@ from chat.session.context_window import (
     history_messages,
     prompt_messages,
 )
+from chat.session.model_loader import ModelLoader
 from chat.settings.schema import Settings
 
 
 class ChatSession:
-    def __init__(self, defaults: Settings, report_save_problem: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        defaults: Settings,
+        models: ModelLoader,
+        report_save_problem: Callable[[str], None],
+    ) -> None:
+        """`models`: the loader, which owns the engine; the session reads it."""
         self.defaults = defaults
         self.settings = defaults
         self.conversation = Conversation(system_prompt=defaults.chat.system_prompt)
         self.saver = ConversationSaver(report_save_problem)
-        self.budget: ContextBudget | None = None
-        """Token counts for the model in use; None while no model is ready."""
-        self.model: ModelInfo | None = None
-        """The model replies use (None while none is loaded or another loads)."""
+        self._models = models
+        self._budget: ContextBudget | None = None
         self._outside_window: set[int] = set()
         """id() of the messages outside the window at the last turn."""
         self._system_tokens = 0
 
     # The model.
 
-    def use_model(self, engine: Engine) -> None:
-        self.budget = ContextBudget(engine.tokenize_chat, engine.info.n_ctx)
-        self.model = engine.info
+    @property
+    def engine(self) -> Engine | None:
+        """The model replies use now (None while none is loaded or another loads)."""
+        return self._models.usable_engine
 
-    def model_unavailable(self) -> None:
-        """Another model loads: no replies until `use_model`; counts stay as they are."""
-        self.model = None
+    @property
+    def model(self) -> ModelInfo | None:
+        engine = self.engine
+        return engine.info if engine is not None else None
 
-    def no_model(self) -> None:
-        """No model could be loaded: nothing to count or reply with."""
-        self.budget, self.model = None, None
+    @property
+    def budget(self) -> ContextBudget | None:
+        """Token counts for the model in memory (the old one while another loads,
+        so the meter still counts); None when no model is loaded."""
+        engine = self._models.engine
+        if engine is None:
+            return None
+        if self._budget is None or self._budget.tokenize != engine.tokenize_chat:
+            self._budget = ContextBudget(engine.tokenize_chat, engine.info.n_ctx)
+        return self._budget
 
     # Planning a turn.
 

@@ -130,11 +130,6 @@ class ChatApp(App[None]):
     def config_had_problems(self) -> bool:
         return self.settings_flow.config_had_problems
 
-    @property
-    def model(self) -> ModelCandidate | None:
-        """The model file loaded (or loading at first)."""
-        return self.models.model or self.launch.model
-
     # Themes: kvchat's own, and every change saved.
 
     def _use_kvchat_themes(self, wanted: str) -> None:

@@ -12,19 +12,28 @@ from chat.conversations.conversation import Conversation, Message, ReplyStats
 from chat.conversations.store import Store
 from chat.engine.base import Engine, Finished
 from chat.errors import KvchatError
+from chat.model_files import ModelCandidate
 from chat.session.chat_session import ChatSession
-from chat.settings.schema import Settings
+from chat.session.model_loader import ModelLoader, ModelReady
+from chat.settings.schema import ModelSettings, Settings
 from tests.fakes import ScriptedEngine
 
 STATS = ReplyStats(10, 10, 2, 0.01, 100.0, "done", seed=99)
 
 
+def loader_of(engine: Engine) -> ModelLoader:
+    """A model loader holding `engine`, as after a load."""
+    loader = ModelLoader(lambda outcome: None)
+    candidate = ModelCandidate(engine.info.path, 0, "test")
+    loader.accept(ModelReady(engine, candidate, ModelSettings()))
+    return loader
+
+
 def session_with(store: Store | None = None, engine: Engine | None = None) -> ChatSession:
     reports: list[str] = []
-    session = ChatSession(Settings(), reports.append)
+    session = ChatSession(Settings(), loader_of(engine or ScriptedEngine()), reports.append)
     if store is not None:
         session.saver.attach(store)
-    session.use_model(engine or ScriptedEngine())
     return session
 
 
@@ -82,8 +91,7 @@ def test_a_message_too_long_for_the_window_is_not_prefilled() -> None:
 def test_messages_left_out_of_a_small_window_are_marked() -> None:
     settings = Settings()
     settings.sampling.max_tokens = 16
-    session = ChatSession(settings, lambda text: None)
-    session.use_model(ScriptedEngine(n_ctx=120))
+    session = ChatSession(settings, loader_of(ScriptedEngine(n_ctx=120)), lambda text: None)
     for i in range(6):
         one_turn(session, f"question {i} " + "word " * 8, f"answer {i} " + "word " * 8)
     plan = session.plan("last")
@@ -145,3 +153,16 @@ def test_the_real_model_counts_what_the_turn_sends(engine: Engine) -> None:
     # The meter's parts add up to exactly the tokens the engine is sent.
     assert plan.system + plan.history + plan.new == len(sent)
     assert message.token_count is not None and 0 < message.token_count < plan.new
+
+
+def test_while_another_model_loads_no_reply_is_sent_but_the_meter_counts() -> None:
+    old, new = ScriptedEngine(n_ctx=4096), ScriptedEngine(n_ctx=1024)
+    loader = loader_of(old)
+    session = ChatSession(Settings(), loader, lambda text: None)
+    loader.begin_reload()
+    assert session.engine is None and session.model is None  # no replies meanwhile
+    plan = session.plan("hi")
+    assert plan is not None and plan.n_ctx == 4096  # counted with the old model
+    loader.accept(ModelReady(new, ModelCandidate(new.info.path, 0, "test"), ModelSettings()))
+    plan = session.plan("hi")
+    assert session.engine is new and plan is not None and plan.n_ctx == 1024

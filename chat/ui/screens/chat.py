@@ -82,8 +82,7 @@ class ChatScreen(Screen[None]):
 
     def __init__(self, defaults: Settings, models: ModelLoader) -> None:
         super().__init__()
-        self.session = ChatSession(defaults, self._report_save_problem)
-        self._models = models
+        self.session = ChatSession(defaults, models, self._report_save_problem)
         self._reply_view: AssistantMessageView | None = None
         self._stream: ReplyStream | None = None
         self._meter_timer: Timer | None = None
@@ -109,7 +108,7 @@ class ChatScreen(Screen[None]):
     @property
     def engine(self) -> Engine | None:
         """The model replies use now (None while none is loaded or another loads)."""
-        return self._models.usable_engine if self.session.model is not None else None
+        return self.session.engine
 
     @property
     def generating(self) -> bool:
@@ -148,7 +147,6 @@ class ChatScreen(Screen[None]):
 
     async def show_model(self, engine: Engine) -> None:
         """`engine` (the loader's) is ready: replies can be sent."""
-        self.session.use_model(engine)
         await self._remove_loading()
         self.query_one("#notice").display = False
         self.query_one(StatusBar).show_model(engine.info)
@@ -161,12 +159,10 @@ class ChatScreen(Screen[None]):
     async def show_reloading(self, name: str) -> None:
         """Another model is loading to replace this one: no replies until `show_model`
         (or `show_problem`); the conversation stays as it is."""
-        self.session.model_unavailable()
         self.query_one(StatusBar).show_reloading(name)
 
     async def show_problem(self, text: str, *, no_model: bool = False) -> None:
         """An error panel (a model that failed to load, or no model at all)."""
-        self.session.no_model()
         await self._remove_loading()
         notice = self.query_one("#notice", Static)
         notice.update(Content(text))
