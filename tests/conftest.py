@@ -14,6 +14,9 @@ import tomli_w
 from chat.model_files import DEMO_PIP_NAME, demo_model_path
 from chat.ui.themes import COLOUR_FIELDS
 
+# Real filesystem faults (a full or read-only tmpfs, a folder that cannot be made).
+pytest_plugins = ["tests.faults"]
+
 if TYPE_CHECKING:
     from chat.ui.screens.chat import ChatScreen
 
