@@ -21,9 +21,20 @@ class EngineBusyError(KvchatError):
     """A reply is already being generated; one engine call runs at a time."""
 
 
+class EngineClosedError(KvchatError):
+    """The model was freed (kvchat is quitting, or another model replaced it)."""
+
+
 class ConfigError(KvchatError):
     """A setting has a wrong type or a value out of range."""
 
 
 class StoreError(KvchatError):
-    """The conversation database cannot be used."""
+    """The conversation database cannot be used.
+
+    `brief`: the same in a few words, for the status bar's lasting "not saving"
+    mark (the folder or file and what is wrong with it)."""
+
+    def __init__(self, message: str, brief: str | None = None) -> None:
+        super().__init__(message)
+        self.brief = brief or message

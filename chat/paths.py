@@ -1,11 +1,12 @@
 """Where kvchat keeps its files, following each platform's conventions.
 
-`KVCHAT_CONFIG_DIR` and `KVCHAT_DATA_DIR` override the platform locations;
-the tests use them to run in a temporary directory.
+`KVCHAT_CONFIG_DIR`, `KVCHAT_DATA_DIR` and `KVCHAT_STATE_DIR` override the
+platform locations; the tests use them to run in a temporary directory.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import platformdirs
 APP_NAME = "kvchat"
 CONFIG_DIR_ENV = "KVCHAT_CONFIG_DIR"
 DATA_DIR_ENV = "KVCHAT_DATA_DIR"
-FOLDER_ENV_NAMES = (CONFIG_DIR_ENV, DATA_DIR_ENV)
+STATE_DIR_ENV = "KVCHAT_STATE_DIR"
+FOLDER_ENV_NAMES = (CONFIG_DIR_ENV, DATA_DIR_ENV, STATE_DIR_ENV)
 """kvchat's environment variables that are folders, not settings."""
 
 
@@ -25,9 +27,15 @@ def config_dir() -> Path:
 
 
 def data_dir() -> Path:
-    """Folder of the conversation database, the models folder and the logs."""
+    """Folder of the conversation database and the models folder."""
     override = os.environ.get(DATA_DIR_ENV)
     return Path(override) if override else Path(platformdirs.user_data_dir(APP_NAME))
+
+
+def state_dir() -> Path:
+    """Folder of what kvchat may lose without harm: llama.cpp's log."""
+    override = os.environ.get(STATE_DIR_ENV)
+    return Path(override) if override else Path(platformdirs.user_state_dir(APP_NAME))
 
 
 def config_file() -> Path:
@@ -49,4 +57,33 @@ def database_file() -> Path:
 
 def log_file() -> Path:
     """llama.cpp's own log lines go here, never to the terminal."""
-    return data_dir() / "llama.log"
+    return state_dir() / "llama.log"
+
+
+def folder_problem(folder: Path, error: OSError) -> str:
+    """Why writing in `folder` failed, in words that name the folder and the
+    cause ("the disk holding /x is full"), for messages about any of kvchat's
+    folders. `error` is what creating or writing something there raised."""
+    if error.errno == errno.ENOSPC:
+        return f"the disk holding {folder} is full"
+    if error.errno == errno.EROFS:
+        return f"{folder} is on a read-only disk"
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return f"you may not write to {folder}"
+    if error.errno in (errno.ENOTDIR, errno.EEXIST):
+        # mkdir says "Not a directory" or "File exists": name the file in the way.
+        blocker = _file_in_the_way(folder)
+        if blocker is not None:
+            return f"{folder} cannot be created: {blocker} is a file, not a folder"
+    return f"{folder}: {error.strerror or error}"
+
+
+def _file_in_the_way(folder: Path) -> Path | None:
+    """The nearest of `folder` and its parents that exists and is not a folder."""
+    try:
+        for candidate in (folder, *folder.parents):
+            if candidate.exists():
+                return None if candidate.is_dir() else candidate
+    except OSError:  # a parent we may not look into: nothing more to say
+        pass
+    return None

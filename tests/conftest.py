@@ -12,6 +12,7 @@ import pytest
 import tomli_w
 
 from chat.model_files import DEMO_PIP_NAME, demo_model_path
+from chat.paths import FOLDER_ENV_NAMES
 from chat.ui.themes import COLOUR_FIELDS
 
 # Real filesystem faults (a full or read-only tmpfs, a folder that cannot be made).
@@ -25,8 +26,9 @@ if TYPE_CHECKING:
 def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KVCHAT_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("KVCHAT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("KVCHAT_STATE_DIR", str(tmp_path / "state"))
     for name in list(__import__("os").environ):
-        if name.startswith("KVCHAT_") and name not in ("KVCHAT_CONFIG_DIR", "KVCHAT_DATA_DIR"):
+        if name.startswith("KVCHAT_") and name not in FOLDER_ENV_NAMES:
             monkeypatch.delenv(name)
 
 

@@ -21,6 +21,10 @@ from pathlib import Path
 
 import pytest
 
+# Room for SQLite's write-ahead log, which grows to ~4 MB before it is
+# checkpointed: a smaller disk would be full from ordinary use.
+SIZE_KIB = 8192
+
 
 def _can_mount() -> bool:
     return os.geteuid() == 0 and shutil.which("mount") is not None
@@ -106,7 +110,7 @@ def _stand_in(tmp_path: Path, kind: str) -> Fault:
 def full_folder(tmp_path: Path) -> Iterator[Fault]:
     """A folder on a small tmpfs that is full; `heal()` frees space."""
     path = tmp_path / "full"
-    with _mounted(path, 256) as mounted:
+    with _mounted(path, SIZE_KIB) as mounted:
         if not mounted:
             yield _stand_in(tmp_path, "full")
             return
@@ -116,10 +120,10 @@ def full_folder(tmp_path: Path) -> Iterator[Fault]:
 
 @pytest.fixture
 def small_folder(tmp_path: Path) -> Iterator[Fault]:
-    """A folder on a small (256 KiB) tmpfs with room left: a test fills it with
+    """A folder on a small (8 MiB) tmpfs with room left: a test fills it with
     `fault.break_again()` at the moment it wants the disk to be full."""
     path = tmp_path / "small"
-    with _mounted(path, 256) as mounted:
+    with _mounted(path, SIZE_KIB) as mounted:
         if not mounted:
             yield _stand_in(tmp_path, "full")
             return
@@ -130,7 +134,7 @@ def small_folder(tmp_path: Path) -> Iterator[Fault]:
 def read_only_folder(tmp_path: Path) -> Iterator[Fault]:
     """A folder on a read-only tmpfs; `heal()` makes it writable."""
     path = tmp_path / "read-only"
-    with _mounted(path, 256) as mounted:
+    with _mounted(path, SIZE_KIB) as mounted:
         if not mounted:
             yield _stand_in(tmp_path, "read-only")
             return

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chat.bench.rows import Options, Row
-from chat.paths import CONFIG_DIR_ENV, DATA_DIR_ENV
+from chat.paths import CONFIG_DIR_ENV, DATA_DIR_ENV, STATE_DIR_ENV
 
 # What the screen shows once the app's layout is drawn (the prompt box's
 # placeholder), and once the model is ready (the status bar's window size).
@@ -27,7 +27,7 @@ ESCAPE_SEQUENCE = re.compile(rb"\x1b\[[0-9;?<>=$]*[A-Za-z~]|\x1b\][^\x07]*\x07")
 
 
 def installed_python_env(scratch: Path) -> dict[str, str]:
-    """The environment of an installed kvchat, with its own empty config and data.
+    """The environment of an installed kvchat, with its own empty config, data and state.
 
     pip compiles a wheel's modules when it installs them. A source checkout run
     with PYTHONDONTWRITEBYTECODE=1 (as CI and this VM set it) would compile
@@ -38,6 +38,7 @@ def installed_python_env(scratch: Path) -> dict[str, str]:
     env["PYTHONPYCACHEPREFIX"] = str(scratch / "pycache")
     env[CONFIG_DIR_ENV] = str(scratch / "config")
     env[DATA_DIR_ENV] = str(scratch / "data")
+    env[STATE_DIR_ENV] = str(scratch / "state")
     env["TERM"] = "xterm-256color"
     return env
 

@@ -19,6 +19,7 @@ from chat.settings.resolve import ResolvedSettings, resolve_settings
 if TYPE_CHECKING:  # chat.ui.themes imports Textual: only the branches that need it import it
     from chat.ui.themes import ThemeProblem
 
+EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for such a writer
 
@@ -187,8 +188,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader went away (`chat -p ... | head`): stop quietly, as other
         # command-line tools do. Point stdout at /dev/null so that Python's own
         # flush at exit does not fail a second time.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _drop_stdout()
         return EXIT_BROKEN_PIPE
+    except OSError as error:
+        # No KvchatError names it, yet it is the system, not a bug: the disk
+        # under `chat --export 3 > file` is full, a file vanished. One sentence.
+        print(f"chat: {_os_error_sentence(error)}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's own flush at exit does not
+    fail a second time on output that cannot be written."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _os_error_sentence(error: OSError) -> str:
+    reason = error.strerror or str(error)
+    if error.filename is not None:
+        return f"{error.filename}: {reason}."
+    if not sys.stdout.isatty():
+        # An error without a file name comes from a stream: here, the output
+        # redirected to a file or a pipe. Its unwritten rest is dropped.
+        _drop_stdout()
+        return f"cannot write the output: {reason}."
+    return f"{reason}."
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -249,6 +273,7 @@ def _run_app(args: argparse.Namespace, resolved: ResolvedSettings, problems: lis
     # It stays off until the first frame is drawn (ChatApp turns it back on).
     gc.disable()
     # Imported late: `chat -p` and `--list-models` need no Textual.
+    from chat.session.background import threads_ended
     from chat.ui.app import ChatApp, Launch
 
     # Saving from the settings pane keeps a file that had problems as config.toml.bak.
@@ -271,6 +296,15 @@ def _run_app(args: argparse.Namespace, resolved: ResolvedSettings, problems: lis
         )
     )
     app.run()
+    # The app has waited for the model to be free (see ChatApp.on_unmount): a
+    # thread still running now is one that cannot be stopped (a model load, a
+    # long prompt being evaluated): a normal exit would unload llama.cpp under
+    # it and crash.
+    # The app has closed all it wrote (database, terminal): leave at once.
+    if not threads_ended(timeout=0.2):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

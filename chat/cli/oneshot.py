@@ -10,7 +10,10 @@ import contextlib
 import dataclasses
 import io
 import json
+import signal
+import sys
 import threading
+from collections.abc import Iterator
 from typing import TextIO
 
 from chat import paths
@@ -26,6 +29,20 @@ def stats_dict(stats: ReplyStats) -> dict[str, object]:
     return data
 
 
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[list[int]]:
+    """Hold Ctrl+C while llama.cpp loads the model, to act on it when the load
+    returns. Meanwhile the only Python code that runs is llama.cpp's log
+    callback: a KeyboardInterrupt raised there cannot leave it (ctypes drops
+    it) and the load would go on to a reply nobody wants."""
+    pressed: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_oneshot(
     prompt: str,
     settings: Settings,
@@ -36,11 +53,19 @@ def run_oneshot(
 ) -> int:
     """Stream the reply to `out`. Raises `KvchatError` for problems the user can fix."""
     from chat.engine.llama import load_engine
+    from chat.engine.llama_log import log_problem
 
     # llama-cpp-python prints model metadata to sys.stderr while loading; that
     # is noise here (llama.cpp's own log already goes to the log file).
-    with contextlib.redirect_stderr(io.StringIO()):
+    with _ctrl_c_held() as pressed, contextlib.redirect_stderr(io.StringIO()):
         engine = load_engine(model.path, settings.model, paths.log_file())
+    if pressed:
+        engine.close()
+        raise KeyboardInterrupt
+    # The reply does not need the log: a log that cannot be written is a warning.
+    problem = log_problem()
+    if problem is not None:
+        print(f"chat: warning: {problem}", file=sys.stderr)
     messages = []
     if settings.chat.system_prompt:
         messages.append({"role": "system", "content": settings.chat.system_prompt})

@@ -26,6 +26,15 @@ FINISH_REASONS: tuple[FinishReason, ...] = (
     "error",
 )
 
+# Whether a reply's text is all there: see `Message.state`.
+ReplyState = Literal["complete", "writing", "interrupted"]
+# How the chat screen and transcripts say so, for the two that are not complete.
+STATE_NOTES: dict[ReplyState, str] = {
+    "complete": "",
+    "writing": "still being written in another kvchat window",
+    "interrupted": "interrupted: kvchat stopped while writing this reply",
+}
+
 
 @dataclass
 class ReplyStats:
@@ -96,6 +105,11 @@ class Message:
     token_probs: Sequence[TokenChoice] | None = None
     """For replies generated with probability recording: one entry per token
     (a list, or a `StoredTokenChoices` decoded on first read when loaded)."""
+    state: ReplyState = "complete"
+    """For replies: "writing" while the model still writes it (a saved row says
+    so until its final write: read back, another kvchat window is writing it
+    now); "interrupted" when kvchat stopped before the end (killed, crashed,
+    quit mid-reply): the text is what was saved by then, without stats."""
 
     def as_chat_dict(self) -> dict[str, str]:
         """The OpenAI-style `{"role", "content"}` form that chat templates take."""

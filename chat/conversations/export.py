@@ -67,7 +67,7 @@ def write_new_file(folder: Path, stem: str, suffix: str, text: str) -> Path:
             os.unlink(temp)
     except OSError as error:
         raise KvchatError(
-            f"kvchat cannot write the export to {folder}: {error.strerror}."
+            f"kvchat cannot write the export: {paths.folder_problem(folder, error)}."
         ) from error
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -24,6 +25,7 @@ from chat.conversations.conversation import (
     Conversation,
     FinishReason,
     Message,
+    ReplyState,
     ReplyStats,
     Role,
     TokenChoice,
@@ -61,6 +63,10 @@ class NewerSchemaError(StoreError):
             "kvchat has not changed it. Upgrade kvchat to open it, or set KVCHAT_DATA_DIR "
             "to another folder to use a separate database."
         )
+
+
+class ConversationChangedError(StoreError):
+    """Another kvchat window added to the conversation since this one last saw it."""
 
 
 class ConversationNotFoundError(StoreError):
@@ -187,7 +193,18 @@ def _migrate_2(conn: sqlite3.Connection) -> None:
         _install_search_index(conn)
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migrate_1, _migrate_2]
+def _migrate_3(conn: sqlite3.Connection) -> None:
+    # `writer_pid`: the id of the kvchat process writing a streaming reply, set
+    # when its row is first written and cleared by its final write. A row whose
+    # writer has exited was cut off (kvchat was killed or crashed mid-reply); one
+    # whose writer runs is being written now, in another window. `interrupted`:
+    # cut off, as recorded elsewhere (an imported reply). Replies saved before
+    # this migration are complete: both columns stay empty.
+    conn.execute("ALTER TABLE messages ADD COLUMN writer_pid INTEGER")
+    conn.execute("ALTER TABLE messages ADD COLUMN interrupted INTEGER NOT NULL DEFAULT 0")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migrate_1, _migrate_2, _migrate_3]
 """Forward migrations; after running MIGRATIONS[:n], `PRAGMA user_version` is n."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -211,9 +228,11 @@ def _create_file(path: Path) -> None:
     except FileExistsError:
         pass
     except OSError as error:
+        problem = paths.folder_problem(path.parent, error)
         raise StoreError(
-            f"kvchat cannot create its conversation database {path}: {error.strerror}. "
-            "Check that you may write to that folder, or set KVCHAT_DATA_DIR to another one."
+            f"kvchat cannot create its conversation database {path}: {problem}. "
+            "Fix that, or set KVCHAT_DATA_DIR to another folder.",
+            brief=problem,
         ) from error
 
 
@@ -236,7 +255,7 @@ def _check_existing(path: Path, quick_check: bool) -> None:
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
     except sqlite3.Error as error:
-        raise CorruptDatabaseError(path, str(error)) from error
+        raise _folder_fault(path) or CorruptDatabaseError(path, str(error)) from error
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
@@ -251,11 +270,33 @@ def _check_existing(path: Path, quick_check: bool) -> None:
     except sqlite3.OperationalError as error:
         if _is_busy(error):
             raise _busy_error(path) from error
-        raise CorruptDatabaseError(path, str(error)) from error
+        raise _folder_fault(path) or CorruptDatabaseError(path, str(error)) from error
     except sqlite3.DatabaseError as error:
-        raise CorruptDatabaseError(path, str(error)) from error
+        raise _folder_fault(path) or CorruptDatabaseError(path, str(error)) from error
     finally:
         conn.close()
+
+
+def _folder_fault(path: Path) -> StoreError | None:
+    """Why SQLite could not open a sound database, when the cause is its folder.
+
+    SQLite keeps `-wal` and `-shm` files beside the database even to read it, so
+    a read-only or full folder makes a healthy file fail to open ("unable to open
+    database file", "disk I/O error"): that must not be taken for damage.
+    """
+    try:
+        with tempfile.TemporaryFile(dir=path.parent) as probe:
+            probe.write(bytes(4096))  # a page: a full disk refuses it
+            probe.flush()
+            os.fsync(probe.fileno())
+            return None
+    except OSError as error:
+        problem = paths.folder_problem(path.parent, error)
+        return StoreError(
+            f"kvchat cannot open its conversation database {path}: {problem}. "
+            "The database itself is untouched.",
+            brief=problem,
+        )
 
 
 def _is_busy(error: sqlite3.Error) -> bool:
@@ -281,10 +322,20 @@ def _translate(path: Path, error: sqlite3.DatabaseError) -> Exception:
     if _is_busy(error):
         return _busy_error(path)
     if name.startswith("SQLITE_FULL") or "disk is full" in text:
-        return StoreError(f"The disk holding {path} is full. Free some space and try again.")
+        return StoreError(
+            f"The disk holding {path} is full. Free some space and try again.",
+            brief=f"the disk holding {path.parent} is full",
+        )
+    if name.startswith("SQLITE_READONLY") or "readonly" in text:
+        return StoreError(
+            f"kvchat cannot write to its conversation database {path}: the file or its "
+            "folder is read-only. Make it writable, or set KVCHAT_DATA_DIR to another folder.",
+            brief=f"{path.parent} is read-only",
+        )
     return StoreError(
         f"kvchat cannot use its conversation database {path}: {text}. "
-        "Check that the disk is present and that you may write to the file."
+        "Check that the disk is present and that you may write to the file.",
+        brief=f"{path}: {text}",
     )
 
 
@@ -318,7 +369,8 @@ def move_aside(path: Path) -> Path:
 
 _MESSAGE_COLUMNS = (
     "id, role, content, created, token_count, prompt_tokens, prompt_evaluated, "
-    "generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s, token_probs"
+    "generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s, token_probs, "
+    "writer_pid, interrupted"
 )
 
 
@@ -337,7 +389,7 @@ def _messages(conn: sqlite3.Connection, conv_id: int, *, superseded: bool) -> li
 def _message_from_row(row: tuple[Any, ...]) -> Message:
     (id_, role, content, created, token_count, prompt_tokens, prompt_evaluated) = row[:7]
     generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s = row[7:13]
-    token_probs = row[13]
+    token_probs, writer_pid, interrupted = row[13:16]
     stats = None
     if finish_reason is not None:  # a reply with stats always has a finish reason
         stats = ReplyStats(
@@ -360,7 +412,36 @@ def _message_from_row(row: tuple[Any, ...]) -> Message:
         # Decoded only when the token view reads it: opening a long conversation
         # does not pay for every reply's probabilities.
         token_probs=None if token_probs is None else StoredTokenChoices(bytes(token_probs)),
+        state=_reply_state(writer_pid, interrupted),
     )
+
+
+def _reply_state(writer_pid: int | None, interrupted: int) -> ReplyState:
+    if interrupted:
+        return "interrupted"
+    if writer_pid is None:
+        return "complete"
+    return "writing" if _is_running(writer_pid) else "interrupted"
+
+
+def _is_running(pid: int) -> bool:
+    """Whether the process that is writing a reply still runs: then the reply is
+    being written now (another kvchat window), not cut off.
+
+    A pid that another process took since reads as running: that reply is then
+    shown as it is, unmarked, as before kvchat recorded writers.
+    """
+    if pid <= 0:
+        return False
+    if os.name == "nt":
+        return True  # there os.kill would end the process instead of probing it
+    try:
+        os.kill(pid, 0)  # signal 0: nothing is sent, only whether the process exists
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # e.g. PermissionError: it runs, as another user
+    return True
 
 
 def _stats_values(stats: ReplyStats | None) -> tuple[Any, ...]:
@@ -465,11 +546,13 @@ class Store:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._conn
+                # Inside the try: a COMMIT that fails (a full disk) is rolled back
+                # too, or the next BEGIN would fail inside the broken transaction.
+                self._conn.execute("COMMIT")
             except BaseException:
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
                 raise
-            self._conn.execute("COMMIT")
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -518,13 +601,13 @@ class Store:
                     conn.execute(f"DROP TRIGGER IF EXISTS {name}")
         return available
 
-    def _touch(self, conn: sqlite3.Connection, conv_id: int) -> None:
-        """Mark the conversation as just updated; raise if it is gone."""
-        cursor = conn.execute(
-            "UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conv_id)
-        )
+    def _touch(self, conn: sqlite3.Connection, conv_id: int) -> float:
+        """Mark the conversation as just updated (returns the time); raise if it is gone."""
+        now = time.time()
+        cursor = conn.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conv_id))
         if cursor.rowcount == 0:
             raise self._missing(conv_id)
+        return now
 
     def _missing(self, conv_id: int) -> ConversationNotFoundError:
         return ConversationNotFoundError(
@@ -539,9 +622,10 @@ class Store:
             cursor = conn.execute(
                 "INSERT INTO messages (conversation_id, position, role, content, created, "
                 "token_count, prompt_tokens, prompt_evaluated, generated_tokens, ttft_s, "
-                "decode_tps, finish_reason, seed, total_s, token_probs) VALUES (?, "
+                "decode_tps, finish_reason, seed, total_s, token_probs, writer_pid, "
+                "interrupted) VALUES (?, "
                 "(SELECT COALESCE(MAX(position), -1) + 1 FROM messages "
-                "WHERE conversation_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "WHERE conversation_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     conv_id,
                     conv_id,
@@ -551,6 +635,8 @@ class Store:
                     message.token_count,
                     *_stats_values(message.stats),
                     _token_probs_value(message.token_probs),
+                    os.getpid() if message.state == "writing" else None,
+                    int(message.state == "interrupted"),
                 ),
             )
             message.id = cursor.lastrowid
@@ -583,8 +669,15 @@ class Store:
         self, conv: Conversation, sampling: Mapping[str, Any] | None = None
     ) -> int:
         """Save a new conversation (and any messages it already has); sets `conv.id`."""
-        with self._write() as conn:
-            return self._insert_conversation(conn, conv, sampling)
+        try:
+            with self._write() as conn:
+                return self._insert_conversation(conn, conv, sampling)
+        except BaseException:
+            # Not committed (a full disk fails at COMMIT): none of it is saved.
+            conv.id = None
+            for message in conv.messages:
+                message.id = None
+            raise
 
     def import_conversation(self, conv: Conversation, sampling: Mapping[str, Any]) -> int:
         """Save an imported conversation as a new one, all or nothing (one transaction).
@@ -599,16 +692,47 @@ class Store:
         `replaces`: the id of a reply this one regenerates. It is superseded in the
         same transaction and remembers this message as `replaced_by`.
         """
-        with self._write() as conn:
-            self._touch(conn, conv_id)
-            self._insert_messages(conn, conv_id, [message])
-            if replaces is not None:
-                conn.execute(
-                    "UPDATE messages SET superseded = 1, replaced_by = ? WHERE id = ?",
-                    (message.id, replaces),
-                )
+        self._append(conv_id, message, replaces, seen_updated=None)
         assert message.id is not None
         return message.id
+
+    def append_turn(
+        self, conv: Conversation, message: Message, *, replaces: int | None = None
+    ) -> int:
+        """`add_message` for a window that holds `conv` open: if another window added
+        to it since this one last saved or loaded it (`conv.updated` differs),
+        nothing is written and `ConversationChangedError` is raised, so the turns of
+        two windows never interleave. `conv.updated` follows each write."""
+        assert conv.id is not None
+        conv.updated = self._append(conv.id, message, replaces, seen_updated=conv.updated)
+        assert message.id is not None
+        return message.id
+
+    def _append(
+        self, conv_id: int, message: Message, replaces: int | None, seen_updated: float | None
+    ) -> float:
+        try:
+            with self._write() as conn:
+                if seen_updated is not None:
+                    row = conn.execute(
+                        "SELECT updated FROM conversations WHERE id = ?", (conv_id,)
+                    ).fetchone()
+                    if row is not None and row[0] != seen_updated:
+                        raise ConversationChangedError(
+                            f"Conversation {conv_id} changed in another kvchat window "
+                            "since this one opened it."
+                        )
+                updated = self._touch(conn, conv_id)
+                self._insert_messages(conn, conv_id, [message])
+                if replaces is not None:
+                    conn.execute(
+                        "UPDATE messages SET superseded = 1, replaced_by = ? WHERE id = ?",
+                        (message.id, replaces),
+                    )
+        except BaseException:
+            message.id = None  # not committed
+            raise
+        return updated
 
     def update_message_content(
         self,
@@ -617,29 +741,31 @@ class Store:
         token_count: int | None = None,
         stats: ReplyStats | None = None,
         token_probs: Sequence[TokenChoice] | None = None,
+        *,
+        done: bool = False,
     ) -> None:
         """Save a streaming reply's text so far: one UPDATE, committed at once.
 
         `token_count`, `stats` and `token_probs` are left as they are when not given.
+        `done`: the reply's final write; from now on it reads as complete.
         """
-        if stats is None:
-            sql = (
-                "UPDATE messages SET content = ?, token_count = COALESCE(?, token_count) "
-                "WHERE id = ?"
-            )
-            params: tuple[Any, ...] = (content, token_count, message_id)
-        else:
-            sql = (
-                "UPDATE messages SET content = ?, token_count = COALESCE(?, token_count), "
+        assignments = ["content = ?", "token_count = COALESCE(?, token_count)"]
+        params: list[Any] = [content, token_count]
+        if stats is not None:
+            assignments.append(
                 "prompt_tokens = ?, prompt_evaluated = ?, generated_tokens = ?, ttft_s = ?, "
-                "decode_tps = ?, finish_reason = ?, seed = ?, total_s = ? WHERE id = ?"
+                "decode_tps = ?, finish_reason = ?, seed = ?, total_s = ?"
             )
-            params = (content, token_count, *_stats_values(stats), message_id)
+            params += _stats_values(stats)
         if token_probs is not None:
-            sql = sql.replace(" WHERE id = ?", ", token_probs = ? WHERE id = ?")
-            params = (*params[:-1], encode_token_probs(token_probs), message_id)
+            assignments.append("token_probs = ?")
+            params.append(encode_token_probs(token_probs))
+        if done:
+            assignments.append("writer_pid = NULL")
+        sql = f"UPDATE messages SET {', '.join(assignments)} WHERE id = ?"
         with self._lock, self._translate_errors():
-            cursor = self._conn.execute(sql, params)  # autocommit: its own transaction
+            # autocommit: its own transaction
+            cursor = self._conn.execute(sql, (*params, message_id))
         if cursor.rowcount == 0:
             raise ConversationNotFoundError(
                 f"Message {message_id} is no longer in {self.path}; "

@@ -19,6 +19,7 @@ from typing import Any, cast
 from chat.conversations.conversation import (
     FINISH_REASONS,
     ROLES,
+    STATE_NOTES,
     Conversation,
     FinishReason,
     Message,
@@ -82,6 +83,8 @@ def to_markdown(conv: Conversation, sampling: Mapping[str, Any] | None = None) -
         lines += [f"## {message.role.capitalize()}", "", message.content, ""]
         if message.stats is not None:
             lines += [f"*{_stats_line(message.stats)}*", ""]
+        if message.state != "complete":
+            lines += [f"*{STATE_NOTES[message.state]}*", ""]
     # Safe to print: a title, a message or a path from an imported file may hold
     # escape sequences (retitle the terminal, write the clipboard, clear it).
     return show_controls("\n".join(lines))
@@ -120,6 +123,9 @@ def to_json(conv: Conversation, sampling: Mapping[str, Any]) -> str:
                     "created": m.created,
                     "token_count": m.token_count,
                     "stats": None if m.stats is None else _stats_dict(m.stats),
+                    # Cut short: kvchat stopped while writing it, or another window
+                    # was still writing it when this was exported.
+                    "interrupted": m.state != "complete",
                 }
                 for m in conv.messages
             ],
@@ -219,6 +225,12 @@ def _apply_message_meta(messages: list[Message], meta: object, first_number: int
             )
         message.token_count = token_count
         message.stats = _parse_stats(number, entry.get("stats"))
+        interrupted = entry.get("interrupted", False)
+        if not isinstance(interrupted, bool):
+            raise ImportFormatError(
+                f'message {number} has an "interrupted" that is not true or false'
+            )
+        message.state = "interrupted" if interrupted else "complete"
 
 
 def _meta_str(meta: dict[str, Any], key: str) -> str:

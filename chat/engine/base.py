@@ -113,5 +113,6 @@ class Engine(Protocol):
         ...
 
     def close(self) -> None:
-        """Free the model. The engine cannot be used afterwards."""
+        """Free the model once no call uses it: calls under way end early (a
+        reply after its current token), later ones raise `EngineClosedError`."""
         ...

@@ -10,6 +10,7 @@ the context meter counts exactly what the model sees; generate with
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import random
 import threading
@@ -17,18 +18,19 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import llama_cpp
 import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from chat.conversations.conversation import FinishReason, ReplyStats, TokenChoice
+from chat.engine import llama_log
 from chat.engine.base import ChatMessages, EngineEvent, Finished, ModelInfo, TokenEvent
 from chat.engine.prompt_tokens import PieceTokenizer, TokenizeBytes
 from chat.engine.reply_text import ReplyText
 from chat.engine.token_probs import Logits, ProbabilityRecorder
-from chat.errors import EngineBusyError, ModelError, PromptTooLongError
+from chat.errors import EngineBusyError, EngineClosedError, ModelError, PromptTooLongError
 from chat.model_files import check_gguf
 from chat.sanitize import sanitize
 from chat.settings.schema import ModelSettings, SamplingSettings
@@ -44,26 +46,40 @@ CHATML_TEMPLATE = (
 # A reply sent while its prompt is being prefilled waits this long at most.
 PREFILL_WAIT_S = 60.0
 
+_CLOSED = "The model was unloaded; nothing more can be generated with it."
+
 _log_lock = threading.Lock()
-_log_file: IO[str] | None = None
-# ggml's log level of errors (ggml.h: NONE, DEBUG, INFO, WARN, ERROR, CONT).
+# ggml's log levels (ggml.h: NONE, DEBUG, INFO, WARN, ERROR, CONT). CONT goes
+# on with the message before it.
+_GGML_LOG_LEVEL_DEBUG = 1
 _GGML_LOG_LEVEL_ERROR = 4
+_GGML_LOG_LEVEL_CONT = 5
+_log_level = _GGML_LOG_LEVEL_DEBUG
+"""The level of the message llama.cpp is logging (a CONT piece has its level)."""
 # llama.cpp's latest error lines: why a model failed to load, in its own words
-# (Llama() itself raises only "Failed to load model from file").
+# (Llama() itself raises only "Failed to load model from file"). Kept whether or
+# not the log file can be written.
 _recent_errors: deque[str] = deque(maxlen=8)
 
 
 @llama_cpp.llama_log_callback
 def _log_to_file(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    line = text.decode("utf-8", errors="replace")
-    with _log_lock:
+    global _log_level
+    # Called from C: an exception cannot propagate from here (ctypes would print
+    # its traceback on stderr, where Textual draws), so none may leave.
+    try:
+        if level != _GGML_LOG_LEVEL_CONT:
+            _log_level = level
+        line = text.decode("utf-8", errors="replace")
         if level == _GGML_LOG_LEVEL_ERROR and line.strip():
-            _recent_errors.append(line.strip())
-        # At interpreter exit the file may already be closed while llama.cpp
-        # still logs (freeing the model): those lines are dropped.
-        if _log_file is not None and not _log_file.closed:
-            _log_file.write(line)
-            _log_file.flush()
+            with _log_lock:
+                _recent_errors.append(line.strip())
+        # DEBUG lines are 97% of a load's log (one per layer, per token type...):
+        # llama.cpp's own tools hide them too unless asked (-v).
+        if _log_level != _GGML_LOG_LEVEL_DEBUG:
+            llama_log.write(line)
+    except Exception:
+        pass  # at interpreter exit, while llama.cpp frees a model, modules are half gone
 
 
 def _llama_cpp_reason() -> str | None:
@@ -78,18 +94,13 @@ def _llama_cpp_reason() -> str | None:
 
 
 def route_llama_log(path: Path) -> None:
-    """Send llama.cpp's log lines to `path` instead of the terminal.
+    """Send llama.cpp's log lines to `path` instead of the terminal. Never
+    raises: a log that cannot be written is `llama_log.log_problem()`.
 
     The callback is a module-level object so ctypes keeps it alive for as long
     as llama.cpp may call it.
     """
-    global _log_file
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _log_lock:
-        if _log_file is None or _log_file.name != str(path):
-            if _log_file is not None:
-                _log_file.close()
-            _log_file = path.open("a", encoding="utf-8")
+    llama_log.open_log(path)
     llama_cpp.llama_log_set(_log_to_file, ctypes.c_void_p(0))
 
 
@@ -133,9 +144,9 @@ def load_engine(path: Path, settings: ModelSettings, log_path: Path) -> LlamaEng
         llm = llama_cpp.Llama(**kwargs)
     except (ValueError, RuntimeError, OSError, MemoryError) as error:
         reason = _llama_cpp_reason() or str(error).strip() or type(error).__name__
+        log_hint = "" if llama_log.log_problem() else f" llama.cpp's log is in {log_path}."
         raise ModelError(
-            f"Could not load the model {path}: {reason.rstrip('.')}. "
-            f"llama.cpp's log is in {log_path}."
+            f"Could not load the model {path}: {reason.rstrip('.')}.{log_hint}"
         ) from error
     llm.verbose = False  # no per-call chatter on stderr from now on
     return LlamaEngine(llm, path, settings)
@@ -155,11 +166,18 @@ def _prompt_tokens_evaluated(ctx: Any) -> int:
 
 
 class LlamaEngine:
-    """One loaded model. Calls that use the llama.cpp context are serialized."""
+    """One loaded model. Calls that use the llama.cpp context are serialized;
+    `close` frees the model only once no call uses it."""
 
     def __init__(self, llm: Any, path: Path, settings: ModelSettings) -> None:
         self._llm = llm
         self._lock = threading.Lock()
+        """Held by the one call that uses the llama.cpp context."""
+        self._closing = False
+        """Set by `close`: calls under way end early, new ones raise EngineClosedError."""
+        self._tokenizing = 0
+        """Calls reading the vocabulary without the lock (`tokenize_chat`)."""
+        self._tokenizing_changed = threading.Condition()
         self._vocab = llm._model.vocab  # for llama_vocab_is_eog
         self._n_vocab = int(llm.n_vocab())
         n_layers = int(llama_cpp.llama_model_n_layer(llm.model))
@@ -228,7 +246,32 @@ class LlamaEngine:
     ) -> list[int]:
         # Tokenizing reads only the vocabulary, never the context, so it does
         # not take the lock: the context meter can count while a reply streams.
-        return self._tokenize_chat(messages, add_generation_prompt, self._tokenize)
+        # The vocabulary is freed with the model: `close` waits for it instead.
+        with self._reading_vocabulary():
+            return self._tokenize_chat(messages, add_generation_prompt, self._tokenize)
+
+    @contextlib.contextmanager
+    def _reading_vocabulary(self) -> Iterator[None]:
+        with self._tokenizing_changed:
+            self._refuse_if_closing()
+            self._tokenizing += 1
+        try:
+            yield
+        finally:
+            with self._tokenizing_changed:
+                self._tokenizing -= 1
+                self._tokenizing_changed.notify_all()
+
+    @contextlib.contextmanager
+    def _using_context(self) -> Iterator[None]:
+        """Hold the lock, for a call that waits for any other to end."""
+        with self._lock:
+            self._refuse_if_closing()
+            yield
+
+    def _refuse_if_closing(self) -> None:
+        if self._closing:
+            raise EngineClosedError(_CLOSED)
 
     def tokenize_prompt(self, messages: ChatMessages) -> list[int]:
         """The prompt `stream_reply(messages, ...)` sends, tokenized as a reply
@@ -238,7 +281,7 @@ class LlamaEngine:
         far as tokenizing goes (a benchmark times a turn that way).
 
         Unlike `tokenize_chat`, this waits for a reply or prefill in progress."""
-        with self._lock:
+        with self._using_context():
             return self._tokenize_chat(messages, True, self._prompt_tokenizer)
 
     def _tokenize_chat(
@@ -301,13 +344,17 @@ class LlamaEngine:
     def _acquire_for_reply(self) -> None:
         """Take the lock. A prefill in progress is waited for: it is at most one
         batch, and usually the very prompt this reply needs. A reply is not."""
-        if self._lock.acquire(blocking=False):
-            return
         # `prefill` clears the flag only after releasing the lock, so a prefill
         # that ends meanwhile is still seen here.
-        if self._prefilling and self._lock.acquire(timeout=PREFILL_WAIT_S):
-            return
-        raise EngineBusyError("A reply is already being generated; wait for it or press Escape.")
+        if not self._lock.acquire(blocking=False) and not (
+            self._prefilling and self._lock.acquire(timeout=PREFILL_WAIT_S)
+        ):
+            raise EngineBusyError(
+                "A reply is already being generated; wait for it or press Escape."
+            )
+        if self._closing:
+            self._lock.release()
+            raise EngineClosedError(_CLOSED)
 
     def prefill(self, messages: ChatMessages, add_generation_prompt: bool = True) -> bool:
         """Evaluate the prompt for `messages` now, before it is sent (while the
@@ -326,6 +373,8 @@ class LlamaEngine:
             return False
         self._prefilling = True
         try:
+            if self._closing:
+                return False
             prompt = self._tokenize_chat(messages, add_generation_prompt, self._prompt_tokenizer)
             if len(prompt) >= self.info.n_ctx:
                 return False
@@ -337,7 +386,12 @@ class LlamaEngine:
                 return False
             if start < end:
                 self._start_batch(start, end)
-                self._llm.eval(prompt[start:end])
+                # One batch at a time (as eval() would split them): `close`
+                # waits for one batch at most.
+                for first in range(start, end, n_batch):
+                    if self._closing:
+                        return False
+                    self._llm.eval(prompt[first : min(end, first + n_batch)])
                 # Done here, not at the next sampling: llama.cpp's timings
                 # (the next reply's "evaluated" count) are settled at a sync.
                 llama_cpp.llama_synchronize(self._llm.ctx)
@@ -405,7 +459,7 @@ class LlamaEngine:
                         yield TokenEvent(text, token, choice)
                     break
                 yield TokenEvent(text, token, choice)
-                if cancel.is_set():
+                if cancel.is_set() or self._closing:
                     finish = "stopped"
                     break
                 if generated >= sampling.max_tokens:
@@ -487,10 +541,17 @@ class LlamaEngine:
         return int(self._llm.n_tokens)
 
     def reset(self) -> None:
-        with self._lock:
+        with self._using_context():
             self._llm.reset()
             self._batches.clear()
 
     def close(self) -> None:
-        with self._lock:
+        """Free the model once no call uses it: a reply under way ends after its
+        current token, a prefill after its current batch, a tokenizing call when
+        done; later calls are refused (EngineClosedError). A prompt being
+        evaluated cannot be interrupted: this may wait for it (run it in a thread
+        to bound the wait; the model is freed when the call ends)."""
+        self._closing = True
+        with self._lock, self._tokenizing_changed:
+            self._tokenizing_changed.wait_for(lambda: self._tokenizing == 0)
             self._llm.close()

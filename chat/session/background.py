@@ -6,6 +6,12 @@ many seconds inside llama.cpp, where Python cannot interrupt it. A worker or an
 executor thread is joined when the app exits, so Ctrl+Q would wait for it; a
 daemon thread never keeps the process alive. What must end cleanly before the
 model is freed (the reply stream) is stopped and joined explicitly.
+
+The other side of that choice: a process that exits while one of these threads
+is inside llama.cpp crashes (the exit unloads the library under it). So the
+program waits for them at the very end (`threads_ended`), and leaves at once,
+without that unloading, when one cannot be stopped (a model load, a long
+prompt being evaluated).
 """
 
 from __future__ import annotations
@@ -13,17 +19,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+PREFIX = "kvchat-"
+
 
 def start_thread(name: str, target: Callable[..., object], *args: Any) -> threading.Thread:
     """Run `target(*args)` in a new daemon thread named `kvchat-<name>`."""
-    thread = threading.Thread(target=target, args=args, name=f"kvchat-{name}", daemon=True)
+    thread = threading.Thread(target=target, args=args, name=PREFIX + name, daemon=True)
     thread.start()
     return thread
+
+
+def threads_ended(timeout: float) -> bool:
+    """Wait up to `timeout` seconds for every thread started here to end; False
+    when one still runs."""
+    deadline = time.monotonic() + timeout
+    for thread in threading.enumerate():
+        if thread.name.startswith(PREFIX):
+            thread.join(max(0.0, deadline - time.monotonic()))
+    return not any(thread.name.startswith(PREFIX) for thread in threading.enumerate())
 
 
 async def in_thread(name: str, function: Callable[..., T], *args: Any) -> T:

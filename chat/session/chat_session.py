@@ -36,12 +36,15 @@ class ChatSession:
         defaults: Settings,
         models: ModelLoader,
         report_save_problem: Callable[[str], None],
+        not_saving_changed: Callable[[str | None], None] = lambda reason: None,
+        changed_elsewhere: Callable[[], None] = lambda: None,
     ) -> None:
-        """`models`: the loader, which owns the engine; the session reads it."""
+        """`models`: the loader, which owns the engine; the session reads it.
+        The callables are the saver's (chat.conversations.saver)."""
         self.defaults = defaults
         self.settings = defaults
         self.conversation = Conversation(system_prompt=defaults.chat.system_prompt)
-        self.saver = ConversationSaver(report_save_problem)
+        self.saver = ConversationSaver(report_save_problem, not_saving_changed, changed_elsewhere)
         self._models = models
         self._budget: ContextBudget | None = None
         self._outside_window: set[int] = set()
@@ -191,6 +194,19 @@ class ChatSession:
         self.settings = self.defaults
         self.conversation = Conversation(system_prompt=self.settings.chat.system_prompt)
         self._outside_window = set()
+
+    def save_all(self, reply_text: str | None = None) -> None:
+        """Write whatever is not saved yet: after the database opened late, or on
+        a timer while writes fail (`reply_text`: the streaming reply so far)."""
+        if self.saver.failing:
+            self.saver.retry(self.conversation, self.conversation_settings(), reply_text)
+        elif self.conversation.messages:
+            self.saver.save_messages(self.conversation, self.conversation_settings())
+
+    def fork(self) -> None:
+        """Continue the conversation, as held here, as a new saved one (another
+        window changed the saved one)."""
+        self.saver.fork(self.conversation, self.conversation_settings())
 
     def load(self, conv_id: int) -> tuple[Conversation, dict[str, Any]]:
         """A saved conversation and its sampling settings; raises `KvchatError`."""

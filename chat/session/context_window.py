@@ -15,6 +15,7 @@ pass over the whole history.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -26,6 +27,8 @@ TokenizeChat = Callable[[Sequence[dict[str, str]], bool], list[int]]
 # Room kept free for the reply: max tokens, but never more than this share of
 # the window, so that a small window still leaves room for the conversation.
 MAX_RESERVE_SHARE = 0.25
+# Counts kept before the cache starts over (more when one conversation needs more).
+CACHE_SIZE = 20_000
 
 
 @dataclass(frozen=True)
@@ -82,16 +85,22 @@ class ContextBudget:
         """Tokens `message` adds after the system prompt (or after `anchor`,
         the conversation's first message, when there is no system prompt)."""
         head = _head(system_prompt, None if anchor is message else anchor)
+        return self._message_tokens(system_prompt, head, message)
+
+    def _message_tokens(
+        self, system_prompt: str, head: list[dict[str, str]], message: Message
+    ) -> int:
         key = (
             system_prompt,
             head[0]["content"] if head and not system_prompt else "",
             message.role,
             message.content,
         )
-        return self._cached(
-            key,
-            lambda: self._count([*head, message.as_chat_dict()], False) - self._head_tokens(head),
-        )
+        count = self._cache.get(key)
+        if count is None:
+            count = self._count([*head, message.as_chat_dict()], False) - self._head_tokens(head)
+            self._cache[key] = count
+        return count
 
     def _head_tokens(self, head: list[dict[str, str]]) -> int:
         """The same for every message after it: counted once, not once per message
@@ -117,14 +126,34 @@ class ContextBudget:
 
     def _cached(self, key: tuple[str, str, str, str], compute: Callable[[], int]) -> int:
         if key not in self._cache:
-            if len(self._cache) > 20_000:  # a long session: start over rather than grow forever
-                self._cache.clear()
             self._cache[key] = compute()
         return self._cache[key]
 
-    def count_messages(self, system_prompt: str, messages: Sequence[Message]) -> list[int]:
-        anchor = messages[0] if messages else None
-        return [self.message_tokens(system_prompt, m, anchor) for m in messages]
+    def count_messages(
+        self,
+        system_prompt: str,
+        messages: Sequence[Message],
+        cancel: threading.Event | None = None,
+    ) -> list[int]:
+        """Each message's tokens (see `message_tokens`). With a real tokenizer a
+        message not counted before takes about a millisecond (the chat template
+        is rendered for it), so a long conversation is counted in a thread, which
+        `cancel` stops between two messages (the list is then cut short)."""
+        if len(self._cache) > max(CACHE_SIZE, 2 * len(messages)):
+            # A long session: start over rather than grow forever. Only here,
+            # never halfway through a count: a conversation larger than the
+            # cache would be counted again at every keystroke.
+            self._cache.clear()
+        if not messages:
+            return []
+        anchor = messages[0]
+        head = _head(system_prompt, anchor)
+        counts = [self._message_tokens(system_prompt, _head(system_prompt, None), anchor)]
+        for message in messages[1:]:
+            if cancel is not None and cancel.is_set():
+                break
+            counts.append(self._message_tokens(system_prompt, head, message))
+        return counts
 
     def plan(
         self,

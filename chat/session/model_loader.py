@@ -9,12 +9,17 @@ old one is closed.
 Loading runs in a background thread (chat.session.background); its outcome is
 handed to `report` from that thread, and the owner of the loader (the app)
 passes it back to `accept` on its own thread. No Textual here.
+
+Quitting (`close`) frees every model the loader holds, each once no call uses
+it; a load that cannot be interrupted frees its model itself when it ends.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -104,6 +109,10 @@ class ModelLoader:
         self.model: ModelCandidate | None = None
         """The file of the model loaded, or being loaded at first."""
         self._closed = False
+        self._arrived: list[Engine] = []
+        """Engines loaded and reported, not yet accepted: `close` frees them too."""
+        self._handover = threading.Lock()
+        """Orders a load that ends against `close`: each model is freed once."""
 
     @property
     def busy(self) -> bool:
@@ -141,15 +150,22 @@ class ModelLoader:
             reason = f"Could not load the model {model.path}: {error}"
             self._report(ModelFailed(reason, model, reload, save))
         else:
-            self._report(ModelReady(engine, model, settings, reload, save))
+            with self._handover:
+                if not self._closed:
+                    self._arrived.append(engine)
+                    self._report(ModelReady(engine, model, settings, reload, save))
+                    return
+            _close_quietly(engine)  # the app quit while it loaded
 
     def accept(self, outcome: LoadOutcome) -> bool:
         """Take a finished load's outcome (on the owner's thread). False when it
-        is not to be used: the loader was closed meanwhile (the app quit)."""
-        if self._closed:
-            if isinstance(outcome, ModelReady):
-                _close_quietly(outcome.engine)
-            return False
+        is not to be used: the loader was closed meanwhile (the app quit; `close`
+        freed its model)."""
+        with self._handover:
+            if isinstance(outcome, ModelReady) and outcome.engine in self._arrived:
+                self._arrived.remove(outcome.engine)
+            if self._closed:
+                return False
         if isinstance(outcome, ModelFailed):
             self.state = LoadState.READY if self.engine is not None else LoadState.FAILED
             return True
@@ -180,9 +196,23 @@ class ModelLoader:
             return None
         return Reload(candidate, copy.deepcopy(new))
 
-    def close(self) -> None:
-        """The app is quitting: a load still running closes its engine when done."""
-        self._closed = True
+    def close(self, timeout: float) -> bool:
+        """The app is quitting: free the model in use, and one loaded but not yet
+        accepted, once no call uses it (a reply ends within a token; see
+        `Engine.close`); a load still running frees its model when it ends.
+
+        Returns False when a model is still in use after `timeout` seconds (a
+        prompt being evaluated cannot be interrupted): it is freed when that call
+        ends, or with the process."""
+        with self._handover:
+            self._closed = True
+            engines = [engine for engine in (self.engine, *self._arrived) if engine is not None]
+            self.engine, self._arrived = None, []
+        closing = [start_thread("close-model", _close_quietly, engine) for engine in engines]
+        deadline = time.monotonic() + timeout
+        for thread in closing:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in closing)
 
 
 def _close_quietly(engine: Engine) -> None:

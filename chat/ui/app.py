@@ -12,6 +12,9 @@ change of `App.theme` is saved to the config file.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.command import CommandPalette
+from textual.css.query import NoMatches
 from textual.screen import Screen
 
 from chat import paths
@@ -40,6 +44,7 @@ from chat.ui.database_flow import DatabaseFlow
 from chat.ui.messages import ModelLoadFinished, SwitchModelRequested
 from chat.ui.screens.chat import ChatScreen
 from chat.ui.settings_flow import SettingsFlow
+from chat.ui.terminal_input import TypedText, deliver_typed_text, typing_driver
 from chat.ui.themes import (
     DEFAULT_THEME,
     ThemeProblem,
@@ -51,6 +56,8 @@ from chat.ui.tuning import settle_startup_garbage, share_the_gil_quickly
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+
+    from textual.driver import Driver
 
 
 @dataclass
@@ -73,6 +80,11 @@ class Launch:
     """The conversation database (default: paths.database_file())."""
     resume: int | None = None
     """The id of a saved conversation to open at start."""
+
+
+QUIT_WAIT_S = 1.0
+"""From Ctrl+Q, how long a reply may take to end (one token, normally) and the
+model to be free of every call, before the app leaves without waiting."""
 
 
 def theme_problem_notices(problems: Sequence[ThemeProblem], most: int = 3) -> list[str]:
@@ -119,6 +131,8 @@ class ChatApp(App[None]):
         self.store: Store | None = None
         self._startup_problems = list(launch.startup_problems)
         self._theme_problems: list[ThemeProblem] = []
+        self._quit_by: float | None = None
+        """When quitting must be done waiting (see QUIT_WAIT_S); None: not quitting."""
         self._use_kvchat_themes(self.settings.ui.theme)
 
     @property
@@ -191,6 +205,15 @@ class ChatApp(App[None]):
 
     def get_default_screen(self) -> ChatScreen:
         return self.chat_screen
+
+    # Typed text arrives in runs (chat.ui.terminal_input): a paste that comes as
+    # keystrokes costs one event per run, not per character.
+
+    def get_driver_class(self) -> type[Driver]:
+        return typing_driver(super().get_driver_class())
+
+    async def on_typed_text(self, event: TypedText) -> None:
+        await deliver_typed_text(self, event)
 
     # Start: the first frame, then the database and the model.
 
@@ -274,10 +297,38 @@ class ChatApp(App[None]):
         self.settings_flow.switch_model(message.path)
 
     async def action_quit(self) -> None:
-        self.chat_screen.stop_generating()
-        self.models.close()
+        screen = self.chat_screen
+        self._quit_by = time.monotonic() + QUIT_WAIT_S
+        # The screen may be in the middle of something (sending a message and
+        # starting its reply): let that finish first, or the app would remove
+        # its widgets under it. A callback queued behind it runs when it is done.
+        settled = asyncio.Event()
+        screen.call_later(settled.set)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(settled.wait(), QUIT_WAIT_S)
+        # A reply ends within a token: wait for it while the screen still runs,
+        # so that it is saved whole, as stopped, with its figures.
+        screen.stop_generating()
+        while screen.generating and time.monotonic() < self._quit_by:
+            await asyncio.sleep(0.01)
         self.exit()
 
+    def _handle_exception(self, error: Exception) -> None:
+        # Textual's handler of an exception that a message handler let out: it
+        # prints a traceback and ends the app. Quitting removes the widgets even
+        # under a handler still at work on a message sent just before Ctrl+Q
+        # (Enter, then Ctrl+Q: the reply being mounted). Its query then finds
+        # nothing; that is the quit, not a failure, and the app is ending anyway.
+        if self._quit_by is not None and isinstance(error, NoMatches):
+            self.log.warning(f"While quitting: {error}")
+            return
+        super()._handle_exception(error)
+
     def on_unmount(self) -> None:
+        # Every screen is closed: nothing starts work on the model any more.
+        # Free it once no thread uses it; one still in use when the time is up
+        # is left to the end of the process (see chat.session.background).
+        quit_by = self._quit_by or time.monotonic() + QUIT_WAIT_S
+        self.models.close(timeout=max(0.0, quit_by - time.monotonic()))
         if self.store is not None:
             self.store.close()

@@ -252,5 +252,8 @@ def test_export_to_an_unwritable_folder_says_so(tmp_path: Path) -> None:
     folder = tmp_path / "notes" / "exports"
     with pytest.raises(KvchatError) as error:
         export_conversation(Conversation(messages=[Message("user", "x")]), {}, folder=folder)
-    assert str(error.value) == f"kvchat cannot write the export to {folder}: Not a directory."
+    assert str(error.value) == (
+        f"kvchat cannot write the export: {folder} cannot be created: "
+        f"{tmp_path / 'notes'} is a file, not a folder."
+    )
     assert (tmp_path / "notes").read_text() == "a file, not a folder"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 from chat.conversations.conversation import Message
 from chat.engine.llama import LlamaEngine, load_engine
 from chat.model_files import ModelCandidate
-from chat.session.context_window import ContextBudget
+from chat.session.context_window import CACHE_SIZE, ContextBudget
 from chat.settings.schema import ModelSettings, Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.widgets.context_meter import ContextMeter, bar_cells
@@ -106,6 +107,39 @@ def test_keystroke_count_does_not_retokenize_history(small_engine: LlamaEngine) 
     elapsed = time.perf_counter() - started
     assert max(calls) <= 2  # only [system, new message] is rendered
     assert elapsed < 0.5  # generous; the benchmark measures the real figure
+
+
+def test_a_conversation_larger_than_the_cache_is_counted_once() -> None:
+    # The cache used to start over when it held 20,000 counts, halfway through
+    # counting a larger conversation: every keystroke then counted it all again.
+    calls: list[int] = []
+
+    def counting(messages, add_generation_prompt):  # type: ignore[no-untyped-def]
+        calls.append(len(messages))
+        return list(range(sum(len(m["content"]) for m in messages)))
+
+    budget = ContextBudget(counting, 1_000_000_000)
+    messages = [Message("user", f"message {i}") for i in range(CACHE_SIZE + 5_000)]
+    budget.count_messages(SYSTEM, messages)
+    calls.clear()
+    budget.plan(SYSTEM, messages, "typed", max_tokens=100, policy="drop-oldest")
+    assert calls == [2]  # only [system, the typed message]
+
+
+def test_counting_stops_when_cancelled() -> None:
+    cancel = threading.Event()
+    seen = 0
+
+    def counting(messages, add_generation_prompt):  # type: ignore[no-untyped-def]
+        nonlocal seen
+        seen += 1
+        if seen == 10:
+            cancel.set()  # as the screen does when another conversation opens
+        return [0] * len(messages)
+
+    budget = ContextBudget(counting, 4096)
+    counts = budget.count_messages(SYSTEM, [Message("user", str(i)) for i in range(1000)], cancel)
+    assert len(counts) < 20 and seen < 20
 
 
 def test_bar_cells_fill_the_width() -> None:

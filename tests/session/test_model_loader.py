@@ -169,14 +169,62 @@ def test_no_model_anywhere_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch) 
         loader.plan_reload(ModelSettings(n_ctx=1), ModelSettings())
 
 
-def test_an_engine_that_loads_after_quit_is_closed(tmp_path: Path) -> None:
+def test_an_engine_that_loads_after_quit_is_freed_by_the_load(tmp_path: Path) -> None:
+    engine = ClosingEngine()
+    release = threading.Event()
+
+    def slow_factory(path: Path, settings: ModelSettings) -> Engine:
+        release.wait(10)
+        return engine
+
+    loader, outcomes = loader_with(slow_factory)
+    loader.load(gguf(tmp_path, "a.gguf"), ModelSettings())
+    assert loader.close(timeout=1) is True  # nothing loaded yet: nothing to wait for
+    release.set()
+    assert engine.closed.wait(10)
+    assert outcomes.empty() and loader.usable_engine is None  # the app is gone: not reported
+
+
+def test_an_engine_loaded_but_not_yet_accepted_is_freed_by_close(tmp_path: Path) -> None:
     engine = ClosingEngine()
     loader, outcomes = loader_with(lambda path, settings: engine)
     loader.load(gguf(tmp_path, "a.gguf"), ModelSettings())
-    loader.close()
-    outcome = outcomes.get(timeout=10)
-    assert loader.accept(outcome) is False
+    outcome = outcomes.get(timeout=10)  # reported, still on its way to the app
+    assert loader.close(timeout=5) is True
+    assert engine.closed.is_set()
+    assert loader.accept(outcome) is False and loader.usable_engine is None
+
+
+def test_close_frees_the_model_in_use(tmp_path: Path) -> None:
+    engine = ClosingEngine()
+    loader, outcomes = loader_with(lambda path, settings: engine)
+    loader.load(gguf(tmp_path, "a.gguf"), ModelSettings())
+    finish(loader, outcomes)
+    assert loader.close(timeout=5) is True
     assert engine.closed.is_set() and loader.usable_engine is None
+
+
+class BusyEngine(ClosingEngine):
+    """Its close waits for a call that is still running, until `call_ends` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.call_ends = threading.Event()
+
+    def close(self) -> None:
+        self.call_ends.wait(10)
+        super().close()
+
+
+def test_a_model_still_in_use_is_not_waited_for_past_the_timeout(tmp_path: Path) -> None:
+    engine = BusyEngine()
+    loader, outcomes = loader_with(lambda path, settings: engine)
+    loader.load(gguf(tmp_path, "a.gguf"), ModelSettings())
+    finish(loader, outcomes)
+    assert loader.close(timeout=0.1) is False
+    assert not engine.closed.is_set()  # never freed under the call using it
+    engine.call_ends.set()
+    assert engine.closed.wait(10)  # freed once that call ended
 
 
 @pytest.mark.model

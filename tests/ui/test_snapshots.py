@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import calendar
 import re
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from textual.widgets import DataTable, Input, Markdown, TextArea
 
 from chat.conversations.conversation import Conversation, Message, ReplyStats
 from chat.conversations.store import Store
-from chat.settings.schema import Settings
+from chat.settings.schema import ModelSettings, Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.screens.chat import ChatScreen
 from chat.ui.screens.conversations import ConversationsScreen
@@ -37,7 +38,7 @@ from chat.ui.screens.dialogs import ConfirmScreen, RenameScreen, StorageProblemS
 from chat.ui.screens.link_confirm import LinkConfirmScreen
 from chat.ui.screens.settings import SettingsScreen
 from chat.ui.screens.token_view import TokenViewScreen
-from chat.ui.widgets.message_view import AssistantMessageView
+from chat.ui.widgets.message_view import AssistantMessageView, WaitingMessage
 from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine, scripted_factory
 from tests.ui.conftest import MODEL, ready, send
@@ -355,3 +356,101 @@ def test_link_confirm(size: tuple[int, int], snap_compare: Any) -> None:
         await steady(pilot)
 
     assert snap_compare(chat_app(replies=[LINK_REPLY]), terminal_size=size, run_before=run_before)
+
+
+# -- a message waiting for the model; a reply cut off by a kill ----------------------
+
+
+def test_message_waiting_for_the_model(snap_compare: Any) -> None:
+    """Enter while the model loads: the message waits, marked so (the loading
+    indicator, which moves, is hidden)."""
+    gate = threading.Event()
+    engine = ScriptedEngine()
+
+    def held_load(path: Path, settings: ModelSettings) -> ScriptedEngine:
+        gate.wait(30)
+        return engine
+
+    settings = Settings()
+    settings.chat.system_prompt = TUTOR
+    app = ChatApp(Launch(settings, MODEL), engine_factory=held_load)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await wait_for(lambda: app.models.busy and bool(app.query("#loading")), pilot)
+        await send(pilot, QUESTION)
+        await wait_for(lambda: bool(app.query(WaitingMessage)), pilot)
+        app.query_one("#loading").display = False
+        await steady(pilot)
+
+    try:
+        assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+    finally:
+        gate.set()
+
+
+def test_interrupted_reply(snap_compare: Any, tmp_path: Path) -> None:
+    """A conversation whose last reply was cut off when kvchat died, reopened."""
+    conv = saved_conversation(QUESTION, "2025-03-14", 1)
+    conv.messages.append(Message("user", "And without copying it?", created=noon_utc("2025-03-14")))
+    conv.messages.append(
+        Message(
+            "assistant",
+            "`reversed(items)` walks the list",
+            created=noon_utc("2025-03-14"),
+            state="interrupted",
+        )
+    )
+    database = tmp_path / "conversations.db"
+    (conv_id,) = save(database, conv)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        assert isinstance(pilot.app, ChatApp)
+        screen = await ready(pilot.app, pilot)
+        await wait_for(lambda: screen.conversation.id == conv_id, pilot)
+        await steady(pilot)
+
+    app = chat_app(database=database, resume=conv_id)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+# -- saving: a folder that cannot be written, another window -----------------------
+
+
+def test_not_saving_mark(
+    snap_compare: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The data folder cannot be created: the status bar keeps the reason."""
+    monkeypatch.chdir(tmp_path)  # the folder's path, as shown, is relative
+    Path("blocked").write_text("a file where the data folder should be\n")
+    database = Path("blocked") / "data" / "conversations.db"
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, ChatApp)
+        screen = await one_reply(pilot)
+        await wait_for(lambda: screen.saver.not_saving is not None, pilot)
+        app.set_focus(None)
+        await steady(pilot)
+
+    assert snap_compare(chat_app(database=database), terminal_size=(80, 24), run_before=run_before)
+
+
+@SIZES
+def test_changed_in_another_window(
+    size: tuple[int, int], snap_compare: Any, tmp_path: Path
+) -> None:
+    """Another window added a turn: reload, or continue as a fork?"""
+    database = tmp_path / "conversations.db"
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        screen = await one_reply(pilot)
+        conv_id = screen.conversation.id
+        assert conv_id is not None
+        with Store(database) as store:  # what another kvchat window writes
+            conversation = store.get_conversation(conv_id)
+            store.append_turn(conversation, Message("user", "Written in another window"))
+        await send(pilot, "And without copying it?")
+        await on_top(pilot, ConfirmScreen)
+        await steady(pilot)
+
+    assert snap_compare(chat_app(database=database), terminal_size=size, run_before=run_before)

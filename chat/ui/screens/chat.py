@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,7 @@ from textual.screen import Screen
 from textual.signal import Signal
 from textual.timer import Timer
 from textual.widgets import Footer, LoadingIndicator, Static
+from textual.worker import Worker
 
 from chat.conversations.conversation import Conversation, Message
 from chat.conversations.saver import ConversationSaver
@@ -45,7 +48,7 @@ from chat.ui.messages import ReplyUpdate, SwitchModelRequested
 from chat.ui.widgets.context_meter import HELP as CONTEXT_HELP
 from chat.ui.widgets.context_meter import ContextMeter, MeterState
 from chat.ui.widgets.conversation_view import ConversationView
-from chat.ui.widgets.message_view import AssistantMessageView, MessageView
+from chat.ui.widgets.message_view import AssistantMessageView, MessageView, WaitingMessage
 from chat.ui.widgets.prompt_box import PromptBox
 from chat.ui.widgets.status_bar import StatusBar
 
@@ -77,20 +80,36 @@ class ChatScreen(Screen[None]):
     # sent unchanged, its reply starts at once. Typing speed leaves ~0.2 s
     # between keys; a longer pause usually means the text is read over.
     PREFILL_PAUSE_S = 0.5
-    # Longer conversations are counted in a thread when opened (see recount_meter).
+    # Longer conversations are counted in a thread when opened, and planned in
+    # one as the text changes; so are longer drafts (see refresh_meter).
     COUNT_IN_THREAD_ABOVE = 100
+    COUNT_IN_THREAD_CHARS = 200_000
+    """A conversation of fewer messages than COUNT_IN_THREAD_ABOVE, but longer."""
+    DRAFT_IN_THREAD_ABOVE = 20_000
+    """Characters."""
 
     def __init__(self, defaults: Settings, models: ModelLoader) -> None:
         super().__init__()
-        self.session = ChatSession(defaults, models, self._report_save_problem)
+        self.session = ChatSession(
+            defaults,
+            models,
+            self._report_save_problem,
+            self._not_saving_changed,
+            self._changed_elsewhere,
+        )
+        self._save_retry: Timer | None = None
         self._reply_view: AssistantMessageView | None = None
         self._stream: ReplyStream | None = None
         self._meter_timer: Timer | None = None
         self._prefill_timer: Timer | None = None
+        self._count_worker: Worker[None] | None = None
         self.reply_shown: Signal[int] = Signal(self, "reply_shown")
         """Published each time reply tokens are on screen, with how many (the
         benchmark measures decode speed where the user sees it)."""
         self._check_model_when_loaded = False
+        self._models = models
+        self._waiting: WaitingMessage | None = None
+        """A message sent while the model loads, shown until the model is ready."""
 
     @property
     def conversation(self) -> Conversation:
@@ -140,7 +159,9 @@ class ChatScreen(Screen[None]):
     async def show_loading(self, name: str) -> None:
         self.query_one(StatusBar).show_loading(name)
         notice = self.query_one("#notice", Static)
-        notice.update(Content(f"Loading model {name}…  You can type meanwhile."))
+        notice.update(
+            Content(f"Loading model {name}…  You can type meanwhile: Enter sends once it is ready.")
+        )
         notice.set_classes("loading")
         notice.display = True
         await self.mount(LoadingIndicator(id="loading"), before=notice)
@@ -152,6 +173,8 @@ class ChatScreen(Screen[None]):
         self.query_one(StatusBar).show_model(engine.info)
         self.recount_meter()
         self._schedule_prefill()  # for what was typed while the model loaded
+        # After the caller (the app, taking the model in) is done with it.
+        self.call_later(self._send_waiting)
         if self._check_model_when_loaded:
             self._check_model_when_loaded = False
             self._offer_model_switch()
@@ -171,6 +194,12 @@ class ChatScreen(Screen[None]):
         self.query_one(StatusBar).show_no_model(
             "no model loaded" if no_model else "model failed to load"
         )
+        if self._take_back_waiting():
+            self.notify(
+                "The model did not load, so your message was not sent: it is back in the box.",
+                severity="warning",
+                timeout=10,
+            )
 
     async def _remove_loading(self) -> None:
         for indicator in self.query("#loading"):
@@ -187,21 +216,89 @@ class ChatScreen(Screen[None]):
                 severity="warning",
             )
             return
-        if self.engine is None:
-            self.notify("No model is loaded yet; your text stays in the box.", severity="warning")
-            return
         text = event.text.strip("\n")
-        plan = self.session.plan(text)
+        if self.engine is None:
+            if self._models.busy:
+                await self._wait_for_model(text, event.prompt_box)
+            else:
+                self.notify(
+                    "No model is loaded yet; your text stays in the box.", severity="warning"
+                )
+            return
+        if self._still_counting():
+            return
+        plan = self._plan_to_send(text)
         if plan is None:
             return
-        if plan.problem:
+        event.prompt_box.clear()
+        await self._send(text, plan)
+
+    def _plan_to_send(self, text: str) -> WindowPlan | None:
+        """How sending `text` would fill the window; None when it cannot be sent
+        (no model ready, or it does not fit: the user is told why)."""
+        plan = self.session.plan(text)
+        if plan is not None and plan.problem:
             # Nothing is sent and nothing is lost: the text stays in the box.
             self.notify(plan.problem, severity="error", timeout=15)
-            return
-        event.prompt_box.clear()
+            return None
+        return plan
+
+    async def _send(self, text: str, plan: WindowPlan) -> None:
         message = self.session.add_user_message(text, plan)
         await self.query_one(ConversationView).add_message(message)
         await self._start_reply(plan)
+
+    # A message sent while the model loads waits for it.
+
+    async def _wait_for_model(self, text: str, box: PromptBox) -> None:
+        """Show the message as waiting; `show_model` sends it, Esc or a failed
+        load puts it back into the box."""
+        if self._waiting is not None:
+            self.notify(
+                "A message is already waiting for the model; Esc takes it back.",
+                severity="warning",
+            )
+            return
+        box.clear()
+        waiting = WaitingMessage(text)
+        view = self.query_one(ConversationView)
+        await view.mount(waiting)
+        view.anchor()
+        self._waiting = waiting
+        # The load may have ended while the message was being shown.
+        if self.engine is not None:
+            await self._send_waiting()
+        elif not self._models.busy:
+            self._take_back_waiting()
+
+    async def _send_waiting(self) -> None:
+        """The model is ready: send the waiting message as Enter would have. One
+        that does not fit goes back into the box, with the reason."""
+        waiting, self._waiting = self._waiting, None
+        if waiting is None:
+            return
+        await waiting.remove()
+        plan = None if self.generating else self._plan_to_send(waiting.text)
+        if plan is None:
+            self._put_back_in_box(waiting.text)
+            return
+        await self._send(waiting.text, plan)
+
+    def _take_back_waiting(self) -> bool:
+        """Put the waiting message back into the prompt box; False if none waits."""
+        waiting, self._waiting = self._waiting, None
+        if waiting is None:
+            return False
+        waiting.remove()
+        self._put_back_in_box(waiting.text)
+        return True
+
+    def _put_back_in_box(self, text: str) -> None:
+        """Into the prompt box, above anything typed since: nothing is lost."""
+        box = self.query_one(PromptBox)
+        typed = box.text
+        box.text = f"{text}\n{typed}" if typed.strip() else text
+        box.move_cursor(box.document.end)
 
     def _mark_views(self, views: list[MessageView]) -> None:
         """Show each view's token count and window state as of the last turn."""
@@ -215,32 +312,62 @@ class ChatScreen(Screen[None]):
             self._mark_views(event.views)
 
     def refresh_meter(self) -> None:
-        """Recount the window for the text in the prompt box (idle or typing)."""
-        if self.generating:
+        """Show how sending the text in the prompt box would fill the window.
+
+        Planned here when that is quick. With a long conversation or a long draft
+        it is planned in a thread and the meter follows; while the conversation
+        is being counted, the count refreshes the meter when it ends."""
+        if self.generating or self.session.budget is None or self._counting_messages():
             return
-        plan = self.session.plan(self.query_one(PromptBox).text)
-        if plan is not None:
-            self.query_one(ContextMeter).show(MeterState.from_plan(plan))
-            for view in self.query_one(ConversationView).message_views():
-                if view.message.role == "system" and view.message.token_count != plan.system:
-                    view.message.token_count = plan.system
-                    view.refresh_header()
+        text = self.query_one(PromptBox).text
+        long_draft = len(text) > self.DRAFT_IN_THREAD_ABOVE
+        if len(self.conversation.messages) <= self.COUNT_IN_THREAD_ABOVE and not long_draft:
+            self._show_plan(self.session.plan(text))
+            return
+        if long_draft:
+            self.query_one(ContextMeter).show_counting("the message's")
+        self.run_worker(
+            self._plan_in_thread(text),
+            group="plan-meter",
+            exclusive=True,  # a plan for newer text replaces this one
+            exit_on_error=False,
+        )
+
+    async def _plan_in_thread(self, text: str) -> None:
+        conversation = self.conversation
+        plan = await in_thread("plan", self.session.plan, text)
+        if self.conversation is conversation and self.query_one(PromptBox).text == text:
+            self._show_plan(plan)
+
+    def _show_plan(self, plan: WindowPlan | None) -> None:
+        if plan is None or self.generating:
+            return
+        self.query_one(ContextMeter).show(MeterState.from_plan(plan))
+        for view in self.query_one(ConversationView).message_views():
+            if view.message.role == "system" and view.message.token_count != plan.system:
+                view.message.token_count = plan.system
+                view.refresh_header()
 
     def recount_meter(self) -> None:
         """Count every message of the conversation in a thread, then refresh the meter.
 
         With a real tokenizer, a few thousand messages take seconds to count (each
         is rendered through the chat template); counts are cached, so afterwards
-        `refresh_meter` is cheap. Meanwhile the screen stays responsive.
+        planning is cheap. Meanwhile the screen stays responsive, the meter says
+        "counting", and Enter waits (`_still_counting`).
         """
         budget = self.session.budget
         if budget is None:
             return
-        if len(self.conversation.messages) <= self.COUNT_IN_THREAD_ABOVE:
+        messages = self.conversation.messages
+        if (
+            len(messages) <= self.COUNT_IN_THREAD_ABOVE
+            and sum(len(message.content) for message in messages) <= self.COUNT_IN_THREAD_CHARS
+        ):
             self.refresh_meter()
             return
         self.query_one(ContextMeter).show_counting()
-        self.run_worker(
+        self._count_worker = self.run_worker(
             self._count_in_thread(budget, self.conversation),
             group="count-messages",
             exclusive=True,  # a newer count (another conversation) replaces this one
@@ -253,11 +380,30 @@ class ChatScreen(Screen[None]):
         self.call_after_refresh(drawn.set)
         await drawn.wait()
         messages = list(conversation.messages)
-        # The engine's tokenizer reads only the vocabulary: safe beside a reply.
-        await in_thread("count", budget.count_messages, conversation.system_prompt, messages)
+        cancel = threading.Event()
+        try:
+            # The engine's tokenizer reads only the vocabulary: safe beside a reply.
+            await in_thread(
+                "count", budget.count_messages, conversation.system_prompt, messages, cancel
+            )
+        finally:
+            cancel.set()  # replaced by a newer count, or the app quits: the thread stops
+        self._count_worker = None
         if self.session.budget is budget and self.conversation is conversation:
             self.refresh_meter()
             self._schedule_prefill()
+
+    def _still_counting(self) -> bool:
+        """Enter while the conversation is counted: what fits in the window is not
+        known yet, so nothing is sent (the user is told; the text stays)."""
+        if not self._counting_messages():
+            return False
+        self.notify(
+            "Still counting the conversation's tokens, to know what fits in the window. "
+            "Press Enter again in a moment; your text stays in the box.",
+            severity="warning",
+        )
+        return True
 
     @on(PromptBox.Changed)
     def _on_prompt_changed(self) -> None:
@@ -279,15 +425,16 @@ class ChatScreen(Screen[None]):
         if engine is None or self.generating or not self.settings.chat.prefill:
             return
         if self._counting_messages():
-            return  # planning would count them here; done, the count schedules this again
-        prompt = self.session.prefill_prompt(self.query_one(PromptBox).text.strip("\n"))
-        if prompt is not None:
-            start_thread("prefill", _prefill_quietly, engine, *prompt)
+            return  # planning would count them too; done, the count schedules this again
+        text = self.query_one(PromptBox).text.strip("\n")
+        # Planned in the thread too: with a long conversation or draft, planning
+        # takes longer than a keystroke may.
+        start_thread("prefill", _prefill_quietly, engine, self.session.prefill_prompt, text)
 
     def _counting_messages(self) -> bool:
-        return any(
-            worker.group == "count-messages" and not worker.is_finished for worker in self.workers
-        )
+        """Whether the conversation's messages are being counted (`recount_meter`)."""
+        worker = self._count_worker
+        return worker is not None and not worker.is_finished
 
     def action_token_view(self) -> None:
         from chat.ui.screens.token_view import open_token_view
@@ -377,12 +524,16 @@ class ChatScreen(Screen[None]):
             self.query_one(StatusBar).show_model(self.engine.info)
 
     def action_stop(self) -> None:
+        """Esc: stop the reply, or take back a message waiting for the model."""
         if self._stream is not None:
             self._stream.cancel()
+        else:
+            self._take_back_waiting()
 
     def stop_generating(self) -> None:
-        """End the reply within one token (its end arrives as usual). Called on
-        quit too: the reply so far is saved now, as its final write will not happen."""
+        """End the reply within one token (its end arrives, and is saved, as
+        usual). The reply so far is saved now too: on quit, a reply whose prompt
+        is still being evaluated does not end before the app does."""
         if self._stream is not None:
             self._stream.cancel()
             self.saver.save_progress(self._stream.text)
@@ -440,24 +591,88 @@ class ChatScreen(Screen[None]):
         if self.generating:
             self.notify("Stop the reply first (Esc).", severity="warning")
             return
+        self._take_back_waiting()  # it was for the conversation that goes
         self.session.new_conversation()
         await self.query_one(ConversationView).clear()
         await self._show_system_prompt()
         self.query_one(PromptBox).focus()
         self.refresh_meter()
 
+    # Saving: problems, retries, another window.
+
+    # While writes fail, they are tried again this often.
+    SAVE_RETRY_S = 3.0
+
     def _report_save_problem(self, text: str) -> None:
-        self.notify(text, title="Not saved", severity="error", timeout=10, markup=False)
+        if text.startswith("Saving again"):
+            self.notify(text, title="Saving", timeout=6, markup=False)
+            return
+        self.notify(text, title="Not saving", severity="error", timeout=15, markup=False)
+
+    def _not_saving_changed(self, reason: str | None) -> None:
+        """The saver's lasting reason changed: the status bar shows it until
+        saving works again, and failed writes are retried meanwhile."""
+        self.query_one(StatusBar).show_not_saving(reason)
+        if self.saver.failing and self._save_retry is None:
+            self._save_retry = self.set_interval(self.SAVE_RETRY_S, self._retry_saving)
+        elif not self.saver.failing and self._save_retry is not None:
+            self._save_retry.stop()
+            self._save_retry = None
+
+    def _retry_saving(self) -> None:
+        self.session.save_all(self._stream.text if self._stream is not None else None)
+
+    def _changed_elsewhere(self) -> None:
+        """Another window added to this conversation: this one's turns are not
+        written until the user reloads it or continues as a fork."""
+        from chat.ui.screens.dialogs import ConfirmScreen
+
+        title = self.conversation.title or "This conversation"
+        question = ConfirmScreen(
+            "Changed in another window",
+            f"“{title}” was continued in another kvchat window since this one opened "
+            "it, so this window's new messages are not saved there. Reload it to see "
+            "both (your last message goes back into the box), or continue here as a "
+            "new conversation, a fork with everything shown here.",
+            "Continue as a fork",
+            "Reload",
+        )
+        self.app.push_screen(question, self._settle_conflict)
+
+    async def _settle_conflict(self, fork: bool | None) -> None:
+        if fork:
+            self.session.fork()
+            self.notify(
+                f"Saved as a new conversation: {self.conversation.title}",
+                timeout=8,
+                markup=False,
+            )
+            return
+        conv_id = self.conversation.id
+        unsaved = [m for m in self.conversation.messages if m.id is None and m.role == "user"]
+        if self.generating:
+            self.action_stop()
+            await self._reply_done()
+        if conv_id is None:
+            return
+        if await self.open_conversation(conv_id) and unsaved:
+            box = self.query_one(PromptBox)
+            if not box.text.strip():
+                box.text = unsaved[-1].content
+
+    async def _reply_done(self) -> None:
+        """Wait until the reply streaming now has ended (after Esc)."""
+        while self.generating:
+            await asyncio.sleep(0.02)
 
     def attach_store(self, store: Store) -> None:
-        """Save from now on (messages sent before are saved with the next one)."""
+        """Save from now on; what was said before is saved now."""
         self.saver.attach(store)
-        self.query_one(StatusBar).show_not_saving(None)
+        self.session.save_all()
 
     def stop_saving(self, reason: str) -> None:
         """Go on without a database: `reason` stays in the status bar."""
         self.saver.stop_saving(reason)
-        self.query_one(StatusBar).show_not_saving(reason)
 
     async def open_conversation(self, conversation: int | Conversation) -> bool:
         """Show a saved conversation and continue it with its own system prompt and
@@ -469,6 +684,7 @@ class ChatScreen(Screen[None]):
         if self.generating:
             self.notify("Stop the reply first (Esc).", severity="warning")
             return False
+        self._take_back_waiting()  # it was for the conversation that goes
         sampling: dict[str, Any] = {}
         if isinstance(conversation, int):
             try:
@@ -572,8 +788,14 @@ class ChatScreen(Screen[None]):
         self.app.push_screen(LinkConfirmScreen(event.href))
 
 
-def _prefill_quietly(engine: Engine, messages: ChatMessages, a_message: bool) -> None:
+def _prefill_quietly(
+    engine: Engine,
+    prefill_prompt: Callable[[str], tuple[ChatMessages, bool] | None],
+    text: str,
+) -> None:
     """A prefill is only a head start: if it fails, sending the text meets the
     same problem and reports it, so nothing is shown from here."""
     with contextlib.suppress(Exception):
-        engine.prefill(messages, add_generation_prompt=a_message)
+        prompt = prefill_prompt(text)
+        if prompt is not None:
+            engine.prefill(*prompt)

@@ -119,10 +119,11 @@ class ContextMeter(Static):
         self.state = state
         self.update(self.render_text())
 
-    def show_counting(self) -> None:
-        """While a long conversation's tokens are counted in the background."""
+    def show_counting(self, whose: str = "the conversation's") -> None:
+        """While tokens are counted in the background: a long conversation's, or
+        a long message's."""
         self.state = None
-        self.update(Text("context: counting the conversation's tokens…"))
+        self.update(Text(f"context: counting {whose} tokens…"))
 
     def _redraw(self) -> None:
         self._redraw_scheduled = False

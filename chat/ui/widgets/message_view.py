@@ -15,7 +15,7 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
-from chat.conversations.conversation import Message, ReplyStats
+from chat.conversations.conversation import STATE_NOTES, Message, ReplyStats
 from chat.sanitize import sanitize
 
 if TYPE_CHECKING:
@@ -72,6 +72,8 @@ class MessageView(Vertical):
             note = FINISH_NOTES[stats.finish_reason]
             if note:
                 parts.append(f"[{note}]")
+        if self.message.state != "complete":
+            parts.append(f"[{STATE_NOTES[self.message.state]}]")
         if self.outside_window:
             parts.append("[outside the window: not sent this turn]")
         return Content(" · ".join(parts))
@@ -103,13 +105,20 @@ def _markdown_parser() -> MarkdownIt:
     A parser keeps no state between documents."""
     from markdown_it import MarkdownIt
 
-    return MarkdownIt("gfm-like")  # what Markdown uses by default
+    parser = MarkdownIt("gfm-like")  # what Markdown uses by default
+    # Markdown parses in a thread pool, several replies at once when a
+    # conversation opens; markdown-it builds its rule lists on first use, and a
+    # thread that reads them half built fails ("none of the block rules
+    # matched"). Built here, once, they are only read from then on.
+    parser.parse("*x*")
+    return parser
 
 
 class AssistantMessageView(MessageView):
     def __init__(self, message: Message) -> None:
         super().__init__(message)
         self._stream: MarkdownStream | None = None
+        self.set_class(_ended_early(message), "ended-early")
 
     def compose(self) -> ComposeResult:
         # Imported on the first reply: Markdown brings markdown-it and a syntax
@@ -150,10 +159,33 @@ class AssistantMessageView(MessageView):
         self.remove_class("streaming")
         self.message.content = text
         self.message.stats = stats
-        if stats is not None:
-            self.set_class(stats.finish_reason != "done", "ended-early")
+        self.set_class(_ended_early(self.message), "ended-early")
         await self.body.update(text)
         self.refresh_header()
+
+
+def _ended_early(reply: Message) -> bool:
+    """Whether the reply's header is a warning: it ended before the model finished."""
+    if reply.state == "interrupted":
+        return True
+    return reply.stats is not None and reply.stats.finish_reason != "done"
+
+
+class WaitingMessage(Vertical):
+    """A message sent while the model loads: shown, not yet in the conversation.
+    The chat screen sends it once the model is ready (Esc takes it back)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(classes="message user waiting")
+        self.text = text
+
+    def compose(self) -> ComposeResult:
+        yield Static(
+            Content("You · waiting for the model to load… Esc takes it back"),
+            classes="message-header",
+            markup=False,
+        )
+        yield Static(Content(sanitize(self.text)), classes="message-body", markup=False)
 
 
 def view_for(message: Message) -> MessageView:

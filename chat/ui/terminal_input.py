@@ -1,0 +1,157 @@
+"""Typed text from the terminal in runs, not one key event per character.
+
+A paste that arrives as keystrokes (a terminal or multiplexer without bracketed
+paste, a slow SSH link) is one key per character. Textual parses each
+character into its own key event and hands it through the app to the focused
+widget, at a few hundred microseconds a key on this machine: 200,000
+characters took over a minute, and Ctrl+Q, behind them in the input, waited as
+long. Here the terminal's input parser hands over each run of printable
+characters read together as one `TypedText` event. The app gives it to the
+prompt box in one piece, or, where anything else has focus, as the keys it is.
+A key read alone is a key event as before.
+
+Only the input thread's parser is replaced (`TypingDriver.run_input_thread`,
+Textual's own with `RunParser`); everything else is Textual's `LinuxDriver`.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+from codecs import getincrementaldecoder
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from textual import events
+from textual._parser import ParseError
+from textual._xterm_parser import XTermParser
+from textual.driver import Driver
+from textual.drivers.linux_driver import LinuxDriver
+from textual.keys import _character_to_key
+from textual.message import Message
+
+if TYPE_CHECKING:
+    from textual.app import App
+
+
+class TypedText(events.Event, bubble=False):
+    """Printable characters that the terminal sent together, in order (no
+    newline, tab or control character: those stay keys)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def as_keys(self) -> list[events.Key]:
+        """The key events the characters would have been, one by one."""
+        return [events.Key(_character_to_key(character), character) for character in self.text]
+
+
+class TakesTypedText:
+    """A widget that takes `TypedText` in one piece: it handles it in order with
+    its key events, as typing the characters would."""
+
+
+async def deliver_typed_text(app: App[Any], event: TypedText) -> None:
+    """Hand `event` to the focused widget in one piece when it takes typed text
+    and none of the characters is a key binding; otherwise as its keys, each
+    handled as if it had arrived alone."""
+    focused = app.focused
+    bound = app.active_bindings
+    if isinstance(focused, TakesTypedText) and not any(
+        _character_to_key(character) in bound for character in set(event.text)
+    ):
+        focused.post_message(event)
+        return
+    for key in event.as_keys():
+        key.set_sender(app)
+        await app.on_event(key)
+
+
+class _Character:
+    """A printable character as the parser sees it, before it joins a run."""
+
+    __slots__ = ("character", "key")
+
+    def __init__(self, character: str) -> None:
+        self.character = character
+        self.key = character  # never Keys.Ignore, which the parser filters on
+
+
+class RunParser(XTermParser):
+    """Textual's terminal parser, with printable characters read together
+    joined into one `TypedText`."""
+
+    def _sequence_to_key_events(self, sequence: str, alt: bool = False) -> Iterable[Any]:
+        if not alt and len(sequence) == 1 and sequence.isprintable():
+            return (_Character(sequence),)
+        return super()._sequence_to_key_events(sequence, alt)
+
+    def feed(self, data: str) -> Iterable[Message]:
+        return self._runs(super().feed(data))
+
+    def tick(self) -> Iterable[Message]:
+        return self._runs(super().tick())
+
+    def _runs(self, tokens: Iterable[Any]) -> Iterator[Message]:
+        run: list[str] = []
+        for token in tokens:
+            if isinstance(token, _Character):
+                run.append(token.character)
+                continue
+            if run:
+                yield _run_event(run)
+                run = []
+            yield token
+        if run:
+            yield _run_event(run)
+
+
+def _run_event(run: list[str]) -> Message:
+    if len(run) == 1:  # a key typed alone: bindings and widgets see it as always
+        return events.Key(_character_to_key(run[0]), run[0])
+    return TypedText("".join(run))
+
+
+class TypingDriver(LinuxDriver):
+    """Textual's driver for Linux and macOS, reading input with `RunParser`."""
+
+    def run_input_thread(self) -> None:
+        # Textual 8.2's LinuxDriver.run_input_thread, with RunParser and a
+        # forgiving decoder.
+        selector = selectors.SelectSelector()
+        selector.register(self.fileno, selectors.EVENT_READ)
+        parser = RunParser(self._debug)
+        # Bytes that are not UTF-8 (another locale, a key pressed in the middle
+        # of a character) become U+FFFD: Textual's strict decoder stops the app.
+        decode = getincrementaldecoder("utf-8")(errors="replace").decode
+
+        def process(selector_events: list[tuple[Any, int]], final: bool = False) -> None:
+            for index, (_key, mask) in enumerate(selector_events):
+                if mask & selectors.EVENT_READ:
+                    last = index == len(selector_events) - 1
+                    data = decode(os.read(self.fileno, 1024 * 4), final=final and last)
+                    if not data:
+                        break
+                    for event in parser.feed(data):
+                        self.process_message(event)
+            for event in parser.tick():
+                self.process_message(event)
+
+        try:
+            while not self.exit_event.is_set():
+                process(selector.select(0.1))
+            selector.unregister(self.fileno)
+            process(selector.select(0.1), final=True)
+        finally:
+            selector.close()
+            try:
+                for _event in parser.feed(""):
+                    pass
+            except (EOFError, ParseError):
+                pass
+
+
+def typing_driver(driver: type[Driver]) -> type[Driver]:
+    """The driver to use in place of `driver` (the one Textual chose)."""
+    return TypingDriver if driver is LinuxDriver else driver

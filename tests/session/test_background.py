@@ -1,0 +1,34 @@
+"""Background threads: what the program waits for at its very end."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from chat.session.background import start_thread, threads_ended
+
+
+@pytest.fixture(autouse=True)
+def no_threads_left_by_other_tests() -> None:
+    assert threads_ended(timeout=30)
+
+
+def test_threads_ended_waits_for_the_threads_started_here() -> None:
+    release = threading.Event()
+    thread = start_thread("test-wait", release.wait, 10)
+    assert threads_ended(timeout=0.05) is False
+    release.set()
+    assert threads_ended(timeout=10) is True
+    assert not thread.is_alive()
+
+
+def test_other_threads_are_not_waited_for() -> None:
+    release = threading.Event()
+    other = threading.Thread(target=release.wait, args=(10,), daemon=True)
+    other.start()
+    try:
+        assert threads_ended(timeout=0.05) is True
+    finally:
+        release.set()
+        other.join()

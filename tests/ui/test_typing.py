@@ -1,0 +1,289 @@
+"""Typing stays responsive whatever arrives: a paste that comes as keystrokes,
+a huge draft, a huge conversation being counted (issue 15, point 3).
+
+The keystroke floods go through a pseudo-terminal to the app run as `chat`
+runs it (tests/ui/typing_driver.py), so that the terminal driver's parsing is
+part of what is tested; the rest uses Pilot."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from textual import events
+from textual.pilot import Pilot
+from textual.widgets import Input
+
+from chat.conversations.conversation import Conversation, Message
+from chat.model_files import ModelCandidate
+from chat.session.context_window import ContextBudget
+from chat.settings.schema import Settings
+from chat.ui.app import ChatApp, Launch
+from chat.ui.screens.chat import ChatScreen
+from chat.ui.terminal_input import TypedText
+from chat.ui.widgets.context_meter import ContextMeter, MeterState
+from chat.ui.widgets.prompt_box import PromptBox
+from tests.conftest import wait_for
+from tests.ui.conftest import make_app, ready
+from tests.ui.quit_driver import Terminal, folders_env
+from tests.ui.typing_driver import SlowTokenizer, big_conversation
+
+CTRL_Q = b"\x11"
+MODEL_READY = b" ctx"  # the status bar: "scripted · 4,096 ctx"
+END = "END-OF-FLOOD"
+
+
+@dataclass
+class Typed:
+    terminal: Terminal
+    result: Path
+
+    def outcome(self) -> dict[str, object]:
+        """What the app held when it quit (see typing_driver)."""
+        return dict(json.loads(self.result.read_text(encoding="utf-8")))
+
+
+@pytest.fixture
+def typing_app(tmp_path: Path) -> Iterator[Typed]:
+    """The app with a scripted model in a pseudo-terminal, the model ready."""
+    result = tmp_path / "result.json"
+    terminal = Terminal(
+        [sys.executable, "-m", "tests.ui.typing_driver", str(result)],
+        folders_env(tmp_path),
+        (120, 40),
+    )
+    try:
+        assert terminal.wait_for(MODEL_READY), terminal.output[-2000:]
+        yield Typed(terminal, result)
+    finally:
+        terminal.close()
+
+
+def write_in_background(terminal: Terminal, data: bytes) -> threading.Thread:
+    """Write `data` to the terminal as a terminal emulator would a paste without
+    bracketed paste mode: as fast as the app reads it, in pieces."""
+
+    def write() -> None:
+        for start in range(0, len(data), 4096):
+            try:
+                terminal.send(data[start : start + 4096])
+            except OSError:  # the app quit meanwhile
+                return
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    return writer
+
+
+def flood_text(characters: int) -> str:
+    """Words, punctuation, accented letters and a line break now and then; ends
+    with END on a line of its own. Ctrl+J (a line feed) is a new line in the box."""
+    line = "Le café coûte 3 € — naïve 'quotes' & <tags> [link](x) ok. " * 2 + "\n"
+    body = (line * (characters // len(line) + 1))[: characters - len(END) - 1]
+    return f"{body}\n{END}"
+
+
+def test_a_keystroke_flood_ends_with_the_exact_text_in_the_box(typing_app: Typed) -> None:
+    terminal = typing_app.terminal
+    text = flood_text(20_000)
+    since = terminal.mark()
+    started = time.monotonic()
+    write_in_background(terminal, text.encode())
+    # Generous: linear, this takes about a second; typed key by key into the
+    # TextArea it took over a minute.
+    assert terminal.wait_for(END.encode(), timeout=60, since=since)
+    assert time.monotonic() - started < 30
+    terminal.send(CTRL_Q)
+    assert terminal.wait_exit(20) == 0
+    assert typing_app.outcome()["box"] == text
+    assert b"Traceback" not in terminal.output
+
+
+def test_enter_after_a_flood_sends_all_of_it(typing_app: Typed) -> None:
+    terminal = typing_app.terminal
+    text = flood_text(5_000)
+    since = terminal.mark()
+    # Enter right behind the text, in the same stream: it sends everything before it.
+    write_in_background(terminal, text.encode() + b"\r")
+    assert terminal.wait_for(b"Noted.", timeout=60, since=since)
+    terminal.send(CTRL_Q)
+    assert terminal.wait_exit(20) == 0
+    outcome = typing_app.outcome()
+    assert outcome["sent"] == [text]
+    assert outcome["box"] == ""
+
+
+def test_ctrl_q_mid_flood_quits_at_once(typing_app: Typed) -> None:
+    terminal = typing_app.terminal
+    write_in_background(terminal, b"quite a long paste, " * 10_000)  # 200,000 characters
+    time.sleep(0.5)
+    pressed = time.monotonic()
+    terminal.send(CTRL_Q)
+    code = terminal.wait_exit(30)
+    took = time.monotonic() - pressed
+    assert code == 0
+    assert took < 10, f"Ctrl+Q took {took:.1f} s"  # generous: about a second here
+    assert b"Traceback" not in terminal.output
+
+
+def test_bytes_that_are_not_utf8_do_not_stop_the_app(typing_app: Typed) -> None:
+    # A Latin-1 "é", as a terminal in another locale sends it: Textual's own
+    # decoder raises, and the app stopped with a traceback.
+    terminal = typing_app.terminal
+    since = terminal.mark()
+    terminal.send(b"caf\xe9 au lait")
+    assert terminal.wait_for(b"au lait", since=since)
+    terminal.send(CTRL_Q)
+    assert terminal.wait_exit(20) == 0
+    assert typing_app.outcome()["box"] == "caf\ufffd au lait"
+    assert b"Traceback" not in terminal.output
+
+
+# -- typed text as the app hands it on ------------------------------------------------
+
+
+async def test_keys_and_runs_queued_together_go_in_with_one_insert() -> None:
+    app = make_app(SlowTokenizer(0.0))
+    async with app.run_test() as pilot:
+        await ready(app, pilot)
+        box = app.query_one(PromptBox)
+        inserts: list[str] = []
+        insert = box._replace_via_keyboard
+
+        def recording(text: str, *where: object) -> object:
+            inserts.append(text)
+            return insert(text, *where)  # type: ignore[arg-type]
+
+        box._replace_via_keyboard = recording  # type: ignore[assignment,method-assign]
+        # Queued together, as a terminal delivers a paste: keys, a run, keys.
+        for event in (*keys("ab"), TypedText("cd é"), *keys("f"), *ctrl_j(), *keys("g")):
+            app.post_message(event)
+        await wait_for(lambda: box.text == "abcd éf\ng", pilot)
+        assert inserts == ["abcd éf\ng"]
+        # A key typed alone still appears at once, in its own insert.
+        await pilot.press("h")
+        assert box.text == "abcd éf\ngh" and inserts[-1] == "h"
+
+
+def keys(text: str) -> list[events.Key]:
+    return TypedText(text).as_keys()
+
+
+def ctrl_j() -> list[events.Key]:
+    return [events.Key("ctrl+j", "\n")]
+
+
+async def test_typed_text_reaches_other_widgets_as_keys() -> None:
+    # Only the prompt box takes a run whole; the command palette's input gets
+    # the keys, as if typed one by one.
+    app = make_app(SlowTokenizer(0.0))
+    async with app.run_test() as pilot:
+        await ready(app, pilot)
+        await pilot.press("ctrl+p")
+        await wait_for(lambda: isinstance(app.focused, Input), pilot)
+        app.post_message(TypedText("theme"))
+        palette_input = app.focused
+        assert isinstance(palette_input, Input)
+        await wait_for(lambda: palette_input.value == "theme", pilot)
+        assert app.query_one(PromptBox).text == ""
+
+
+# -- counting never blocks input ------------------------------------------------------
+
+
+async def typing_time(pilot: Pilot[None], text: str) -> float:
+    """Seconds from posting the keys of `text` (as the terminal driver does) to
+    the prompt box holding them. Not `Pilot.press`: it waits until the process
+    is idle, which a counting thread never lets it be."""
+    box = pilot.app.query_one(PromptBox)
+    expected = box.text + text
+    pressed = time.monotonic()
+    for key in TypedText(text).as_keys():
+        pilot.app.post_message(key)
+    while box.text != expected:
+        assert time.monotonic() - pressed < 30, "the keys never arrived"
+        await asyncio.sleep(0.005)
+    return time.monotonic() - pressed
+
+
+async def test_typing_while_a_huge_conversation_is_counted() -> None:
+    # 20,000 messages at half a millisecond each (in Python, holding the GIL, as
+    # a chat template does): about ten seconds of counting.
+    engine = SlowTokenizer(0.0005)
+    app = make_app(engine)
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        await screen.open_conversation(big_conversation(20_000))
+        meter = app.query_one(ContextMeter)
+        await wait_for(lambda: screen._counting_messages(), pilot)
+        assert "counting the conversation" in str(meter.render())
+        box = app.query_one(PromptBox)
+        assert await typing_time(pilot, "hi") < 1  # generous: milliseconds here
+        # Enter while counting: nothing is sent, the text stays, the user is told.
+        await pilot.press("enter")
+        await wait_for(
+            lambda: any("Still counting" in n.message for n in app._notifications), pilot
+        )
+        assert screen._counting_messages()
+        assert box.text == "hi" and engine.calls == []
+
+
+async def test_a_long_draft_is_counted_off_the_ui_thread() -> None:
+    engine = SlowTokenizer(0.0)
+    app = make_app(engine, Settings())
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        meter = app.query_one(ContextMeter)
+        await wait_for(lambda: meter.state is not None, pilot)
+        engine.seconds = 2.0  # a slow count from here on
+        box = app.query_one(PromptBox)
+        draft = "word " * (ChatScreen.DRAFT_IN_THREAD_ABOVE // 5 + 1)
+        box.insert(draft)
+        await wait_for(lambda: "counting the message" in str(meter.render()), pilot)
+        assert await typing_time(pilot, "x") < 1  # less than one count: not blocked by it
+        engine.seconds = 0.0
+        # The meter ends with the exact count of what is in the box.
+        expected = screen.session.plan(draft + "x")
+        assert expected is not None
+        await wait_for(lambda: meter.state == MeterState.from_plan(expected), pilot)
+
+
+@pytest.mark.model
+async def test_counting_a_conversation_with_the_real_model_keeps_typing_live(
+    demo_model: Path,
+) -> None:
+    app = ChatApp(Launch(Settings(), ModelCandidate(demo_model, 0, "demo")))
+    conversation = Conversation(
+        messages=[
+            Message("user" if i % 2 == 0 else "assistant", f"Message {i}: the sea was calm.")
+            for i in range(3_000)
+        ]
+    )
+    async with app.run_test() as pilot:
+        screen = app.chat_screen
+        await wait_for(lambda: screen.engine is not None, pilot, 60)
+        await screen.open_conversation(conversation)
+        await wait_for(lambda: screen._counting_messages(), pilot)
+        assert await typing_time(pilot, "ok") < 1
+        assert screen._counting_messages(), "the count should take longer than typing"
+        meter = app.query_one(ContextMeter)
+        await wait_for(
+            lambda: not screen._counting_messages() and meter.state is not None, pilot, 120
+        )
+        engine = screen.engine
+        assert engine is not None
+        exact = ContextBudget(engine.tokenize_chat, engine.info.n_ctx).plan(
+            conversation.system_prompt,
+            conversation.messages,
+            "ok",
+            screen.settings.sampling.max_tokens,
+            screen.settings.chat.overflow,
+        )
+        await wait_for(lambda: meter.state == MeterState.from_plan(exact), pilot)
