@@ -10,9 +10,9 @@ import io
 import time
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from chat.engine.base import EngineEvent, Finished
+from chat.engine.base import Engine, EngineEvent, Finished
 from chat.engine.llama import LlamaEngine, load_engine
 from chat.model_files import ModelCandidate
 from chat.settings.schema import ModelSettings, SamplingSettings, Settings
@@ -52,10 +52,25 @@ def finished(events: Iterator[EngineEvent]) -> Finished:
 def headless_app(engine: LlamaEngine, settings: Settings) -> ChatApp:
     """The app as `chat` builds it, with `engine` (its KV cache emptied) as the model."""
     engine.reset()
+    lent = cast(Engine, _Lent(engine))
     return ChatApp(
         Launch(settings, ModelCandidate(engine.info.path, 0, "bench")),
-        engine_factory=lambda p, s: engine,
+        engine_factory=lambda p, s: lent,
     )
+
+
+class _Lent:
+    """The benchmark's engine as lent to one app: the app frees its model when
+    it quits, but this one goes on to the next measure, so closing is a no-op."""
+
+    def __init__(self, engine: LlamaEngine) -> None:
+        self._engine = engine
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    def close(self) -> None:
+        pass
 
 
 async def until(condition: Callable[[], bool], timeout: float = 120) -> None:
