@@ -1,7 +1,7 @@
 """Where kvchat keeps its files, following each platform's conventions.
 
-`KVCHAT_CONFIG_DIR`, `KVCHAT_DATA_DIR` and `KVCHAT_STATE_DIR` override the
-platform locations; the tests use them to run in a temporary directory.
+`KVCHAT_CONFIG_DIR`, `KVCHAT_DATA_DIR`, `KVCHAT_STATE_DIR` and `KVCHAT_CACHE_DIR`
+override the platform locations; the tests use them to run in a temporary directory.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ APP_NAME = "kvchat"
 CONFIG_DIR_ENV = "KVCHAT_CONFIG_DIR"
 DATA_DIR_ENV = "KVCHAT_DATA_DIR"
 STATE_DIR_ENV = "KVCHAT_STATE_DIR"
-FOLDER_ENV_NAMES = (CONFIG_DIR_ENV, DATA_DIR_ENV, STATE_DIR_ENV)
+CACHE_DIR_ENV = "KVCHAT_CACHE_DIR"
+FOLDER_ENV_NAMES = (CONFIG_DIR_ENV, DATA_DIR_ENV, STATE_DIR_ENV, CACHE_DIR_ENV)
 """kvchat's environment variables that are folders, not settings."""
 
 
@@ -36,6 +37,17 @@ def state_dir() -> Path:
     """Folder of what kvchat may lose without harm: llama.cpp's log."""
     override = os.environ.get(STATE_DIR_ENV)
     return Path(override) if override else Path(platformdirs.user_state_dir(APP_NAME))
+
+
+def cache_dir() -> Path:
+    """Folder of what kvchat can make again, only slower: saved KV cache states."""
+    override = os.environ.get(CACHE_DIR_ENV)
+    return Path(override) if override else Path(platformdirs.user_cache_dir(APP_NAME))
+
+
+def kv_states_dir() -> Path:
+    """Saved KV cache states, for instant resume (chat.engine.state_cache)."""
+    return cache_dir() / "kv-states"
 
 
 def config_file() -> Path:

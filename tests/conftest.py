@@ -27,6 +27,7 @@ def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KVCHAT_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("KVCHAT_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("KVCHAT_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("KVCHAT_CACHE_DIR", str(tmp_path / "cache"))
     for name in list(__import__("os").environ):
         if name.startswith("KVCHAT_") and name not in FOLDER_ENV_NAMES:
             monkeypatch.delenv(name)

@@ -9,10 +9,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from chat.conversations.conversation import FinishReason, ReplyStats, TokenChoice
 from chat.engine.base import ChatMessages, EngineEvent, Finished, ModelInfo, TokenEvent
+from chat.engine.kv_state import KvState, StateIdentity, common_prefix
 from chat.engine.reply_text import ReplyText
 from chat.errors import EngineBusyError, PromptTooLongError
 from chat.settings.schema import ModelSettings, SamplingSettings
@@ -33,6 +35,22 @@ def scripted_choice(text: str, index: int) -> TokenChoice:
     return TokenChoice(index + 1000, text, prob, raw, top, raw_top, greedy=index % 3 != 0)
 
 
+IDENTITY = StateIdentity(
+    model_size=10,
+    model_hash="ab" * 32,
+    n_ctx=2048,
+    type_k=8,
+    type_v=1,
+    gpu_layers=0,
+    flash_attn=False,
+    offload_kqv=True,
+    swa_full=True,
+    library="0.3.36",
+    gpu_build=False,
+)
+"""A state identity for tests that need one (no model file behind it)."""
+
+
 class ScriptedEngine:
     """Replies with `replies` in turn, one chunk per token.
 
@@ -44,6 +62,10 @@ class ScriptedEngine:
     set between replies. With `record_probs`, each token carries
     `scripted_choice(chunk, index)`. `on_reply` is called as each reply starts,
     `on_token` with each token's text, both in the reply's thread.
+
+    Its "KV cache" is the last prompt sent: `save_state` returns those tokens
+    (with made-up state bytes), `restore_state` puts a state's tokens back and
+    records the state in `restored`.
     """
 
     def __init__(
@@ -66,6 +88,8 @@ class ScriptedEngine:
         self.prefills: list[list[dict[str, str]]] = []
         self.history_prefills: list[list[dict[str, str]]] = []
         self.started = threading.Event()
+        self.cached: tuple[int, ...] = ()
+        self.restored: list[KvState] = []
         self._lock = threading.Lock()
         self.info = ModelInfo(
             path=Path("/models/scripted.gguf"),
@@ -99,6 +123,7 @@ class ScriptedEngine:
                     f"The prompt is {len(prompt)} tokens; the window holds {self.info.n_ctx}."
                 )
             self.calls.append(([dict(m) for m in messages], sampling))
+            self.cached = tuple(prompt)
             if self.on_reply is not None:
                 self.on_reply()
             script = self.replies[(len(self.calls) - 1) % len(self.replies)]
@@ -149,8 +174,24 @@ class ScriptedEngine:
         done.append([dict(m) for m in messages])
         return True
 
+    def state_identity(self) -> StateIdentity:
+        return replace(IDENTITY, model_hash="scripted", n_ctx=self.info.n_ctx, library="scripted")
+
+    def cached_prefix(self, tokens: Sequence[int]) -> int:
+        return common_prefix(self.cached, tokens)
+
+    def save_state(self, timeout: float = 1.0) -> KvState | None:
+        if not self.cached:
+            return None
+        return KvState(self.cached, b"scripted state " * 4)
+
+    def restore_state(self, state: KvState) -> bool:
+        self.cached = state.tokens
+        self.restored.append(state)
+        return True
+
     def reset(self) -> None:
-        pass
+        self.cached = ()
 
     def close(self) -> None:
         pass

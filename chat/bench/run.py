@@ -14,13 +14,14 @@ import chat.bench
 from chat.bench.decode import decode_rows
 from chat.bench.paste import paste_rows
 from chat.bench.responsiveness import responsiveness_rows
+from chat.bench.resume import resume_rows
 from chat.bench.rows import Options, Row, print_table, write_json
 from chat.bench.startup import startup_rows
 from chat.bench.storage import storage_rows
 from chat.bench.ttft import ttft_rows
 from chat.bench.workload import quiet_load
 from chat.model_files import demo_model_path
-from chat.paths import CONFIG_DIR_ENV, DATA_DIR_ENV, STATE_DIR_ENV
+from chat.paths import CACHE_DIR_ENV, CONFIG_DIR_ENV, DATA_DIR_ENV, STATE_DIR_ENV
 from chat.settings.schema import ModelSettings
 
 
@@ -30,6 +31,7 @@ def run(options: Options) -> list[Row]:
     try:
         rows = decode_rows(engine, options)
         rows += ttft_rows(engine, options)
+        rows += resume_rows(engine, options)
         rows += responsiveness_rows(engine, options)
         rows += paste_rows(options)
         rows += storage_rows(options)
@@ -70,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault(DATA_DIR_ENV, tempfile.mkdtemp(prefix="kvchat-bench-"))
     os.environ.setdefault(CONFIG_DIR_ENV, tempfile.mkdtemp(prefix="kvchat-bench-"))
     os.environ.setdefault(STATE_DIR_ENV, tempfile.mkdtemp(prefix="kvchat-bench-"))
+    os.environ.setdefault(CACHE_DIR_ENV, tempfile.mkdtemp(prefix="kvchat-bench-"))
     started = time.perf_counter()
     rows = run(options)
     print_table(rows)

@@ -90,7 +90,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--export", metavar="ID", type=int, help="print conversation ID (see --format) and exit"
     )
     saved.add_argument(
-        "--format", choices=("md", "json"), default="md", help="--export format (default: md)"
+        "--format",
+        choices=("md", "json"),
+        default="md",
+        help="--export format (default: md); json holds every branch, md the one last shown",
+    )
+    saved.add_argument(
+        "--all-branches",
+        action="store_true",
+        help="with --export --format md: every branch, one after the other",
     )
     saved.add_argument(
         "--import",
@@ -230,6 +238,8 @@ def _run(args: argparse.Namespace) -> int:
         else:
             _print_themes(settings.ui.theme)
         return 0
+    if args.all_branches and args.export is None:
+        raise KvchatError("--all-branches goes with --export (chat --export ID --all-branches).")
     if args.list or args.export is not None or args.import_file is not None:
         return _run_conversation_command(args)
     reopening = args.continue_last or args.resume is not None
@@ -316,9 +326,14 @@ def _run_conversation_command(args: argparse.Namespace) -> int:
         if args.import_file is not None:
             conversations_cli.import_file(store, paths.Path(args.import_file), sys.stdout)
         elif args.export is not None:
-            conversations_cli.export(store, args.export, args.format, sys.stdout)
+            conversations_cli.export(
+                store, args.export, args.format, sys.stdout, all_branches=args.all_branches
+            )
         else:
-            conversations_cli.print_list(store, sys.stdout)
+            from chat.engine.state_cache import StateCache
+
+            saved_states = StateCache(paths.kv_states_dir(), 0).keys()
+            conversations_cli.print_list(store, sys.stdout, saved_states)
     return 0
 
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
+
+from chat.conversations.tree import MessageTree
 
 Role = Literal["system", "user", "assistant"]
 ROLES: tuple[Role, ...] = ("system", "user", "assistant")
@@ -110,10 +112,21 @@ class Message:
     so until its final write: read back, another kvchat window is writing it
     now); "interrupted" when kvchat stopped before the end (killed, crashed,
     quit mid-reply): the text is what was saved by then, without stats."""
+    parent: Message | None = field(default=None, compare=False, repr=False)
+    """The message this one follows (None: a first message). Editing or
+    regenerating adds a message beside another one: the same parent."""
+    token_ids: list[int] | None = None
+    """For replies: the token ids the model sampled, end-of-turn token excluded,
+    so that the reply is sent again exactly as it was sampled."""
 
-    def as_chat_dict(self) -> dict[str, str]:
-        """The OpenAI-style `{"role", "content"}` form that chat templates take."""
-        return {"role": self.role, "content": self.content}
+    def as_chat_dict(self) -> dict[str, Any]:
+        """The OpenAI-style `{"role", "content"}` form that chat templates take,
+        plus `"token_ids"` when the reply has them (the engine sends those instead
+        of re-tokenizing the text)."""
+        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.token_ids is not None:
+            data["token_ids"] = self.token_ids
+        return data
 
 
 def system_messages(system_prompt: str) -> list[dict[str, str]]:
@@ -123,7 +136,13 @@ def system_messages(system_prompt: str) -> list[dict[str, str]]:
 
 @dataclass
 class Conversation:
-    """A system prompt and the messages after it, oldest first."""
+    """A system prompt and the messages after it: every branch in `tree`, and in
+    `messages` the branch shown, oldest first (what the next prompt is made of).
+
+    Built from a plain list of messages (`Conversation(messages=[...])`), the
+    list is one branch: each message follows the one before it. Built with a
+    `tree`, `messages` must be a path in it.
+    """
 
     system_prompt: str = ""
     messages: list[Message] = field(default_factory=list)
@@ -133,6 +152,71 @@ class Conversation:
     updated: float = field(default_factory=time.time)
     model_path: str = ""
     model_name: str = ""
+    tree: MessageTree[Message] = field(default_factory=MessageTree, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.tree) == 0:
+            self.link_shown()
+
+    def link_shown(self) -> None:
+        """Messages put into `messages` directly (`messages.append(...)`, a list
+        assigned) join the tree, each one after the message before it in
+        `messages`. The store, the saver and the exports call this first, so
+        that what is shown is what they see."""
+        tree = self.tree
+        parent: Message | None = None
+        for message in self.messages:
+            if message not in tree:
+                message.parent = parent
+                tree.add(message)
+            parent = message
+
+    def append(self, message: Message) -> None:
+        """`message` follows the last message shown (a new turn on this branch)."""
+        message.parent = self.messages[-1] if self.messages else None
+        self.tree.add(message)
+        self.messages.append(message)
+
+    def show(self, message: Message) -> None:
+        """Show the branch through `message`, down to its newest message."""
+        self.messages = self.tree.path_to(self.tree.latest_leaf(message))
+
+    def add_sibling(self, of: Message, new: Message) -> None:
+        """`new` in `of`'s place, beside it (an edited message, a regenerated
+        reply); the branch shown ends at `new`. `of` and its branch are kept."""
+        new.parent = of.parent
+        self.tree.add(new)
+        self.messages = self.tree.path_to(new)
+
+    def remove(self, message: Message) -> None:
+        """Take back a message without replies (one that failed, or did not fit).
+        If it was shown, the branch shown ends at its parent."""
+        self.tree.remove(message)
+        for index, shown in enumerate(self.messages):
+            if shown is message:
+                del self.messages[index:]
+                break
+
+    def fork_at(self, message: Message) -> Conversation:
+        """A new, unsaved conversation: copies of the messages from the first one
+        down to `message`, one branch, with this conversation's system prompt
+        and model. A reply still being written elsewhere is copied as cut off."""
+        copies = [
+            replace(
+                m,
+                id=None,
+                parent=None,
+                state="interrupted" if m.state == "writing" else m.state,
+            )
+            for m in self.tree.path_to(message)
+        ]
+        return Conversation(
+            system_prompt=self.system_prompt,
+            messages=copies,
+            title=f"{self.title or self.default_title()} (fork)",
+            model_path=self.model_path,
+            model_name=self.model_name,
+        )
 
     def chat_messages(self, upto: int | None = None) -> list[dict[str, str]]:
         """System prompt plus messages[:upto], as the chat template expects them."""

@@ -24,8 +24,17 @@ from chat.errors import KvchatError
 ExportFormat = Literal["md", "json"]
 
 
-def export_text(conv: Conversation, sampling: Mapping[str, Any], fmt: ExportFormat) -> str:
-    return to_markdown(conv, sampling) if fmt == "md" else to_json(conv, sampling)
+def export_text(
+    conv: Conversation,
+    sampling: Mapping[str, Any],
+    fmt: ExportFormat,
+    *,
+    all_branches: bool = False,
+) -> str:
+    """JSON: the whole tree. Markdown: the branch shown, or every branch."""
+    if fmt == "json":
+        return to_json(conv, sampling)
+    return to_markdown(conv, sampling, all_branches=all_branches)
 
 
 def file_stem(conv: Conversation) -> str:

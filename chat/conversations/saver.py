@@ -12,7 +12,13 @@ once, with the reason; `not_saving` then says why in a few words (the screen
 keeps it in the status bar) until a write works again. Messages that did not
 reach the database stay unsaved (`id` None); `retry` (called on a timer while
 `failing`) writes them, in order, as soon as the folder works again, and
-nothing already saved is touched.
+nothing already saved is touched. "In order": every unsaved message of the
+conversation's tree, every branch, oldest first, so a parent is always written
+before its children.
+
+The branch shown is remembered with the conversation: writing a message makes
+it the end of the branch shown, and `shown_branch_changed` records a switch to
+another branch.
 
 Two windows on one conversation: each turn is written only if no other window
 added to the conversation since this one last saved or loaded it
@@ -97,15 +103,16 @@ class ConversationSaver:
         self._unsaved: tuple[Conversation, ConversationSettings] | None = None
         # The id of a conversation another window added to: not written to again.
         self._conflict: int | None = None
-        # The reply being streamed and its text last written; the reply that a
-        # regenerated one supersedes, until the new one is written.
+        # The reply being streamed and its text last written.
         self._conversation: Conversation | None = None
         self._settings: ConversationSettings | None = None
         self._reply: Message | None = None
-        self._replaces: tuple[Message, int] | None = None
         self._saved_text = ""
         # A finished reply whose final text could not be written to its row.
-        self._final_unsaved: tuple[Message, str, ReplyStats | None] | None = None
+        self._final_unsaved: tuple[Message, str, ReplyStats | None, list[int] | None] | None = None
+        # A switch of the branch shown not recorded yet (the conversation's id and
+        # the last message shown), written with the next write that works.
+        self._shown_unsaved: tuple[Conversation, Message] | None = None
         # Rows of messages the screen took back, not deleted yet (a full disk).
         self._undeleted: list[int] = []
 
@@ -135,11 +142,10 @@ class ConversationSaver:
         as a new conversation (a reply streaming now follows it there)."""
         conversation.id = None
         conversation.title = f"{conversation.title or conversation.default_title()} (fork)"
-        for message in conversation.messages:
+        for message in conversation.tree:
             message.id = None
         if self._reply is not None:
             self._reply.id = None
-        self._replaces = None
         self._conflict = None
         self._saved_text = ""
         self.save_messages(conversation, settings)
@@ -148,62 +154,105 @@ class ConversationSaver:
 
     def save_messages(self, conversation: Conversation, settings: ConversationSettings) -> bool:
         """Write every message not yet saved (normally just the user's new one),
-        creating the conversation's row on its first message, and the settings
-        when they changed. Called before generation starts. False: it failed
-        (and was reported)."""
+        oldest first, on every branch, creating the conversation's row on its
+        first message, and the settings when they changed. Called before
+        generation starts. False: it failed (and was reported)."""
         if self.store is None or self._blocked(conversation):
             return False
-        store = self.store
         try:
-            if self._undeleted:
-                self._delete_taken_back(store, conversation)
-            if self._final_unsaved is not None:
-                reply, text, stats = self._final_unsaved
-                if reply.id is not None:
-                    store.update_message_content(
-                        reply.id, text, stats=stats, token_probs=reply.token_probs, done=True
-                    )
-                self._final_unsaved = None
-            if conversation.id is None:
-                conversation.title = conversation.title or conversation.default_title()
-                conversation.model_path = settings.model_path
-                conversation.model_name = settings.model_name
-                store.create_conversation(conversation, settings.sampling)
-            else:
-                if self._saved_settings != (conversation.id, settings):
-                    store.update_conversation_settings(
-                        conversation.id,
-                        settings.system_prompt,
-                        settings.sampling,
-                        settings.model_path,
-                        settings.model_name,
-                    )
-                for message in conversation.messages:
-                    if message.id is None:
-                        store.append_turn(
-                            conversation, message, replaces=self._replaced_by(message)
-                        )
-            assert conversation.id is not None
-            self._saved_settings = (conversation.id, settings)
+            self._write_messages(self.store, conversation, settings)
         except StoreError as error:
             self._failed(conversation, settings, error)
             return False
         self._worked()
         return True
 
-    def start_reply(
-        self,
-        conversation: Conversation,
-        settings: ConversationSettings,
-        reply: Message,
-        replaces: int | None = None,
+    def _write_messages(
+        self, store: Store, conversation: Conversation, settings: ConversationSettings
     ) -> None:
-        """A reply starts streaming; its row is written now (empty) and then as it grows.
-        `replaces`: the id of the reply it regenerates, kept but hidden."""
+        """`save_messages` without its bookkeeping: raises StoreError."""
+        conversation.link_shown()
+        if self._undeleted:
+            self._delete_taken_back(store, conversation)
+        if self._final_unsaved is not None:
+            reply, text, stats, token_ids = self._final_unsaved
+            if reply.id is not None:
+                store.update_message_content(
+                    reply.id,
+                    text,
+                    stats=stats,
+                    token_probs=reply.token_probs,
+                    token_ids=token_ids,
+                    done=True,
+                )
+            self._final_unsaved = None
+        if conversation.id is None:
+            conversation.title = conversation.title or conversation.default_title()
+            conversation.model_path = settings.model_path
+            conversation.model_name = settings.model_name
+            store.create_conversation(conversation, settings.sampling)
+        else:
+            if self._saved_settings != (conversation.id, settings):
+                store.update_conversation_settings(
+                    conversation.id,
+                    settings.system_prompt,
+                    settings.sampling,
+                    settings.model_path,
+                    settings.model_name,
+                )
+            written = False
+            for message in conversation.tree:
+                # Oldest first: a parent is written before its children. One
+                # whose parent is not saved (outside the tree) waits for it.
+                parent = message.parent
+                if message.id is None and (parent is None or parent.id is not None):
+                    store.append_turn(conversation, message)
+                    written = True
+            if written and conversation.messages:
+                # Each write made its message the end of the branch shown.
+                self._shown_unsaved = (conversation, conversation.messages[-1])
+        assert conversation.id is not None
+        self._saved_settings = (conversation.id, settings)
+        self._write_shown(store, conversation)
+
+    def shown_branch_changed(self, conversation: Conversation) -> None:
+        """The conversation shows another branch now: remember it (the end of
+        `conversation.messages`) for the next time it opens. A failed write is
+        tried again with the next write, like every other."""
+        if not conversation.messages:
+            return
+        self._shown_unsaved = (conversation, conversation.messages[-1])
+        if self.store is None or conversation.id is None or self._blocked(conversation):
+            return  # recorded when the conversation is saved
+        if self.failing:
+            return  # written by `retry` with the rest
+        try:
+            self._write_shown(self.store, conversation)
+        except StoreError as error:
+            self._failed(conversation, None, error)
+
+    def _write_shown(self, store: Store, conversation: Conversation) -> None:
+        """Record the branch shown, if a switch to it waits to be recorded."""
+        if self._shown_unsaved is None:
+            return
+        shown_in, leaf = self._shown_unsaved
+        if shown_in is not conversation:
+            self._shown_unsaved = None  # another conversation is open now
+            return
+        if conversation.id is None or leaf.id is None:
+            return  # its messages are not all saved yet: written after them
+        store.set_shown_leaf(conversation.id, leaf.id)
+        self._shown_unsaved = None
+
+    def start_reply(
+        self, conversation: Conversation, settings: ConversationSettings, reply: Message
+    ) -> None:
+        """A reply starts streaming; its row is written now (empty) and then as it
+        grows. `reply.parent`: the message it answers (set by the caller); the
+        reply joins the conversation's tree when it is complete."""
         self._conversation = conversation
         self._settings = settings
         self._reply = reply
-        self._replaces = (reply, replaces) if replaces is not None else None
         self._saved_text = ""
         self.save_progress("")
 
@@ -216,18 +265,20 @@ class ConversationSaver:
             return
         self._write_reply(text, None)
 
-    def finish_reply(self, text: str, stats: ReplyStats | None) -> None:
-        """The final text (the engine's, authoritative) and how it was generated.
-        If it cannot be written, the reply (in the conversation by now) is written
-        whole by `retry` or with the next message."""
+    def finish_reply(
+        self, text: str, stats: ReplyStats | None, token_ids: list[int] | None = None
+    ) -> None:
+        """The final text (the engine's, authoritative), how it was generated and
+        the token ids sampled. If it cannot be written, the reply (in the
+        conversation by now) is written whole by `retry` or with the next message."""
         reply = self._reply
         if (
             reply is not None
-            and not self._write_reply(text, stats, done=True)
+            and not self._write_reply(text, stats, token_ids=token_ids, done=True)
             and reply.id is not None
         ):
             # Its row holds older text: written again by `retry` or with the next message.
-            self._final_unsaved = (reply, text, stats)
+            self._final_unsaved = (reply, text, stats, token_ids)
         self._reply = None
         self._conversation = None
 
@@ -248,7 +299,14 @@ class ConversationSaver:
             # The conversation whose save failed first (the user may have opened another).
             self.save_messages(*(self._unsaved or (conversation, settings)))
 
-    def _write_reply(self, text: str, stats: ReplyStats | None, *, done: bool = False) -> bool:
+    def _write_reply(
+        self,
+        text: str,
+        stats: ReplyStats | None,
+        *,
+        token_ids: list[int] | None = None,
+        done: bool = False,
+    ) -> bool:
         """`done`: the final write. Until then the row says the reply is being
         written, so that a kvchat killed mid-reply leaves it marked interrupted."""
         reply, conversation, settings = self._reply, self._conversation, self._settings
@@ -257,20 +315,30 @@ class ConversationSaver:
             return False
         try:
             if reply.id is None:
-                # The messages before it first (normally all saved already).
-                if not self.save_messages(conversation, settings):
-                    return False
+                # The messages before it first (normally all saved already). At
+                # the end the reply is in the conversation: then it is one of them.
+                self._write_messages(self.store, conversation, settings)
+            if reply.id is None:
                 assert conversation.id is not None
                 # A copy with the text so far: the screen's message fills in at the end.
                 state: ReplyState = "complete" if done else "writing"
-                row = dataclasses.replace(reply, content=text, stats=stats, state=state)
-                reply.id = self.store.append_turn(
-                    conversation, row, replaces=self._replaced_by(reply)
+                row = dataclasses.replace(
+                    reply, content=text, stats=stats, state=state, token_ids=token_ids
                 )
+                if reply.parent is not None and reply.parent.id is None:
+                    return False  # the message it answers could not be saved: waits for it
+                reply.id = self.store.append_turn(conversation, row)
+                # The reply ends the branch shown now, as the write recorded.
+                self._shown_unsaved = None
             else:
                 # The final write carries the recorded token probabilities too.
                 self.store.update_message_content(
-                    reply.id, text, stats=stats, token_probs=reply.token_probs, done=done
+                    reply.id,
+                    text,
+                    stats=stats,
+                    token_probs=reply.token_probs,
+                    token_ids=token_ids,
+                    done=done,
                 )
         except StoreError as error:
             self._failed(conversation, settings, error)
@@ -278,14 +346,6 @@ class ConversationSaver:
         self._saved_text = text
         self._worked()
         return True
-
-    def _replaced_by(self, message: Message) -> int | None:
-        """The id of the reply `message` regenerates, if it does (used once)."""
-        if self._replaces is None or self._replaces[0] is not message:
-            return None
-        replaces = self._replaces[1]
-        self._replaces = None
-        return replaces
 
     def discard(self, conversation: Conversation, message: Message) -> None:
         """Delete a message the screen took back (a failed reply, a message that did
@@ -307,7 +367,7 @@ class ConversationSaver:
         while self._undeleted:
             store.delete_message(self._undeleted[0])
             self._undeleted.pop(0)
-        if not conversation.messages and conversation.id is not None:
+        if not len(conversation.tree) and conversation.id is not None:
             store.delete_conversation(conversation.id)
             conversation.id = None
             conversation.title = ""
@@ -335,7 +395,7 @@ class ConversationSaver:
         if isinstance(error, ConversationNotFoundError):
             # Deleted from another kvchat window: the next write saves it again, whole.
             conversation.id = None
-            for message in conversation.messages:
+            for message in conversation.tree:
                 message.id = None
             if self._reply is not None:
                 self._reply.id = None

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,7 @@ from chat.conversations.conversation import (
     TokenChoice,
 )
 from chat.conversations.token_probs_codec import StoredTokenChoices, encode_token_probs
+from chat.conversations.tree import MessageTree
 from chat.errors import StoreError
 
 BUSY_TIMEOUT_S = 5.0
@@ -81,7 +84,7 @@ class ConversationSummary:
     title: str
     model_name: str
     message_count: int
-    """Visible messages: superseded replies are not counted."""
+    """Messages on the branch shown (other branches are not counted)."""
     updated: float
     created: float
 
@@ -204,7 +207,70 @@ def _migrate_3(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE messages ADD COLUMN interrupted INTEGER NOT NULL DEFAULT 0")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migrate_1, _migrate_2, _migrate_3]
+def _migrate_4(conn: sqlite3.Connection) -> None:
+    # Conversations become trees. `parent_id`: the message this one follows (NULL:
+    # a first message); not a foreign key, like `replaced_by`, so that deleting a
+    # message does not scan for its children. `depth`: how many messages come
+    # before it on its branch (the list counts the branch shown with it).
+    # `token_ids`: a reply's sampled tokens (`_token_ids_blob`). `shown_leaf`: the
+    # last message of the branch shown (NULL: the newest message).
+    conn.execute("ALTER TABLE messages ADD COLUMN parent_id INTEGER")
+    conn.execute("ALTER TABLE messages ADD COLUMN depth INTEGER NOT NULL DEFAULT 0")
+    conn.execute("ALTER TABLE messages ADD COLUMN token_ids BLOB")
+    conn.execute("ALTER TABLE conversations ADD COLUMN shown_leaf INTEGER")
+    # The visible messages become one branch, in order; a reply that regenerate
+    # replaced (superseded) becomes a sibling of the reply that took its place.
+    # `superseded` and `replaced_by` stay as they were but mean nothing from now on.
+    conn.execute("DROP INDEX IF EXISTS messages_visible")
+    rows = conn.execute(
+        "SELECT id, conversation_id, superseded, replaced_by FROM messages "
+        "ORDER BY conversation_id, position"
+    ).fetchall()
+    # id -> (parent id, depth), for visible messages first.
+    placed: dict[int, tuple[int | None, int]] = {}
+    conversation_of: dict[int, int] = {}
+    # Superseded messages: (id, replaced_by, the nearest earlier visible message).
+    superseded: list[tuple[int, int | None, int | None]] = []
+    last_visible: dict[int, int] = {}  # conversation id -> its last visible message so far
+    for message_id, conv_id, is_superseded, replaced_by in rows:
+        conversation_of[message_id] = conv_id
+        previous = last_visible.get(conv_id)
+        if is_superseded:
+            superseded.append((message_id, replaced_by, previous))
+            continue
+        depth = 0 if previous is None else placed[previous][1] + 1
+        placed[message_id] = (previous, depth)
+        last_visible[conv_id] = message_id
+    replacements = {message_id: replaced_by for message_id, replaced_by, _ in superseded}
+    for message_id, replaced_by, previous in superseded:
+        # Follow the chain of regenerations to the visible reply at its end.
+        seen = {message_id}
+        target = replaced_by
+        while target is not None and target not in placed and target not in seen:
+            seen.add(target)
+            target = replacements.get(target)
+        same_conversation = conversation_of.get(target or 0) == conversation_of[message_id]
+        if target is not None and target in placed and same_conversation:
+            placed[message_id] = placed[target]
+        else:
+            depth = 0 if previous is None else placed[previous][1] + 1
+            placed[message_id] = (previous, depth)
+    conn.executemany(
+        "UPDATE messages SET parent_id = ?, depth = ? WHERE id = ?",
+        [(parent, depth, message_id) for message_id, (parent, depth) in placed.items()],
+    )
+    conn.executemany(
+        "UPDATE conversations SET shown_leaf = ? WHERE id = ?",
+        [(message_id, conv_id) for conv_id, message_id in last_visible.items()],
+    )
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
+    _migrate_1,
+    _migrate_2,
+    _migrate_3,
+    _migrate_4,
+]
 """Forward migrations; after running MIGRATIONS[:n], `PRAGMA user_version` is n."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -370,26 +436,36 @@ def move_aside(path: Path) -> Path:
 _MESSAGE_COLUMNS = (
     "id, role, content, created, token_count, prompt_tokens, prompt_evaluated, "
     "generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s, token_probs, "
-    "writer_pid, interrupted"
+    "writer_pid, interrupted, token_ids, parent_id"
 )
 
 
-def _messages(conn: sqlite3.Connection, conv_id: int, *, superseded: bool) -> list[Message]:
-    """A conversation's visible messages, or the replies regenerate replaced; in order."""
-    # The flag is written into the SQL rather than bound: the planner then always
-    # sees it when it weighs the partial index messages_visible (superseded = 0).
+def _message_tree(
+    conn: sqlite3.Connection, conv_id: int
+) -> tuple[MessageTree[Message], dict[int, Message]]:
+    """Every message of a conversation, every branch, and each one by its id."""
+    # Positions grow with each message written: a parent always comes before its
+    # children. A parent that is missing (it cannot be, short of editing the file
+    # by hand) makes its children first messages rather than losing them.
     rows = conn.execute(
-        f"SELECT {_MESSAGE_COLUMNS} FROM messages "
-        f"WHERE conversation_id = ? AND superseded = {int(superseded)} ORDER BY position",
+        f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? ORDER BY position",
         (conv_id,),
     ).fetchall()
-    return [_message_from_row(row) for row in rows]
+    by_id: dict[int, Message] = {}
+    tree: MessageTree[Message] = MessageTree()
+    for row in rows:
+        message = _message_from_row(row)
+        parent_id = row[17]
+        message.parent = None if parent_id is None else by_id.get(parent_id)
+        by_id[row[0]] = message
+        tree.add(message)
+    return tree, by_id
 
 
 def _message_from_row(row: tuple[Any, ...]) -> Message:
     (id_, role, content, created, token_count, prompt_tokens, prompt_evaluated) = row[:7]
     generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s = row[7:13]
-    token_probs, writer_pid, interrupted = row[13:16]
+    token_probs, writer_pid, interrupted, token_ids = row[13:17]
     stats = None
     if finish_reason is not None:  # a reply with stats always has a finish reason
         stats = ReplyStats(
@@ -413,6 +489,7 @@ def _message_from_row(row: tuple[Any, ...]) -> Message:
         # does not pay for every reply's probabilities.
         token_probs=None if token_probs is None else StoredTokenChoices(bytes(token_probs)),
         state=_reply_state(writer_pid, interrupted),
+        token_ids=None if token_ids is None else _token_ids_from_blob(token_ids),
     )
 
 
@@ -461,6 +538,27 @@ def _stats_values(stats: ReplyStats | None) -> tuple[Any, ...]:
 
 def _token_probs_value(choices: Sequence[TokenChoice] | None) -> bytes | None:
     return None if choices is None else encode_token_probs(choices)
+
+
+def _token_ids_blob(token_ids: Sequence[int] | None) -> bytes | None:
+    """Token ids as 32-bit little-endian integers: 4 bytes a token."""
+    if token_ids is None:
+        return None
+    values = array("i", token_ids)
+    if sys.byteorder == "big":
+        values.byteswap()
+    return values.tobytes()
+
+
+def _token_ids_from_blob(blob: bytes) -> list[int] | None:
+    """`_token_ids_blob` read back; None (as if not recorded) for a damaged value."""
+    values = array("i")
+    if values.itemsize != 4 or len(blob) % 4:
+        return None
+    values.frombytes(blob)
+    if sys.byteorder == "big":
+        values.byteswap()
+    return values.tolist()
 
 
 def _sampling_json(sampling: Mapping[str, Any] | None) -> str:
@@ -616,19 +714,29 @@ class Store:
         )
 
     def _insert_messages(
-        self, conn: sqlite3.Connection, conv_id: int, messages: list[Message]
+        self, conn: sqlite3.Connection, conv_id: int, messages: Iterable[Message]
     ) -> None:
+        """Write `messages` (a parent before its children; each one's parent saved)."""
         for message in messages:
+            parent_id = None
+            if message.parent is not None:
+                parent_id = message.parent.id
+                if parent_id is None:
+                    raise ValueError("a message's parent must be saved before it")
             cursor = conn.execute(
-                "INSERT INTO messages (conversation_id, position, role, content, created, "
-                "token_count, prompt_tokens, prompt_evaluated, generated_tokens, ttft_s, "
-                "decode_tps, finish_reason, seed, total_s, token_probs, writer_pid, "
-                "interrupted) VALUES (?, "
+                "INSERT INTO messages (conversation_id, position, parent_id, depth, role, "
+                "content, created, token_count, prompt_tokens, prompt_evaluated, "
+                "generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s, "
+                "token_probs, writer_pid, interrupted, token_ids) VALUES (?, "
                 "(SELECT COALESCE(MAX(position), -1) + 1 FROM messages "
-                "WHERE conversation_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "WHERE conversation_id = ?), ?, "
+                "COALESCE((SELECT depth + 1 FROM messages WHERE id = ?), 0), "
+                "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     conv_id,
                     conv_id,
+                    parent_id,
+                    parent_id,
                     message.role,
                     message.content,
                     message.created,
@@ -637,6 +745,7 @@ class Store:
                     _token_probs_value(message.token_probs),
                     os.getpid() if message.state == "writing" else None,
                     int(message.state == "interrupted"),
+                    _token_ids_blob(message.token_ids),
                 ),
             )
             message.id = cursor.lastrowid
@@ -644,6 +753,7 @@ class Store:
     def _insert_conversation(
         self, conn: sqlite3.Connection, conv: Conversation, sampling: Mapping[str, Any] | None
     ) -> int:
+        conv.link_shown()
         cursor = conn.execute(
             "INSERT INTO conversations (title, created, updated, model_path, model_name, "
             "system_prompt, sampling) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -659,7 +769,12 @@ class Store:
         )
         conv_id = cursor.lastrowid
         assert conv_id is not None
-        self._insert_messages(conn, conv_id, conv.messages)
+        self._insert_messages(conn, conv_id, conv.tree)
+        if conv.messages:
+            conn.execute(
+                "UPDATE conversations SET shown_leaf = ? WHERE id = ?",
+                (conv.messages[-1].id, conv_id),
+            )
         conv.id = conv_id
         return conv_id
 
@@ -668,14 +783,15 @@ class Store:
     def create_conversation(
         self, conv: Conversation, sampling: Mapping[str, Any] | None = None
     ) -> int:
-        """Save a new conversation (and any messages it already has); sets `conv.id`."""
+        """Save a new conversation with every message it already has (every branch,
+        and which one is shown); sets `conv.id` and the messages' ids."""
         try:
             with self._write() as conn:
                 return self._insert_conversation(conn, conv, sampling)
         except BaseException:
             # Not committed (a full disk fails at COMMIT): none of it is saved.
             conv.id = None
-            for message in conv.messages:
+            for message in conv.tree:
                 message.id = None
             raise
 
@@ -686,31 +802,25 @@ class Store:
         """
         return self.create_conversation(conv, sampling)
 
-    def add_message(self, conv_id: int, message: Message, *, replaces: int | None = None) -> int:
-        """Append a message; sets `message.id` and bumps the conversation's `updated`.
-
-        `replaces`: the id of a reply this one regenerates. It is superseded in the
-        same transaction and remembers this message as `replaced_by`.
-        """
-        self._append(conv_id, message, replaces, seen_updated=None)
+    def add_message(self, conv_id: int, message: Message) -> int:
+        """Add a message after `message.parent` (saved already; None: a first
+        message); sets `message.id`, bumps the conversation's `updated` and makes
+        the message the end of the branch shown."""
+        self._append(conv_id, message, seen_updated=None)
         assert message.id is not None
         return message.id
 
-    def append_turn(
-        self, conv: Conversation, message: Message, *, replaces: int | None = None
-    ) -> int:
+    def append_turn(self, conv: Conversation, message: Message) -> int:
         """`add_message` for a window that holds `conv` open: if another window added
         to it since this one last saved or loaded it (`conv.updated` differs),
         nothing is written and `ConversationChangedError` is raised, so the turns of
         two windows never interleave. `conv.updated` follows each write."""
         assert conv.id is not None
-        conv.updated = self._append(conv.id, message, replaces, seen_updated=conv.updated)
+        conv.updated = self._append(conv.id, message, seen_updated=conv.updated)
         assert message.id is not None
         return message.id
 
-    def _append(
-        self, conv_id: int, message: Message, replaces: int | None, seen_updated: float | None
-    ) -> float:
+    def _append(self, conv_id: int, message: Message, seen_updated: float | None) -> float:
         try:
             with self._write() as conn:
                 if seen_updated is not None:
@@ -724,11 +834,9 @@ class Store:
                         )
                 updated = self._touch(conn, conv_id)
                 self._insert_messages(conn, conv_id, [message])
-                if replaces is not None:
-                    conn.execute(
-                        "UPDATE messages SET superseded = 1, replaced_by = ? WHERE id = ?",
-                        (message.id, replaces),
-                    )
+                conn.execute(
+                    "UPDATE conversations SET shown_leaf = ? WHERE id = ?", (message.id, conv_id)
+                )
         except BaseException:
             message.id = None  # not committed
             raise
@@ -742,12 +850,14 @@ class Store:
         stats: ReplyStats | None = None,
         token_probs: Sequence[TokenChoice] | None = None,
         *,
+        token_ids: Sequence[int] | None = None,
         done: bool = False,
     ) -> None:
         """Save a streaming reply's text so far: one UPDATE, committed at once.
 
-        `token_count`, `stats` and `token_probs` are left as they are when not given.
-        `done`: the reply's final write; from now on it reads as complete.
+        `token_count`, `stats`, `token_probs` and `token_ids` are left as they are
+        when not given. `done`: the reply's final write; from now on it reads as
+        complete.
         """
         assignments = ["content = ?", "token_count = COALESCE(?, token_count)"]
         params: list[Any] = [content, token_count]
@@ -760,6 +870,9 @@ class Store:
         if token_probs is not None:
             assignments.append("token_probs = ?")
             params.append(encode_token_probs(token_probs))
+        if token_ids is not None:
+            assignments.append("token_ids = ?")
+            params.append(_token_ids_blob(token_ids))
         if done:
             assignments.append("writer_pid = NULL")
         sql = f"UPDATE messages SET {', '.join(assignments)} WHERE id = ?"
@@ -773,30 +886,36 @@ class Store:
             )
 
     def delete_message(self, message_id: int) -> None:
-        """Delete one message, e.g. a reply that failed before it was shown.
-        Deleting a missing one is a no-op."""
-        with self._write() as conn:
-            conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
-
-    def supersede_message(self, message_id: int) -> None:
-        """Hide a message from the visible history (regenerate); it stays retrievable."""
-        with self._lock, self._translate_errors():
-            self._conn.execute("UPDATE messages SET superseded = 1 WHERE id = ?", (message_id,))
-
-    def delete_messages_after(self, message_id: int) -> int:
-        """Delete every message after this one in its conversation (superseded ones
-        too), e.g. to edit and resend an earlier message. Returns how many went."""
+        """Delete one message without replies, e.g. a reply that failed before it
+        was shown; if it ended the branch shown, its parent does now. Deleting a
+        missing one is a no-op."""
         with self._write() as conn:
             row = conn.execute(
-                "SELECT conversation_id, position FROM messages WHERE id = ?", (message_id,)
+                "SELECT conversation_id, parent_id FROM messages WHERE id = ?", (message_id,)
             ).fetchone()
             if row is None:
-                return 0
-            cursor = conn.execute(
-                "DELETE FROM messages WHERE conversation_id = ? AND position > ?", row
+                return
+            conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+            conn.execute(
+                "UPDATE conversations SET shown_leaf = ? WHERE id = ? AND shown_leaf = ?",
+                (row[1], row[0], message_id),
             )
-            self._touch(conn, row[0])
-            return cursor.rowcount
+
+    def set_shown_leaf(self, conv_id: int, message_id: int) -> None:
+        """Remember the branch shown (the one ending at `message_id`), for the next
+        time the conversation opens. Not a change to the conversation: `updated`
+        (the list's order) stays as it is."""
+        with self._write() as conn:
+            cursor = conn.execute(
+                "UPDATE conversations SET shown_leaf = ? WHERE id = ? AND EXISTS "
+                "(SELECT 1 FROM messages WHERE id = ? AND conversation_id = ?)",
+                (message_id, conv_id, message_id, conv_id),
+            )
+            if cursor.rowcount == 0:
+                raise ConversationNotFoundError(
+                    f"Message {message_id} of conversation {conv_id} is no longer in "
+                    f"{self.path}; another kvchat window may have deleted it."
+                )
 
     def rename(self, conv_id: int, title: str) -> None:
         with self._write() as conn:
@@ -831,32 +950,32 @@ class Store:
     # -- reading
 
     def get_conversation(self, conv_id: int) -> Conversation:
-        """The conversation with its visible messages in order (superseded left out)."""
+        """The conversation with every message (`tree`) and, as `messages`, the
+        branch last shown, down to its newest message (the newest branch when
+        none was recorded)."""
         with self._read() as conn:
             row = conn.execute(
-                "SELECT title, created, updated, model_path, model_name, system_prompt "
-                "FROM conversations WHERE id = ?",
+                "SELECT title, created, updated, model_path, model_name, system_prompt, "
+                "shown_leaf FROM conversations WHERE id = ?",
                 (conv_id,),
             ).fetchone()
             if row is None:
                 raise self._missing(conv_id)
-            messages = _messages(conn, conv_id, superseded=False)
-        title, created, updated, model_path, model_name, system_prompt = row
+            tree, by_id = _message_tree(conn, conv_id)
+        title, created, updated, model_path, model_name, system_prompt, shown_leaf = row
+        shown = by_id.get(shown_leaf) if shown_leaf is not None else None
+        leaf = tree.latest_leaf(shown) if shown is not None else tree.newest_leaf()
         return Conversation(
             system_prompt=system_prompt,
-            messages=messages,
+            messages=[] if leaf is None else tree.path_to(leaf),
             title=title,
             id=conv_id,
             created=created,
             updated=updated,
             model_path=model_path,
             model_name=model_name,
+            tree=tree,
         )
-
-    def get_superseded(self, conv_id: int) -> list[Message]:
-        """Replies that regenerate replaced, oldest first."""
-        with self._read() as conn:
-            return _messages(conn, conv_id, superseded=True)
 
     def get_sampling(self, conv_id: int) -> dict[str, Any]:
         """The sampling settings saved with the conversation."""
@@ -879,14 +998,16 @@ class Store:
         self, query: str = "", limit: int = 200, offset: int = 0
     ) -> list[ConversationSummary]:
         """Newest updated first. `query` matches the title (substring) or the text of
-        a visible message: every word, as a word prefix with FTS5 (punctuation is
-        ignored), as a substring without."""
+        a message on any branch: every word, as a word prefix with FTS5
+        (punctuation is ignored), as a substring without."""
         where, params = self._search_clause(query.strip()) if query.strip() else ("", [])
-        # The columns in ConversationSummary's field order.
+        # The columns in ConversationSummary's field order. The count: the messages
+        # on the branch shown, up to its recorded end (else the newest message).
         sql = (
             "SELECT c.id, c.title, c.model_name, "
-            "(SELECT COUNT(*) FROM messages m "
-            " WHERE m.conversation_id = c.id AND m.superseded = 0), "
+            "COALESCE((SELECT m.depth + 1 FROM messages m WHERE m.id = COALESCE(c.shown_leaf, "
+            " (SELECT n.id FROM messages n WHERE n.conversation_id = c.id "
+            "  ORDER BY n.position DESC LIMIT 1))), 0), "
             f"c.updated, c.created FROM conversations c {where} "
             "ORDER BY c.updated DESC, c.id DESC LIMIT ? OFFSET ?"
         )
@@ -912,14 +1033,14 @@ class Store:
                 return f"WHERE {title}", [_like_pattern(query)]
             messages = (
                 "SELECT m.conversation_id FROM messages_fts f JOIN messages m ON m.id = f.rowid "
-                "WHERE messages_fts MATCH ? AND m.superseded = 0"
+                "WHERE messages_fts MATCH ?"
             )
             return (
                 f"WHERE {title} OR c.id IN ({messages})",
                 [_like_pattern(query), _fts_query(terms)],
             )
         words = " AND ".join("m.content LIKE ? ESCAPE '\\'" for _ in terms)
-        messages = f"SELECT m.conversation_id FROM messages m WHERE m.superseded = 0 AND {words}"
+        messages = f"SELECT m.conversation_id FROM messages m WHERE {words}"
         return (
             f"WHERE {title} OR c.id IN ({messages})",
             [_like_pattern(query), *(_like_pattern(t) for t in terms)],

@@ -1,10 +1,15 @@
 """Export a conversation as Markdown or JSON, and import one from JSON.
 
 The JSON is OpenAI-style (`{"messages": [{"role", "content"}, ...]}`, system
-prompt first) so other tools can read it, plus a `"kvchat"` object with what
-only kvchat knows: title, times, model, sampling settings, per-message stats.
-Import also takes plain OpenAI-style files and bare lists of messages. No I/O
-besides `read_import_file`; the store saves what `parse_import` returns.
+prompt first: the branch shown) so other tools can read it, plus a `"kvchat"`
+object with what only kvchat knows: title, times, model, sampling settings,
+and the whole tree (`"tree"`: every message of every branch, oldest first, each
+with an id and its parent's id, its stats and sampled tokens; `"shown"`: the
+id of the last message of the branch shown). Import also takes kvchat's
+earlier format (one branch with per-message metadata), plain OpenAI-style
+files and bare lists of messages. Markdown is for people: the branch shown, or
+every branch one after the other. No I/O besides `read_import_file`; the store
+saves what `parse_import` returns.
 """
 
 from __future__ import annotations
@@ -25,12 +30,15 @@ from chat.conversations.conversation import (
     Message,
     ReplyStats,
     Role,
+    system_messages,
 )
+from chat.conversations.tree import MessageTree
 from chat.errors import KvchatError
 from chat.sanitize import show_controls
 
-FORMAT_VERSION = 1
-"""Version of the "kvchat" object in exported JSON; import refuses newer ones."""
+FORMAT_VERSION = 2
+"""Version of the "kvchat" object in exported JSON; import refuses newer ones.
+1: one branch (`"messages"` metadata); 2: the tree."""
 
 MAX_IMPORT_BYTES = 20_000_000
 """Larger files are refused before being read: a chat this big is surely a mistake."""
@@ -63,8 +71,14 @@ def _stats_line(stats: ReplyStats) -> str:
     )
 
 
-def to_markdown(conv: Conversation, sampling: Mapping[str, Any] | None = None) -> str:
-    """A transcript for people: a metadata header, then each message under its role."""
+def to_markdown(
+    conv: Conversation, sampling: Mapping[str, Any] | None = None, *, all_branches: bool = False
+) -> str:
+    """A transcript for people: a metadata header, then each message under its
+    role: the branch shown, or with `all_branches` each branch in turn (every
+    message from the first one down to a leaf, oldest leaf first)."""
+    conv.link_shown()
+    leaves = conv.tree.leaves()
     lines = [f"# {conv.title or conv.default_title()}", ""]
     if conv.model_name or conv.model_path:
         model = conv.model_name or Path(conv.model_path).name
@@ -76,18 +90,36 @@ def to_markdown(conv: Conversation, sampling: Mapping[str, Any] | None = None) -
     if sampling:
         settings = ", ".join(f"{key} = {value}" for key, value in sampling.items())
         lines.append(f"- **Sampling:** {settings}")
+    if len(leaves) > 1:
+        lines.append(
+            f"- **Branches:** {len(leaves)}"
+            + (" (all below)" if all_branches else " (the one last shown below)")
+        )
     lines.append("")
     if conv.system_prompt:
         lines += ["## System prompt", "", conv.system_prompt, ""]
-    for message in conv.messages:
-        lines += [f"## {message.role.capitalize()}", "", message.content, ""]
+    if all_branches:
+        shown = conv.messages[-1] if conv.messages else None
+        for number, leaf in enumerate(leaves, start=1):
+            mark = " (shown)" if leaf is shown else ""
+            lines += [f"## Branch {number} of {len(leaves)}{mark}", ""]
+            lines += _messages_markdown(conv.tree.path_to(leaf), "###")
+    else:
+        lines += _messages_markdown(conv.messages, "##")
+    # Safe to print: a title, a message or a path from an imported file may hold
+    # escape sequences (retitle the terminal, write the clipboard, clear it).
+    return show_controls("\n".join(lines))
+
+
+def _messages_markdown(messages: list[Message], heading: str) -> list[str]:
+    lines: list[str] = []
+    for message in messages:
+        lines += [f"{heading} {message.role.capitalize()}", "", message.content, ""]
         if message.stats is not None:
             lines += [f"*{_stats_line(message.stats)}*", ""]
         if message.state != "complete":
             lines += [f"*{STATE_NOTES[message.state]}*", ""]
-    # Safe to print: a title, a message or a path from an imported file may hold
-    # escape sequences (retitle the terminal, write the clipboard, clear it).
-    return show_controls("\n".join(lines))
+    return lines
 
 
 def _stats_dict(stats: ReplyStats) -> dict[str, Any]:
@@ -104,9 +136,16 @@ def _stats_dict(stats: ReplyStats) -> dict[str, Any]:
 
 
 def to_json(conv: Conversation, sampling: Mapping[str, Any]) -> str:
-    """OpenAI-style messages plus kvchat's metadata; `parse_import` reads it back."""
+    """OpenAI-style messages (the branch shown) plus kvchat's metadata and the
+    whole tree; `parse_import` reads it back."""
+    conv.link_shown()
+    # Ids of the file's own (1, 2, ... oldest first), not the database's: a
+    # conversation exported, imported and exported again gives the same file.
+    numbers = {id(message): number for number, message in enumerate(conv.tree, start=1)}
+    shown = numbers[id(conv.messages[-1])] if conv.messages else None
     data = {
-        "messages": conv.chat_messages(),
+        "messages": system_messages(conv.system_prompt)
+        + [{"role": m.role, "content": m.content} for m in conv.messages],
         "kvchat": {
             "format": FORMAT_VERSION,
             "title": conv.title,
@@ -117,18 +156,9 @@ def to_json(conv: Conversation, sampling: Mapping[str, Any]) -> str:
             # Says whether messages[0] is the system prompt or a message of its own.
             "system_prompt": conv.system_prompt,
             "sampling": dict(sampling),
-            # One entry per message after the system prompt, in the same order.
-            "messages": [
-                {
-                    "created": m.created,
-                    "token_count": m.token_count,
-                    "stats": None if m.stats is None else _stats_dict(m.stats),
-                    # Cut short: kvchat stopped while writing it, or another window
-                    # was still writing it when this was exported.
-                    "interrupted": m.state != "complete",
-                }
-                for m in conv.messages
-            ],
+            # Every message of every branch, oldest first (a parent before its children).
+            "tree": [_tree_entry(m, numbers) for m in conv.tree],
+            "shown": shown,
         },
     }
     text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
@@ -136,6 +166,24 @@ def to_json(conv: Conversation, sampling: Mapping[str, Any]) -> str:
     # a CSI to some terminals) as they are: escape them too. The text read back
     # is the same.
     return _C1_AND_DEL.sub(lambda match: f"\\u{ord(match[0]):04x}", text)
+
+
+def _tree_entry(message: Message, numbers: dict[int, int]) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "id": numbers[id(message)],
+        "parent": None if message.parent is None else numbers[id(message.parent)],
+        "role": message.role,
+        "content": message.content,
+        "created": message.created,
+        "token_count": message.token_count,
+        "stats": None if message.stats is None else _stats_dict(message.stats),
+        # Cut short: kvchat stopped while writing it, or another window was still
+        # writing it when this was exported.
+        "interrupted": message.state != "complete",
+    }
+    if message.token_ids is not None:
+        entry["token_ids"] = message.token_ids
+    return entry
 
 
 # --- import -------------------------------------------------------------------------
@@ -213,24 +261,81 @@ def _apply_message_meta(messages: list[Message], meta: object, first_number: int
             raise ImportFormatError(
                 f'"kvchat.messages" entry for message {number} is not an object'
             )
-        created = entry.get("created")
-        if created is not None:
-            if not _is_number(created):
-                raise ImportFormatError(f'message {number} has a "created" that is not a number')
-            message.created = float(created)
-        token_count = entry.get("token_count")
-        if token_count is not None and not _is_int(token_count):
-            raise ImportFormatError(
-                f'message {number} has a "token_count" that is not a whole number'
-            )
-        message.token_count = token_count
-        message.stats = _parse_stats(number, entry.get("stats"))
-        interrupted = entry.get("interrupted", False)
-        if not isinstance(interrupted, bool):
-            raise ImportFormatError(
-                f'message {number} has an "interrupted" that is not true or false'
-            )
-        message.state = "interrupted" if interrupted else "complete"
+        _apply_entry(message, entry, number)
+
+
+def _apply_entry(message: Message, entry: dict[str, Any], number: int) -> None:
+    """A message's time, token count, stats and state from its kvchat metadata."""
+    created = entry.get("created")
+    if created is not None:
+        if not _is_number(created):
+            raise ImportFormatError(f'message {number} has a "created" that is not a number')
+        message.created = float(created)
+    token_count = entry.get("token_count")
+    if token_count is not None and not _is_int(token_count):
+        raise ImportFormatError(f'message {number} has a "token_count" that is not a whole number')
+    message.token_count = token_count
+    message.stats = _parse_stats(number, entry.get("stats"))
+    interrupted = entry.get("interrupted", False)
+    if not isinstance(interrupted, bool):
+        raise ImportFormatError(f'message {number} has an "interrupted" that is not true or false')
+    message.state = "interrupted" if interrupted else "complete"
+
+
+_MAX_TOKEN_ID = 2**31 - 1
+
+
+def _parse_token_ids(number: int, value: object) -> list[int] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+        _is_int(token) and 0 <= token <= _MAX_TOKEN_ID for token in value
+    ):
+        raise ImportFormatError(
+            f'message {number} has "token_ids" that are not a list of token ids'
+        )
+    return list(value)
+
+
+def _parse_tree(entries: object, shown_key: object) -> tuple[MessageTree[Message], Message]:
+    """The messages of "kvchat.tree" and the last message of the branch to show."""
+    if not isinstance(entries, list):
+        raise ImportFormatError('"kvchat.tree" is not a list')
+    if not entries:
+        raise ImportFormatError("it has no messages")
+    tree: MessageTree[Message] = MessageTree()
+    by_key: dict[int | str, Message] = {}
+    for number, entry in enumerate(entries, start=1):
+        message = _parse_message(number, entry)
+        assert isinstance(entry, dict)  # checked by _parse_message
+        key = entry.get("id")
+        if not (_is_int(key) or isinstance(key, str)):
+            raise ImportFormatError(f'message {number} has no "id" (a number or a string)')
+        assert isinstance(key, (int, str))
+        if key in by_key:
+            raise ImportFormatError(f'message {number} has the "id" of an earlier one ({key})')
+        parent_key = entry.get("parent")
+        if parent_key is not None:
+            if not (_is_int(parent_key) or isinstance(parent_key, str)):
+                raise ImportFormatError(f'message {number} has a "parent" that is not an id')
+            if parent_key not in by_key:
+                raise ImportFormatError(
+                    f'the "parent" of message {number} ({parent_key}) is not a message before it'
+                )
+            message.parent = by_key[parent_key]
+        _apply_entry(message, entry, number)
+        message.token_ids = _parse_token_ids(number, entry.get("token_ids"))
+        by_key[key] = message
+        tree.add(message)
+    if shown_key is None:
+        shown = tree.newest_leaf()
+    elif (_is_int(shown_key) or isinstance(shown_key, str)) and shown_key in by_key:
+        assert isinstance(shown_key, (int, str))
+        shown = by_key[shown_key]
+    else:
+        raise ImportFormatError('"kvchat.shown" is not the id of a message in "kvchat.tree"')
+    assert shown is not None
+    return tree, tree.latest_leaf(shown)
 
 
 def _meta_str(meta: dict[str, Any], key: str) -> str:
@@ -250,8 +355,9 @@ def _meta_time(meta: dict[str, Any], key: str, default: float) -> float:
 def parse_import(text: str) -> tuple[Conversation, dict[str, Any]]:
     """A conversation (not yet stored) and its sampling settings, from JSON text.
 
-    Accepts kvchat's own export, `{"messages": [...]}` from other tools, or a bare
-    list of messages. A leading system message becomes the system prompt.
+    Accepts kvchat's own export (the tree, or one branch from kvchat before
+    format 2), `{"messages": [...]}` from other tools, or a bare list of
+    messages. In a list, a leading system message becomes the system prompt.
     """
     try:
         data = json.loads(text)
@@ -275,10 +381,6 @@ def parse_import(text: str) -> tuple[Conversation, dict[str, Any]]:
         meta = raw_meta
     else:
         raise ImportFormatError('expected an object with a "messages" list, or a list of messages')
-    if not items:
-        raise ImportFormatError("it has no messages")
-    messages = [_parse_message(n, item) for n, item in enumerate(items, start=1)]
-
     version = meta.get("format", FORMAT_VERSION)
     if not _is_int(version):
         raise ImportFormatError('"kvchat.format" is not a whole number')
@@ -287,6 +389,38 @@ def parse_import(text: str) -> tuple[Conversation, dict[str, Any]]:
             f"it was written by a newer kvchat (format {version}; this version reads "
             f"up to {FORMAT_VERSION}); upgrade kvchat to import it"
         )
+    tree = "tree" in meta  # kvchat's own file since format 2
+    conv = _conversation_from_tree(meta) if tree else _conversation_from_list(items, meta)
+    if not conv.title:
+        conv.title = conv.default_title()
+    sampling = meta.get("sampling", {})
+    if not isinstance(sampling, dict):
+        raise ImportFormatError('"kvchat.sampling" is not an object')
+    return conv, sampling
+
+
+def _conversation_from_tree(meta: dict[str, Any]) -> Conversation:
+    """kvchat's own file: every branch in "kvchat.tree" (the top-level "messages"
+    are the branch shown, for other tools, and are not read again)."""
+    tree, leaf = _parse_tree(meta["tree"], meta.get("shown"))
+    now = time.time()
+    return Conversation(
+        system_prompt=_meta_str(meta, "system_prompt"),
+        messages=tree.path_to(leaf),
+        title=_meta_str(meta, "title"),
+        created=_meta_time(meta, "created", now),
+        updated=_meta_time(meta, "updated", now),
+        model_path=_meta_str(meta, "model_path"),
+        model_name=_meta_str(meta, "model"),
+        tree=tree,
+    )
+
+
+def _conversation_from_list(items: list[Any], meta: dict[str, Any]) -> Conversation:
+    """One branch: OpenAI-style messages, with kvchat's format-1 metadata if any."""
+    if not items:
+        raise ImportFormatError("it has no messages")
+    messages = [_parse_message(n, item) for n, item in enumerate(items, start=1)]
 
     # kvchat's own files say what the system prompt is; others put it first.
     if "system_prompt" in meta:
@@ -311,12 +445,7 @@ def parse_import(text: str) -> tuple[Conversation, dict[str, Any]]:
     )
     if "messages" in meta:
         _apply_message_meta(messages, meta["messages"], first_number=2 if system_prompt else 1)
-    if not conv.title:
-        conv.title = conv.default_title()
-    sampling = meta.get("sampling", {})
-    if not isinstance(sampling, dict):
-        raise ImportFormatError('"kvchat.sampling" is not an object')
-    return conv, sampling
+    return conv
 
 
 def read_import_file(path: Path) -> tuple[Conversation, dict[str, Any]]:

@@ -7,15 +7,32 @@ in production, a scripted one in fast UI tests.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 from chat.conversations.conversation import ReplyStats, TokenChoice
+from chat.engine.kv_state import KvState, StateIdentity
 from chat.settings.schema import SamplingSettings
 
-ChatMessages = Sequence[dict[str, str]]
+
+class _MessageText(TypedDict):
+    role: str
+    content: str
+
+
+class ChatMessage(_MessageText, total=False):
+    """One message of a prompt. The chat template sees only `role` and `content`."""
+
+    token_ids: Sequence[int]
+    """For a reply: the tokens that were sampled (`Finished.token_ids`). The
+    prompt then carries these instead of `content` tokenized again, so the KV
+    cache that still holds them is reused; used only when they are valid for
+    the loaded model and spell `content` exactly."""
+
+
+ChatMessages = Sequence[ChatMessage | Mapping[str, str]]
 
 
 @dataclass(frozen=True)
@@ -59,6 +76,11 @@ class Finished:
     stats: ReplyStats
     choices: tuple[TokenChoice, ...] = ()
     """One per generated token, when recording probabilities."""
+    token_ids: tuple[int, ...] | None = None
+    """The sampled tokens that spell `text` exactly (the end-of-turn token and
+    a cut-off stop sequence excluded), to send back as `ChatMessage.token_ids`;
+    None when no run of them does (text sanitised, a stop sequence or a
+    character cut mid-token)."""
 
 
 EngineEvent = TokenEvent | Finished
@@ -106,6 +128,29 @@ class Engine(Protocol):
 
         Returns False when nothing was done (busy, too long, or not possible).
         """
+        ...
+
+    def state_identity(self) -> StateIdentity:
+        """What a saved KV cache state must have been made for to be restored
+        here: this model file's content and the settings that shape the cache."""
+        ...
+
+    def cached_prefix(self, tokens: Sequence[int]) -> int:
+        """How many leading tokens of `tokens` the KV cache holds now."""
+        ...
+
+    def save_state(self, timeout: float = 1.0) -> KvState | None:
+        """A copy of what the KV cache holds (its tokens and llama.cpp's state),
+        taken between calls. None when it holds nothing, or when a call still
+        uses the model after `timeout` seconds. Raises `EngineClosedError`."""
+        ...
+
+    def restore_state(self, state: KvState) -> bool:
+        """Load `state` into the KV cache in place of what it holds, so that the
+        next prompt that starts with `state.tokens` evaluates only the rest. The
+        caller checks that the state was made for `state_identity()`. Returns
+        False when llama.cpp refuses it (the cache is then empty). Waits for a
+        call under way; raises `EngineClosedError`."""
         ...
 
     def reset(self) -> None:

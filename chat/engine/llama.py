@@ -16,7 +16,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,21 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from chat.conversations.conversation import FinishReason, ReplyStats, TokenChoice
 from chat.engine import llama_log
-from chat.engine.base import ChatMessages, EngineEvent, Finished, ModelInfo, TokenEvent
-from chat.engine.prompt_tokens import PieceTokenizer, TokenizeBytes
+from chat.engine.base import (
+    ChatMessage,
+    ChatMessages,
+    EngineEvent,
+    Finished,
+    ModelInfo,
+    TokenEvent,
+)
+from chat.engine.kv_state import KvState, StateIdentity, common_prefix, model_fingerprint
+from chat.engine.prompt_tokens import (
+    PieceTokenizer,
+    PromptPart,
+    TokenizeParts,
+    tokenize_parts,
+)
 from chat.engine.reply_text import ReplyText
 from chat.engine.token_probs import Logits, ProbabilityRecorder
 from chat.errors import EngineBusyError, EngineClosedError, ModelError, PromptTooLongError
@@ -165,6 +178,12 @@ def _prompt_tokens_evaluated(ctx: Any) -> int:
     return batched + single
 
 
+def _reply_placeholder(index: int) -> str:
+    """Text a template renders in place of message `index`'s content, to find
+    where that content goes (private-use characters: no message has them)."""
+    return f"\ue000kvchat reply {index}\ue001"
+
+
 class LlamaEngine:
     """One loaded model. Calls that use the llama.cpp context are serialized;
     `close` frees the model only once no call uses it."""
@@ -196,7 +215,10 @@ class LlamaEngine:
         # One formatter per mode: tokenize_chat runs on the UI thread and the
         # engine thread at once, so they must not share mutable state.
         self._formatters = {flag: self._chat_formatter(flag) for flag in (True, False)}
-        self._prompt_tokenizer = PieceTokenizer(self._tokenize, self._message_markers())
+        self._reply_opening: bytes | None = None
+        markers = self._message_markers()
+        self._prompt_tokenizer = PieceTokenizer(self._tokenize, markers)
+        self._reply_opening = self._find_reply_opening(markers)
         self._pieces: dict[int, str] = {}
         self._batches: list[tuple[int, int]] = []
         """Where the prompt batches evaluated so far begin and end in the KV cache."""
@@ -206,6 +228,8 @@ class LlamaEngine:
         # without that attribute evaluate the last prompt token again, so there
         # the whole batch is (see _prompt_span) and a prefill would save nothing.
         self._samples_cached_prompts = hasattr(llm, "_requires_eval")
+        # Now, while the file is the one loaded (it could be replaced later).
+        self._state_identity = self._identity_of_loaded_model()
 
     def _cached_piece(self, token_id: int) -> str:
         """`_piece`, remembered: the token view names the same alternatives often."""
@@ -248,7 +272,7 @@ class LlamaEngine:
         # not take the lock: the context meter can count while a reply streams.
         # The vocabulary is freed with the model: `close` waits for it instead.
         with self._reading_vocabulary():
-            return self._tokenize_chat(messages, add_generation_prompt, self._tokenize)
+            return self._tokenize_chat(messages, add_generation_prompt, self._tokenize_whole)
 
     @contextlib.contextmanager
     def _reading_vocabulary(self) -> Iterator[None]:
@@ -285,10 +309,101 @@ class LlamaEngine:
             return self._tokenize_chat(messages, True, self._prompt_tokenizer)
 
     def _tokenize_chat(
-        self, messages: ChatMessages, add_generation_prompt: bool, tokenize: TokenizeBytes
+        self, messages: ChatMessages, add_generation_prompt: bool, tokenize: TokenizeParts
     ) -> list[int]:
-        rendered = self._formatters[add_generation_prompt](messages=list(messages))  # type: ignore[arg-type]
-        return tokenize(rendered.prompt.encode("utf-8"), not rendered.added_special)
+        parts, add_bos = self._prompt_parts(messages, add_generation_prompt)
+        return tokenize(parts, add_bos)
+
+    def _tokenize_whole(self, parts: Sequence[PromptPart], add_bos: bool) -> list[int]:
+        return tokenize_parts(self._tokenize, parts, add_bos)
+
+    def _prompt_parts(
+        self, messages: ChatMessages, add_generation_prompt: bool
+    ) -> tuple[list[PromptPart], bool]:
+        """`messages` rendered with the chat template, as parts to tokenize,
+        and whether a BOS goes first.
+
+        A reply that carries the tokens it was sampled as is sent as those
+        tokens: its text may tokenize otherwise (" 1." sampled as " 1", "."),
+        and the prompt would then leave the KV cache at that point. The
+        template renders a placeholder in its place; the text before it ends
+        with the generation prompt's last piece (`<|im_start|>assistant\n`),
+        tokenized as it was when the reply was sampled, and the rest after it
+        is tokenized on its own. When the template does not place the reply's
+        text there unchanged, the whole text is tokenized as usual."""
+        render = self._formatters[add_generation_prompt]
+        # The template sees role and content only.
+        shown = [{k: v for k, v in m.items() if k != "token_ids"} for m in messages]
+        rendered = render(messages=shown)  # type: ignore[arg-type]
+        text = rendered.prompt.encode("utf-8")
+        add_bos = not rendered.added_special
+        sampled = {i: ids for i, m in enumerate(messages) if (ids := self._reply_tokens(m))}
+        if not sampled:
+            return [text], add_bos
+        marked = [
+            {**m, "content": _reply_placeholder(i)} if i in sampled else m
+            for i, m in enumerate(shown)
+        ]
+        layout = render(messages=marked).prompt.encode("utf-8")  # type: ignore[arg-type]
+        parts: list[PromptPart] = []
+        spelled = b""  # the text the parts stand for
+        for i, ids in sampled.items():
+            before, found, layout = layout.partition(_reply_placeholder(i).encode("utf-8"))
+            if not found or self._reply_opening is None or not before.endswith(self._reply_opening):
+                return [text], add_bos
+            parts += [before, ids]
+            spelled += before + str(shown[i]["content"]).encode("utf-8")
+        parts.append(layout)
+        if spelled + layout != text:
+            return [text], add_bos
+        return parts, add_bos
+
+    def _reply_tokens(self, message: ChatMessage | Mapping[str, str]) -> list[int] | None:
+        """A reply's sampled tokens, when they can stand for its text: every id
+        in this model's vocabulary, and together they spell the content exactly
+        (not so for another model's ids, an edited reply, a damaged row)."""
+        ids = message.get("token_ids")
+        content = message.get("content")
+        if (
+            self._reply_opening is None
+            or message.get("role") != "assistant"
+            or not isinstance(ids, (list, tuple))
+            or not ids
+            or not isinstance(content, str)
+        ):
+            return None
+        n_vocab = self._n_vocab
+        if not all(type(i) is int and 0 <= i < n_vocab for i in ids):
+            return None
+        if self._spell(ids) != content.encode("utf-8"):
+            return None
+        return list(ids)
+
+    def _spell(self, ids: Sequence[int]) -> bytes:
+        """The text of `ids`, special tokens written out (so that they never
+        pass for text that does not contain them)."""
+        return bytes(self._llm.detokenize(list(ids), special=True))
+
+    def _find_reply_opening(self, markers: list[tuple[bytes, int]]) -> bytes | None:
+        """The generation prompt's last piece (`<|im_start|>assistant\n` in
+        ChatML), when the template writes a reply's text right after it: then
+        a reply's sampled tokens can follow it in a later prompt. None when it
+        does not (or no markers cut the prompt): replies are sent as text."""
+        placeholder = _reply_placeholder(0)
+        for roles in (("user",), ("system", "user")):
+            asked = [{"role": r, "content": "x"} for r in roles]
+            answered = [*asked, {"role": "assistant", "content": placeholder}]
+            try:
+                prompt = self._formatters[True](messages=asked).prompt  # type: ignore[arg-type]
+                history = self._formatters[False](messages=answered).prompt  # type: ignore[arg-type]
+            except Exception:  # some templates refuse one shape or the other
+                continue
+            if not history.startswith(prompt + placeholder):
+                return None
+            opening = prompt.encode("utf-8")
+            start = max((opening.rfind(marker) for marker, _ in markers), default=-1)
+            return opening[start:] if start >= 0 else None
+        return None
 
     def _tokenize(self, text: bytes, add_bos: bool) -> list[int]:
         return list(self._llm.tokenize(text, add_bos=add_bos, special=True))
@@ -411,6 +526,7 @@ class LlamaEngine:
         llm = self._llm
         recorder = ProbabilityRecorder(sampling, self._cached_piece) if record_probs else None
         choices: list[TokenChoice] = []
+        sampled: list[int] = []
         seed = sampling.seed if sampling.seed is not None else random.randrange(2**32)
         llm.set_seed(seed)
         reply = ReplyText(stop=sampling.stop)
@@ -445,6 +561,7 @@ class LlamaEngine:
                 if llama_cpp.llama_vocab_is_eog(self._vocab, token):
                     break
                 generated += 1
+                sampled.append(int(token))
                 piece = bytes(llm.detokenize([token]))
                 text = reply.feed(piece)
                 choice = (
@@ -487,7 +604,23 @@ class LlamaEngine:
             seed=seed,
             total_s=ended - started,
         )
-        yield Finished(reply.text, stats, tuple(choices))
+        token_ids = self._spelling_tokens(sampled, reply.text)
+        yield Finished(reply.text, stats, tuple(choices), token_ids)
+
+    def _spelling_tokens(self, sampled: list[int], text: str) -> tuple[int, ...] | None:
+        """The first of the `sampled` tokens, as many as spell `text` exactly:
+        all of them, or fewer when a stop sequence cut the reply at a token's
+        start. None when none do: the text was sanitised, or cut mid-token (a
+        stop sequence, a character left incomplete)."""
+        target = text.encode("utf-8")
+        count, length = 0, 0
+        for token in sampled:
+            if length >= len(target):
+                break
+            length += len(self._spell([token]))
+            count += 1
+        ids = tuple(sampled[:count])
+        return ids if self._spell(ids) == target else None
 
     def _prompt_span(self, prompt: list[int]) -> tuple[int, int]:
         """The span of `prompt` to evaluate: where it starts is chosen so that
@@ -539,6 +672,83 @@ class LlamaEngine:
     def cached_tokens(self) -> int:
         """Tokens the KV cache holds now (the last sampled token is never evaluated)."""
         return int(self._llm.n_tokens)
+
+    def _identity_of_loaded_model(self) -> StateIdentity:
+        """What this engine's KV cache states are valid for (2 MiB of the file read)."""
+        params = self._llm.context_params
+        size, digest = model_fingerprint(self.info.path)
+        return StateIdentity(
+            model_size=size,
+            model_hash=digest,
+            n_ctx=self.info.n_ctx,
+            type_k=int(params.type_k),
+            type_v=int(params.type_v),
+            gpu_layers=self.info.gpu_layers,
+            flash_attn=int(params.flash_attn_type) == llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+            offload_kqv=bool(params.offload_kqv),
+            swa_full=bool(params.swa_full),
+            library=llama_cpp.__version__,
+            gpu_build=self.info.gpu_supported,
+        )
+
+    def state_identity(self) -> StateIdentity:
+        return self._state_identity
+
+    def cached_prefix(self, tokens: Sequence[int]) -> int:
+        llm = self._llm
+        return common_prefix(llm.input_ids[: int(llm.n_tokens)], tokens)
+
+    def save_state(self, timeout: float = 1.0) -> KvState | None:
+        """Copy the KV cache's sequence out (llama.cpp's `llama_state_seq_*`:
+        the cache only, not `Llama.save_state()`, which also copies every
+        logit row) with the tokens llama-cpp-python records it holds."""
+        if not self._lock.acquire(timeout=max(0.0, timeout)):
+            return None
+        try:
+            self._refuse_if_closing()
+            llm = self._llm
+            n_tokens = int(llm.n_tokens)
+            if n_tokens == 0:
+                return None
+            # Cells past n_tokens are a cut-back batch's leftovers, about to be
+            # overwritten: not part of what the cache holds.
+            llm._ctx.kv_cache_seq_rm(-1, n_tokens, -1)
+            size = int(llama_cpp.llama_state_seq_get_size(llm.ctx, 0))
+            data = bytearray(size)
+            buffer = (ctypes.c_uint8 * size).from_buffer(data)
+            written = int(llama_cpp.llama_state_seq_get_data(llm.ctx, buffer, size, 0))
+            del buffer  # a bytearray with an exported buffer cannot be resized
+            if written == 0:
+                return None
+            del data[written:]
+            tokens = tuple(llm.input_ids[:n_tokens].tolist())
+            batches = tuple(span for span in self._batches if span[1] <= n_tokens)
+            return KvState(tokens, data, batches)
+        finally:
+            self._lock.release()
+
+    def restore_state(self, state: KvState) -> bool:
+        n_tokens = len(state.tokens)
+        with self._using_context():
+            llm = self._llm
+            if not 0 < n_tokens < self.info.n_ctx or max(state.tokens) >= self._n_vocab:
+                return False
+            data = bytearray(state.data) if isinstance(state.data, bytes) else state.data
+            size = data.nbytes if isinstance(data, memoryview) else len(data)
+            buffer = (ctypes.c_uint8 * size).from_buffer(data)
+            loaded = llama_cpp.llama_state_seq_set_data(llm.ctx, buffer, size, 0)
+            del buffer
+            if loaded == 0:  # refused: llama.cpp has emptied the sequence
+                llm.reset()
+                self._batches.clear()
+                return False
+            # What generate() compares the next prompt with; the logits of the
+            # last token were not saved, so it must evaluate at least one.
+            llm.input_ids[:n_tokens] = state.tokens
+            llm.n_tokens = n_tokens
+            llm._requires_eval = True
+            self._batches = [span for span in state.batches if span[1] <= n_tokens]
+            return True
 
     def reset(self) -> None:
         with self._using_context():

@@ -15,9 +15,11 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from chat import paths
 from chat.conversations.conversation import Conversation, Message
 from chat.conversations.saver import ConversationSaver, ConversationSettings, restore_sampling
 from chat.engine.base import ChatMessages, Engine, Finished, ModelInfo
+from chat.engine.state_cache import StateCache
 from chat.errors import KvchatError
 from chat.model_files import same_path
 from chat.session.context_window import (
@@ -27,6 +29,7 @@ from chat.session.context_window import (
     prompt_messages,
 )
 from chat.session.model_loader import ModelLoader
+from chat.session.resume import Resumer, conversation_key
 from chat.settings.schema import Settings
 
 
@@ -46,6 +49,12 @@ class ChatSession:
         self.conversation = Conversation(system_prompt=defaults.chat.system_prompt)
         self.saver = ConversationSaver(report_save_problem, not_saving_changed, changed_elsewhere)
         self._models = models
+        self.resumer = Resumer(
+            StateCache(paths.kv_states_dir(), defaults.chat.resume_cache_mb * 1024 * 1024)
+        )
+        """Saves the KV cache of a conversation that is left, and puts it back."""
+        self.resume_pending = False
+        """A conversation was opened or a branch shown, and no restore was tried yet."""
         self._budget: ContextBudget | None = None
         self._outside_window: set[int] = set()
         """id() of the messages outside the window at the last turn."""
@@ -146,24 +155,27 @@ class ChatSession:
             self.conversation.system_prompt, messages[0] if messages else None
         )
         message = Message("user", text, token_count=plan.new - opening)
-        messages.append(message)
+        self.conversation.append(message)
         self.saver.save_messages(self.conversation, self.conversation_settings())
         return message
 
-    def begin_reply(self, plan: WindowPlan, replaces: int | None = None) -> Message:
-        """The reply's message, empty, and its row in the database. `replaces`:
-        the saved id of the reply this one regenerates."""
+    def begin_reply(self, plan: WindowPlan) -> Message:
+        """The reply's message, empty, and its row in the database."""
         self.mark_window(plan)
-        reply = Message("assistant", "")
-        self.saver.start_reply(self.conversation, self.conversation_settings(), reply, replaces)
+        messages = self.conversation.messages
+        # It follows the last message shown: beside the old reply when regenerating.
+        reply = Message("assistant", "", parent=messages[-1] if messages else None)
+        self.saver.start_reply(self.conversation, self.conversation_settings(), reply)
         return reply
 
     def end_reply(self, reply: Message, finished: Finished) -> None:
         """The reply is complete: it joins the conversation, whole, and is saved."""
         reply.content, reply.stats = finished.text, finished.stats
         reply.token_probs = list(finished.choices) or None
-        self.conversation.messages.append(reply)
-        self.saver.finish_reply(finished.text, finished.stats)
+        # Sent again as sampled: the KV cache then holds the next prompt's prefix.
+        reply.token_ids = list(finished.token_ids) if finished.token_ids is not None else None
+        self.conversation.append(reply)
+        self.saver.finish_reply(finished.text, finished.stats, reply.token_ids)
 
     def drop_reply(self, reply: Message) -> None:
         """A reply that failed: gone from the database too."""
@@ -173,7 +185,8 @@ class ChatSession:
         """Remove the last message (a message that did not fit), from the database too."""
         if not self.conversation.messages:
             return None
-        last = self.conversation.messages.pop()
+        last = self.conversation.messages[-1]
+        self.conversation.remove(last)
         self.saver.discard(self.conversation, last)
         return last
 
@@ -188,9 +201,88 @@ class ChatSession:
                 return message.stats.seed
         return None
 
+    # Branches: every edit and regeneration keeps what it replaces as an
+    # alternative (a sibling in the conversation's tree); the view shows one branch.
+
+    def alternatives(self, message: Message) -> list[Message]:
+        """`message` and the other messages in its place (its siblings), oldest first."""
+        return self.conversation.tree.siblings(message)
+
+    def show_alternative(self, message: Message, step: int) -> Message | None:
+        """Show the previous (`step` -1) or next (+1) alternative of `message`, and
+        the branch below it down to its newest message. None when there is none
+        that way."""
+        siblings = self.alternatives(message)
+        index = _index_of(siblings, message) + step
+        if not 0 <= index < len(siblings):
+            return None
+        target = siblings[index]
+        self.show_branch(target)
+        return target
+
+    def show_branch(self, message: Message) -> None:
+        """Show the branch through `message` (down to its newest message); the
+        conversation remembers it as the one shown."""
+        self.leave()  # the branch left can be switched back to at once
+        self.conversation.show(message)
+        self.resume_pending = True
+        self._outside_window = set()
+        self.saver.shown_branch_changed(self.conversation)
+
+    def cut_before(self, message: Message) -> list[Message]:
+        """Show only the messages before `message`, to send its replacement (an
+        edited message, a regenerated reply) as a new branch from there. Returns
+        the branch shown until now, for `restore_branch` if nothing is sent."""
+        shown = self.conversation.messages
+        self.conversation.messages = shown[: _index_of(shown, message)]
+        return shown
+
+    def restore_branch(self, shown: list[Message]) -> None:
+        self.conversation.messages = shown
+
+    def edit_reply(self, reply: Message, text: str) -> Message:
+        """The reply with `text` as a new alternative beside it (the original is
+        kept); the conversation goes on from the edited one. Saved at once."""
+        edited = Message("assistant", text)
+        self.conversation.add_sibling(reply, edited)
+        self._outside_window = set()
+        self.saver.save_messages(self.conversation, self.conversation_settings())
+        self.saver.shown_branch_changed(self.conversation)
+        return edited
+
+    def fork_at(self, message: Message) -> None:
+        """Continue, as a new saved conversation, the branch shown up to and
+        including `message` (with this conversation's settings)."""
+        settings = self.conversation_settings()
+        self.leave()
+        forked = self.conversation.fork_at(message)
+        self.conversation = forked
+        self._outside_window = set()
+        self.saver.save_messages(forked, settings)
+
     # Conversations.
 
+    def leave(self) -> None:
+        """The conversation (the branch shown) is left, or the app quits: its KV
+        cache is saved, in the background, for instant resume."""
+        engine, store, conv_id = self.engine, self.saver.store, self.conversation.id
+        if engine is not None and store is not None and conv_id is not None:
+            self.resumer.save_in_background(engine, conversation_key(store.path, conv_id))
+
+    def resume(self, engine: Engine, prompt: ChatMessages, add_generation_prompt: bool) -> int:
+        """Put back a saved KV cache that holds more of `prompt` than the engine
+        does (in a thread: it tokenizes and reads a file). Returns tokens restored."""
+        self.resume_pending = False
+        tokens = engine.tokenize_chat(prompt, add_generation_prompt)
+        return self.resumer.restore_for(engine, tokens)
+
+    def resume_before_reply(self, engine: Engine, prompt: ChatMessages) -> int:
+        """`resume`, for a reply sent before a prefill tried it (sent at once
+        after opening a conversation or switching branches); else nothing."""
+        return self.resume(engine, prompt, True) if self.resume_pending else 0
+
     def new_conversation(self) -> None:
+        self.leave()
         self.settings = self.defaults
         self.conversation = Conversation(system_prompt=self.settings.chat.system_prompt)
         self._outside_window = set()
@@ -217,6 +309,8 @@ class ChatSession:
 
     def open(self, conversation: Conversation, sampling: dict[str, Any]) -> None:
         """Continue `conversation` with its own system prompt and `sampling`."""
+        self.leave()
+        self.resume_pending = True
         defaults = self.defaults
         self.settings = replace(defaults, sampling=restore_sampling(sampling, defaults.sampling))
         self.conversation = conversation
@@ -255,3 +349,8 @@ class ChatSession:
             return None
         path = Path(self.conversation.model_path)
         return None if same_path(path, self.model.path) else path
+
+
+def _index_of(messages: Sequence[Message], message: Message) -> int:
+    """Where `message` itself is (messages with equal fields are different messages)."""
+    return next(i for i, other in enumerate(messages) if other is message)

@@ -31,6 +31,10 @@ MAX_RESERVE_SHARE = 0.25
 CACHE_SIZE = 20_000
 
 
+_CountKey = tuple[str, str, str, str, tuple[int, ...]]
+"""What a count depends on: system prompt, first message, role, text, sampled tokens."""
+
+
 @dataclass(frozen=True)
 class WindowPlan:
     """How one turn fills the window."""
@@ -70,7 +74,7 @@ class ContextBudget:
 
     tokenize: TokenizeChat
     n_ctx: int
-    _cache: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
+    _cache: dict[_CountKey, int] = field(default_factory=dict)
 
     def reserve_for(self, max_tokens: int) -> int:
         return min(max_tokens, int(self.n_ctx * MAX_RESERVE_SHARE))
@@ -95,6 +99,8 @@ class ContextBudget:
             head[0]["content"] if head and not system_prompt else "",
             message.role,
             message.content,
+            # A reply is sent as its sampled tokens, which may count differently.
+            tuple(message.token_ids or ()),
         )
         count = self._cache.get(key)
         if count is None:
@@ -108,7 +114,7 @@ class ContextBudget:
         nor once per keystroke."""
         if not head:
             return 0
-        key = ("\0head", head[0]["role"], head[0]["content"], "")
+        key = ("\0head", head[0]["role"], head[0]["content"], "", ())
         return self._cached(key, lambda: self._count(head, False))
 
     def new_message_tokens(self, system_prompt: str, text: str, anchor: Message | None) -> int:
@@ -121,10 +127,10 @@ class ContextBudget:
         head = _head(system_prompt, anchor)
         if not head:
             return 0
-        key = ("\0opening", head[0]["role"], head[0]["content"], "")
+        key = ("\0opening", head[0]["role"], head[0]["content"], "", ())
         return self._cached(key, lambda: self._count(head, True) - self._head_tokens(head))
 
-    def _cached(self, key: tuple[str, str, str, str], compute: Callable[[], int]) -> int:
+    def _cached(self, key: _CountKey, compute: Callable[[], int]) -> int:
         if key not in self._cache:
             self._cache[key] = compute()
         return self._cache[key]

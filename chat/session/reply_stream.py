@@ -15,6 +15,7 @@ loses at most that much of a reply (the text of the whole reply so far is
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -70,7 +71,11 @@ class ReplyStream:
         record_probs: bool = False,
         frame_s: float = FRAME_S,
         save_interval_s: float = SAVE_INTERVAL_S,
+        before: Callable[[], object] | None = None,
     ) -> None:
+        """`before`: run in the reply's thread before the prompt is evaluated
+        (putting back a saved KV cache); its failure is ignored."""
+        self._before = before
         self._engine = engine
         self._messages = list(messages)
         self._sampling = sampling
@@ -104,6 +109,9 @@ class ReplyStream:
 
     def _run(self) -> None:
         text, tokens = "", 0
+        if self._before is not None:
+            with contextlib.suppress(Exception):
+                self._before()
         delivered_at = saved_at = time.monotonic()
         try:
             events = self._engine.stream_reply(

@@ -244,6 +244,14 @@ class ChatSettings:
     prefill: bool = _setting(
         True, "bool", "When typing pauses, evaluate the message ahead: its reply starts at once."
     )
+    resume_cache_mb: int = _setting(
+        4096,
+        "int",
+        "Disk space for saved KV caches, which reopen conversations instantly (MiB).",
+        64,
+        1_048_576,
+        special=((0, "save none"),),
+    )
 
 
 @dataclass

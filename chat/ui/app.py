@@ -311,6 +311,8 @@ class ChatApp(App[None]):
         screen.stop_generating()
         while screen.generating and time.monotonic() < self._quit_by:
             await asyncio.sleep(0.01)
+        if not screen.generating:
+            screen.session.leave()  # its KV cache, for instant resume next time
         self.exit()
 
     def _handle_exception(self, error: Exception) -> None:
@@ -329,6 +331,9 @@ class ChatApp(App[None]):
         # Free it once no thread uses it; one still in use when the time is up
         # is left to the end of the process (see chat.session.background).
         quit_by = self._quit_by or time.monotonic() + QUIT_WAIT_S
+        # The KV cache was copied out when the conversation was left; its file
+        # is being written (a state not written in time is only a slower resume).
+        self.chat_screen.session.resumer.wait(max(0.0, quit_by - time.monotonic()))
         self.models.close(timeout=max(0.0, quit_by - time.monotonic()))
         if self.store is not None:
             self.store.close()

@@ -74,6 +74,45 @@ CHAT_SCREEN_ACTIONS = (
         other_names=("Show token probabilities",),
     ),
     ScreenAction(
+        "Edit message",
+        "F3: edit the selected message (else your last) as a new branch; the original is kept",
+        "edit_message",
+        other_names=("Edit reply",),
+    ),
+    ScreenAction(
+        "Regenerate reply",
+        "Ctrl+R: a new reply in place of the selected one (else the last); the old one is kept",
+        "regenerate",
+    ),
+    ScreenAction(
+        "Previous alternative",
+        "alt+←: show the previous version of the selected message (else the newest with versions)",
+        "switch_branch(-1)",
+        other_names=("Previous branch",),
+    ),
+    ScreenAction(
+        "Next alternative",
+        "alt+→: show the next version of the selected message (else the newest with versions)",
+        "switch_branch(1)",
+        other_names=("Next branch",),
+    ),
+    ScreenAction(
+        "Fork conversation here",
+        "F4: the branch shown, up to the selected message, becomes a new conversation",
+        "fork",
+    ),
+    ScreenAction(
+        "Select previous message",
+        "alt+↑ (alt+↓: next): the message that edit, regenerate, fork and alt+←/→ apply to",
+        "select_message(-1)",
+    ),
+    ScreenAction(
+        "Why the whole conversation is sent again",
+        "F1: how the context window and the KV cache work",
+        "context_help",
+        other_names=("Help",),
+    ),
+    ScreenAction(
         "Pin last seed",
         "Use the last reply's seed for every reply: the same prompt then gives the same reply",
         "pin_seed",

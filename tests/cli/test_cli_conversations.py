@@ -37,7 +37,22 @@ def save(title: str, *texts: str) -> int:
     conv = Conversation(system_prompt="Be brief.", title=title, model_name="demo")
     for i, text in enumerate(texts):
         stats = ReplyStats(9, 9, 2, 0.1, 40.0, "done", seed=1) if i % 2 else None
-        conv.messages.append(Message("user" if i % 2 == 0 else "assistant", text, stats=stats))
+        conv.append(Message("user" if i % 2 == 0 else "assistant", text, stats=stats))
+    with Store(paths.database_file()) as store:
+        return store.create_conversation(conv, {"temperature": 0.3})
+
+
+def save_branches() -> int:
+    """A question answered twice (the second reply regenerated), the first reply
+    followed up; the branch shown is the regenerated reply's."""
+    conv = Conversation(title="Soup", model_name="demo")
+    question = Message("user", "Soup?")
+    conv.append(question)
+    first = Message("assistant", "Leek soup.", token_ids=[11, 12])
+    conv.append(first)
+    conv.append(Message("user", "Colder?"))
+    conv.append(Message("assistant", "Gazpacho."))
+    conv.add_sibling(first, Message("assistant", "Miso soup.", token_ids=[13]))
     with Store(paths.database_file()) as store:
         return store.create_conversation(conv, {"temperature": 0.3})
 
@@ -55,7 +70,7 @@ def test_list_prints_id_title_updated_and_messages() -> None:
     result = chat("--list")
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["id", "updated", "messages", "title"]
+    assert header.split() == ["id", "updated", "messages", "resume", "title"]
     assert rows[0].split()[0] == str(second)  # newest first
     assert rows[0].endswith("Tea time") and "\x1b" not in result.stdout
     assert rows[1].split()[0] == str(first) and rows[1].split()[3] == "2"
@@ -93,6 +108,75 @@ def test_an_export_piped_to_a_terminal_cannot_control_it() -> None:
     as_json = chat("--export", str(conv_id), "--format", "json")
     assert not any((ord(c) < 32 and c != "\n") or 0x7F <= ord(c) <= 0x9F for c in as_json.stdout)
     assert json.loads(as_json.stdout)["messages"][1]["content"] == HOSTILE
+
+
+def test_list_counts_the_messages_of_the_branch_shown() -> None:
+    conv_id = save_branches()
+    rows = chat("--list").stdout.splitlines()[1:]
+    assert rows[0].split()[0] == str(conv_id) and rows[0].split()[3] == "2"
+
+
+def test_export_markdown_of_the_branch_shown_or_of_every_branch() -> None:
+    conv_id = save_branches()
+    shown = chat("--export", str(conv_id))
+    assert shown.returncode == 0, shown.stderr
+    assert "Miso soup." in shown.stdout and "Leek" not in shown.stdout
+    assert "- **Branches:** 2 (the one last shown below)" in shown.stdout
+    every = chat("--export", str(conv_id), "--all-branches")
+    assert every.returncode == 0, every.stderr
+    assert "## Branch 1 of 2\n\n### User\n\nSoup?\n\n### Assistant\n\nLeek soup." in every.stdout
+    assert "Gazpacho." in every.stdout
+    assert "## Branch 2 of 2 (shown)\n\n### User\n\nSoup?\n\n### Assistant\n\nMiso soup." in (
+        every.stdout
+    )
+
+
+def test_all_branches_goes_with_export() -> None:
+    result = chat("--all-branches")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "chat: --all-branches goes with --export (chat --export ID --all-branches).\n"
+    )
+
+
+def test_a_tree_round_trips_through_export_and_import(tmp_path: Path) -> None:
+    conv_id = save_branches()
+    exported = tmp_path / "soup.json"
+    exported.write_text(chat("--export", str(conv_id), "--format", "json").stdout)
+    result = chat("--import", str(exported))
+    assert result.returncode == 0, result.stderr
+    new_id = int(result.stdout.strip())
+    again = chat("--export", str(new_id), "--format", "json").stdout
+    assert again == exported.read_text()
+    with Store(paths.database_file()) as store:
+        copy = store.get_conversation(new_id)
+    assert [m.content for m in copy.messages] == ["Soup?", "Miso soup."]
+    assert [(m.content, m.token_ids) for m in copy.tree.siblings(copy.messages[1])] == [
+        ("Leek soup.", [11, 12]),
+        ("Miso soup.", [13]),
+    ]
+
+
+def test_import_takes_openai_style_messages(tmp_path: Path) -> None:
+    linear = tmp_path / "openai.json"
+    linear.write_text(
+        json.dumps(
+            {
+                "messages": [
+                    {"role": "system", "content": "Be kind."},
+                    {"role": "user", "content": "Hi"},
+                    {"role": "assistant", "content": "Hello!"},
+                ]
+            }
+        )
+    )
+    result = chat("--import", str(linear))
+    assert result.returncode == 0, result.stderr
+    with Store(paths.database_file()) as store:
+        copy = store.get_conversation(int(result.stdout))
+    assert copy.system_prompt == "Be kind."
+    assert [(m.role, m.content) for m in copy.messages] == [("user", "Hi"), ("assistant", "Hello!")]
+    assert copy.messages[1].parent is copy.messages[0]
 
 
 def test_import_prints_the_new_id_and_round_trips(tmp_path: Path) -> None:

@@ -46,7 +46,8 @@ def write_in_another_process(db_path: Path, conv_id: int, text: str) -> None:
         "from chat.conversations.conversation import Message\n"
         "from chat.conversations.store import Store\n"
         "with Store(sys.argv[1]) as store:\n"
-        "    reply = Message('assistant', '', state='writing')\n"
+        "    question = store.get_conversation(int(sys.argv[2])).messages[-1]\n"
+        "    reply = Message('assistant', '', state='writing', parent=question)\n"
         "    store.add_message(int(sys.argv[2]), reply)\n"
         "    store.update_message_content(reply.id, sys.argv[3])\n"
     )
@@ -70,7 +71,8 @@ def test_a_reply_a_live_window_is_writing_is_not_interrupted(db_path: Path) -> N
     window), its reply is being written, and complete after the final write."""
     with Store(db_path) as writer, Store(db_path) as reader:
         conv_id = question(writer)
-        reply = Message("assistant", "", state="writing")
+        asked = writer.get_conversation(conv_id).messages[-1]
+        reply = Message("assistant", "", state="writing", parent=asked)
         writer.add_message(conv_id, reply)
         assert reply.id is not None
         writer.update_message_content(reply.id, "1, 2")
@@ -87,7 +89,7 @@ def test_the_saver_marks_the_reply_written_until_its_final_write(db_path: Path) 
         saver.attach(store)
         assert saver.save_messages(conversation, SETTINGS)
         assert conversation.id is not None
-        reply = Message("assistant", "")
+        reply = Message("assistant", "", parent=conversation.messages[-1])
         saver.start_reply(conversation, SETTINGS, reply)
         saver.save_progress("1, 2")
         assert store.get_conversation(conversation.id).messages[1].state == "writing"
@@ -124,7 +126,7 @@ def test_exports_say_a_reply_was_interrupted_and_import_keeps_it(db_path: Path) 
         copy_id = store.import_conversation(imported, sampling)
         copy = store.get_conversation(copy_id)
     assert f"## Assistant\n\n1, 2, 3,\n\n*{NOTE}*\n" in markdown
-    assert [entry["interrupted"] for entry in json.loads(exported)["kvchat"]["messages"]] == [
+    assert [entry["interrupted"] for entry in json.loads(exported)["kvchat"]["tree"]] == [
         False,
         True,
     ]
@@ -161,7 +163,7 @@ def test_real_model_reply_saved_as_it_streams_then_complete(engine: Engine, db_p
         saver.attach(store)
         assert saver.save_messages(conversation, SETTINGS)
         assert conversation.id is not None
-        reply = Message("assistant", "")
+        reply = Message("assistant", "", parent=conversation.messages[-1])
         saver.start_reply(conversation, SETTINGS, reply)
         text, finished, seen_while_streaming = "", None, []
         for event in engine.stream_reply(

@@ -38,15 +38,20 @@ def saver_for(store: Store | None) -> tuple[ConversationSaver, list[str]]:
 
 
 def one_turn(saver: ConversationSaver, conv: Conversation, text: str, reply: str) -> Message:
-    conv.messages.append(Message("user", text))
+    conv.append(Message("user", text))
     saver.save_messages(conv, SETTINGS)
-    answer = Message("assistant", "")
-    saver.start_reply(conv, SETTINGS, answer)
-    saver.save_progress(reply)
-    saver.finish_reply(reply, STATS)
-    answer.content, answer.stats = reply, STATS  # as the screen's view does
-    conv.messages.append(answer)
-    return answer
+    return answer(saver, conv, reply)
+
+
+def answer(saver: ConversationSaver, conv: Conversation, text: str) -> Message:
+    """A reply to the last message shown, streamed and finished, as the session does."""
+    reply = Message("assistant", "", parent=conv.messages[-1])
+    saver.start_reply(conv, SETTINGS, reply)
+    saver.save_progress(text)
+    saver.finish_reply(text, STATS, token_ids=[7, 8, 9])
+    reply.content, reply.stats, reply.token_ids = text, STATS, [7, 8, 9]
+    conv.append(reply)
+    return reply
 
 
 def test_a_turn_is_saved_with_title_settings_and_stats(store: Store) -> None:
@@ -72,9 +77,9 @@ def test_a_turn_is_saved_with_title_settings_and_stats(store: Store) -> None:
 def test_progress_is_written_only_when_the_text_changed(store: Store) -> None:
     saver, _ = saver_for(store)
     conv = Conversation()
-    conv.messages.append(Message("user", "q"))
+    conv.append(Message("user", "q"))
     saver.save_messages(conv, SETTINGS)
-    reply = Message("assistant", "")
+    reply = Message("assistant", "", parent=conv.messages[-1])
     saver.start_reply(conv, SETTINGS, reply)
     assert reply.id is not None  # the row exists from the start
     writes: list[str] = []
@@ -93,7 +98,7 @@ def test_settings_are_updated_when_they_change(store: Store) -> None:
     conv = Conversation()
     one_turn(saver, conv, "q1", "a1")
     hotter = ConversationSettings("Be brief.", {**SETTINGS.sampling, "temperature": 0.1}, "/b", "b")
-    conv.messages.append(Message("user", "q2"))
+    conv.append(Message("user", "q2"))
     saver.save_messages(conv, hotter)
     assert conv.id is not None
     assert store.get_sampling(conv.id)["temperature"] == 0.1
@@ -111,14 +116,14 @@ def test_a_failed_write_is_reported_and_retried_in_order(
     store._conn.execute("PRAGMA busy_timeout = 100")
     blocker = sqlite3.connect(store.path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
-    conv.messages.append(Message("user", "q2"))
+    conv.append(Message("user", "q2"))
     saver.save_messages(conv, SETTINGS)
     assert len(reports) == 1 and "locked" in reports[0]
     assert conv.messages[-1].id is None
     blocker.execute("COMMIT")
     blocker.close()
-    conv.messages.append(Message("assistant", "a2"))
-    conv.messages.append(Message("user", "q3"))
+    conv.append(Message("assistant", "a2"))
+    conv.append(Message("user", "q3"))
     saver.save_messages(conv, SETTINGS)
     assert conv.id is not None
     assert [m.content for m in store.get_conversation(conv.id).messages] == [
@@ -137,7 +142,7 @@ def test_a_conversation_deleted_elsewhere_is_saved_again(store: Store) -> None:
     old_id = conv.id
     assert old_id is not None
     store.delete_conversation(old_id)
-    conv.messages.append(Message("user", "q2"))
+    conv.append(Message("user", "q2"))
     saver.save_messages(conv, SETTINGS)
     assert "another kvchat window" in reports[0]
     saver.save_messages(conv, SETTINGS)
@@ -145,33 +150,115 @@ def test_a_conversation_deleted_elsewhere_is_saved_again(store: Store) -> None:
     assert [m.content for m in store.get_conversation(conv.id).messages] == ["q1", "a1", "q2"]
 
 
-def test_regenerated_reply_supersedes_and_discard_removes(store: Store) -> None:
+def test_a_regenerated_reply_is_saved_beside_the_first_and_discard_removes(
+    store: Store,
+) -> None:
     saver, _ = saver_for(store)
     conv = Conversation()
     first = one_turn(saver, conv, "q", "first")
-    conv.messages.pop()
-    second = Message("assistant", "")
-    saver.start_reply(conv, SETTINGS, second, replaces=first.id)
-    saver.finish_reply("second", STATS)
-    conv.messages.append(second)
+    conv.messages.pop()  # regenerate: the new reply follows the question again
+    second = answer(saver, conv, "second")
+    assert conv.id is not None
+    saved = store.get_conversation(conv.id)
+    assert [m.content for m in saved.messages] == ["q", "second"]
+    assert [m.content for m in saved.tree.siblings(saved.messages[1])] == ["first", "second"]
+    assert saved.messages[1].token_ids == [7, 8, 9]
+    # A reply that failed is taken back, and so is a message that did not fit.
+    third = Message("assistant", "", parent=second)
+    saver.start_reply(conv, SETTINGS, third)
+    assert third.id is not None
+    saver.discard(conv, third)
+    assert [m.content for m in store.get_conversation(conv.id).messages] == ["q", "second"]
+    conv.remove(second)
+    saver.discard(conv, second)
+    conv.remove(first)
+    saver.discard(conv, first)
+    assert [m.content for m in store.get_conversation(conv.id).messages] == ["q"]
+
+
+def test_the_branch_shown_is_remembered_without_reordering_the_list(store: Store) -> None:
+    saver, reports = saver_for(store)
+    conv = Conversation()
+    first = one_turn(saver, conv, "q", "first")
+    one_turn(saver, conv, "more", "more answer")
+    conv.messages = conv.messages[:1]  # regenerate the first reply
+    answer(saver, conv, "second")
     assert conv.id is not None
     assert [m.content for m in store.get_conversation(conv.id).messages] == ["q", "second"]
-    assert [m.content for m in store.get_superseded(conv.id)] == ["first"]
-    # A reply that failed is taken back, and so is a message that did not fit.
-    third = Message("assistant", "")
-    saver.start_reply(conv, SETTINGS, third)
-    saver.discard(conv, third)
-    user = conv.messages.pop(0)
-    saver.discard(conv, user)
-    assert [m.content for m in store.get_conversation(conv.id).messages] == ["second"]
+    updated = store.get_conversation(conv.id).updated
+
+    conv.show(first)
+    saver.shown_branch_changed(conv)
+    saved = store.get_conversation(conv.id)
+    assert [m.content for m in saved.messages] == ["q", "first", "more", "more answer"]
+    assert saved.updated == updated == conv.updated and reports == []
+    # The next turn goes on from the branch shown, and the window sees no conflict.
+    one_turn(saver, conv, "and then?", "then this")
+    saved = store.get_conversation(conv.id)
+    assert [m.content for m in saved.messages][-2:] == ["and then?", "then this"]
+    assert len(saved.tree) == 7 and reports == [] and not saver.has_conflict
+
+
+def test_an_edited_message_is_saved_beside_the_original(store: Store) -> None:
+    saver, _ = saver_for(store)
+    conv = Conversation()
+    one_turn(saver, conv, "q1", "a1")
+    question = one_turn(saver, conv, "q2", "a2").parent
+    assert question is not None
+    conv.add_sibling(question, Message("user", "q2, edited"))
+    saver.save_messages(conv, SETTINGS)
+    answer(saver, conv, "a2 for the edit")
+    assert conv.id is not None
+    saved = store.get_conversation(conv.id)
+    assert [m.content for m in saved.messages] == ["q1", "a1", "q2, edited", "a2 for the edit"]
+    assert [m.content for m in saved.tree.siblings(saved.messages[2])] == ["q2", "q2, edited"]
+
+
+def test_a_branch_switch_that_cannot_be_written_is_written_later(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    saver, reports = saver_for(store)
+    conv = Conversation()
+    first = one_turn(saver, conv, "q", "first")
+    conv.messages.pop()
+    answer(saver, conv, "second")
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.1)
+    store._conn.execute("PRAGMA busy_timeout = 100")
+    blocker = sqlite3.connect(store.path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    conv.show(first)
+    saver.shown_branch_changed(conv)  # no exception: reported, kept for later
+    assert saver.failing and len(reports) == 1 and "locked" in reports[0]
+    blocker.execute("COMMIT")
+    blocker.close()
+    saver.retry(conv, SETTINGS)
+    assert not saver.failing and reports[-1].startswith("Saving again")
+    assert conv.id is not None
+    assert [m.content for m in store.get_conversation(conv.id).messages] == ["q", "first"]
+
+
+def test_a_fork_saves_every_branch_as_a_new_conversation(store: Store) -> None:
+    saver, _ = saver_for(store)
+    conv = Conversation()
+    one_turn(saver, conv, "q", "first")
+    conv.messages.pop()
+    answer(saver, conv, "second")
+    old_id = conv.id
+    saver.fork(conv, SETTINGS)
+    assert conv.id is not None and conv.id != old_id
+    saved = store.get_conversation(conv.id)
+    assert saved.title.endswith("(fork)") and len(saved.tree) == 3
+    assert [m.content for m in saved.messages] == ["q", "second"]
 
 
 def test_discarding_the_only_message_deletes_the_conversation(store: Store) -> None:
     saver, _ = saver_for(store)
     conv = Conversation()
-    conv.messages.append(Message("user", "much too long"))
+    conv.append(Message("user", "much too long"))
     saver.save_messages(conv, SETTINGS)
-    saver.discard(conv, conv.messages.pop())
+    message = conv.messages[-1]
+    conv.remove(message)
+    saver.discard(conv, message)
     assert conv.id is None and store.list_conversations() == []
 
 
@@ -196,8 +283,11 @@ def test_restore_sampling_keeps_valid_known_values() -> None:
 
 
 def test_export_never_overwrites(tmp_path: Path) -> None:
-    conv = Conversation(title="What's a KV cache? (part 2)", id=12)
-    conv.messages = [Message("user", "hi"), Message("assistant", "hello")]
+    conv = Conversation(
+        title="What's a KV cache? (part 2)",
+        id=12,
+        messages=[Message("user", "hi"), Message("assistant", "hello")],
+    )
     assert file_stem(conv) == "what-s-a-kv-cache-part-2-12"
     first = export_conversation(conv, {}, folder=tmp_path)
     first.write_text("edited by the user")
@@ -227,8 +317,7 @@ def test_export_never_overwrites(tmp_path: Path) -> None:
 def test_export_file_names_keep_letters_of_every_script(
     tmp_path: Path, title: str, stem: str
 ) -> None:
-    conv = Conversation(title=title, id=7)
-    conv.messages = [Message("user", "hi")]
+    conv = Conversation(title=title, id=7, messages=[Message("user", "hi")])
     assert file_stem(conv) == stem
     written = export_conversation(conv, {}, folder=tmp_path)
     assert written.parent == tmp_path and written.name == f"{stem}.md"
@@ -238,8 +327,9 @@ def test_an_exported_file_shows_escape_sequences_instead_of_keeping_them(
     tmp_path: Path,
 ) -> None:
     # Ctrl+E writes this file; `cat` on it must not retitle the terminal.
-    conv = Conversation(title="imported", id=8)
-    conv.messages = [Message("user", "a\x1b]0;pwned\x07b\x9b2J")]
+    conv = Conversation(
+        title="imported", id=8, messages=[Message("user", "a\x1b]0;pwned\x07b\x9b2J")]
+    )
     text = export_conversation(conv, {}, folder=tmp_path).read_text()
     assert "a␛]0;pwned␇b<U+009B>2J" in text
     assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text

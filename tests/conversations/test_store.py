@@ -123,13 +123,16 @@ def test_add_message_appends_and_bumps_updated(store: Store) -> None:
     conv = Conversation(title="t", updated=1.0)
     conv_id = store.create_conversation(conv)
     first = Message("user", "one")
-    second = Message("assistant", "two")
+    second = Message("assistant", "two", parent=first)
     assert store.add_message(conv_id, first) == first.id
     store.add_message(conv_id, second)
     loaded = store.get_conversation(conv_id)
     assert [m.content for m in loaded.messages] == ["one", "two"]
     assert [m.id for m in loaded.messages] == [first.id, second.id]
+    assert loaded.messages[1].parent is loaded.messages[0]
     assert loaded.updated > 1.0
+    with pytest.raises(ValueError, match="parent must be saved"):
+        store.add_message(conv_id, Message("user", "x", parent=Message("user", "unsaved")))
 
 
 def test_streaming_update_is_one_statement(store: Store) -> None:
@@ -152,22 +155,38 @@ def test_streaming_update_is_one_statement(store: Store) -> None:
     assert store.get_conversation(conv_id).messages[0].stats == stats(seed=None)
 
 
-def test_regenerate_keeps_the_superseded_reply(store: Store) -> None:
+def test_a_regenerated_reply_is_a_sibling_and_the_branch_shown_is_kept(store: Store) -> None:
     conv_id = store.create_conversation(Conversation())
-    store.add_message(conv_id, Message("user", "Q"))
-    old = store.add_message(conv_id, Message("assistant", "first answer"))
-    new = store.add_message(conv_id, Message("assistant", "second answer"), replaces=old)
-    visible = store.get_conversation(conv_id).messages
-    assert [m.content for m in visible] == ["Q", "second answer"]
-    assert [m.id for m in store.get_superseded(conv_id)] == [old]
-    with raw(store.path) as conn:
-        row = conn.execute("SELECT superseded, replaced_by FROM messages WHERE id = ?", (old,))
-        assert row.fetchone() == (1, new)
+    question = Message("user", "Q")
+    store.add_message(conv_id, question)
+    old = Message("assistant", "first answer", parent=question)
+    store.add_message(conv_id, old)
+    new = Message("assistant", "second answer", parent=question, token_ids=[1, 2**31 - 1, 0])
+    store.add_message(conv_id, new)
+    loaded = store.get_conversation(conv_id)
+    # The newest write is the end of the branch shown.
+    assert [m.content for m in loaded.messages] == ["Q", "second answer"]
+    assert loaded.messages[1].token_ids == [1, 2**31 - 1, 0]
+    assert [m.id for m in loaded.tree.siblings(loaded.messages[1])] == [old.id, new.id]
+    assert len(loaded.tree) == 3
     assert store.list_conversations()[0].message_count == 2
 
-    store.supersede_message(new)
-    assert [m.content for m in store.get_conversation(conv_id).messages] == ["Q"]
-    assert [m.content for m in store.get_superseded(conv_id)] == ["first answer", "second answer"]
+    # Showing the other branch is remembered, and is not a change to the list's order.
+    updated = loaded.updated
+    assert old.id is not None and new.id is not None
+    store.set_shown_leaf(conv_id, old.id)
+    again = store.get_conversation(conv_id)
+    assert [m.content for m in again.messages] == ["Q", "first answer"]
+    assert again.messages[1].token_ids is None
+    assert again.updated == updated
+    with pytest.raises(ConversationNotFoundError):
+        store.set_shown_leaf(conv_id + 1, old.id)
+    # Deleting the message shown shows its parent's branch; its parent ends it.
+    store.delete_message(old.id)
+    assert [m.content for m in store.get_conversation(conv_id).messages] == ["Q", "second answer"]
+    assert store.list_conversations()[0].message_count == 1
+    with pytest.raises(ConversationNotFoundError):
+        store.set_shown_leaf(conv_id, old.id)
 
 
 def test_delete_message(store: Store) -> None:
@@ -178,23 +197,8 @@ def test_delete_message(store: Store) -> None:
     store.delete_message(last)
     store.delete_message(last)  # already gone: no error
     assert [m.content for m in store.get_conversation(conv_id).messages] == ["Hello there", "Hi."]
-    store.add_message(conv_id, Message("user", "again"))
+    store.add_message(conv_id, Message("user", "again", parent=conv.messages[1]))
     assert store.get_conversation(conv_id).messages[-1].content == "again"
-
-
-def test_delete_messages_after(store: Store) -> None:
-    conv = sample_conversation()
-    conv_id = store.create_conversation(conv)
-    first_id = conv.messages[0].id
-    assert first_id is not None
-    assert store.delete_messages_after(first_id) == 2
-    assert [m.content for m in store.get_conversation(conv_id).messages] == ["Hello there"]
-    store.add_message(conv_id, Message("assistant", "again"))
-    assert [m.content for m in store.get_conversation(conv_id).messages] == [
-        "Hello there",
-        "again",
-    ]
-    assert store.delete_messages_after(999_999) == 0
 
 
 def test_rename_and_settings(store: Store) -> None:
@@ -237,7 +241,7 @@ def test_missing_conversation_raises_a_store_error(store: Store) -> None:
 
 def test_import_is_all_or_nothing(store: Store) -> None:
     conv = sample_conversation()
-    conv.messages.append(Message("user", object()))  # type: ignore[arg-type]
+    conv.append(Message("user", object()))  # type: ignore[arg-type]
     with pytest.raises(sqlite3.Error):
         store.import_conversation(conv, {})
     assert store.list_conversations() == []
@@ -269,8 +273,9 @@ def _search_fixture(store: Store) -> dict[str, int]:
             Conversation(messages=[Message("user", 'Use 100% "quoted" under_scores')])
         ),
     }
-    old = store.add_message(ids["title"], Message("assistant", "a superseded zebra"))
-    store.supersede_message(old)
+    # A branch not shown: the first message, then another one beside it.
+    store.add_message(ids["title"], Message("user", "a zebra on another branch"))
+    store.add_message(ids["title"], Message("user", "the branch shown"))
     return ids
 
 
@@ -291,7 +296,7 @@ def test_search_matches_title_and_message_text(
         assert found("sourdough") == [ids["text"]]
         assert found("BAKE bread") == [ids["text"]]
         assert found("bread pizza") == []
-        assert found("zebra") == []  # superseded replies are not searched
+        assert found("zebra") == [ids["title"]]  # every branch is searched
         assert found('"quoted"') == [ids["odd"]]
         assert found("100%") == [ids["odd"]]
         assert found("under_") == [ids["odd"]]
@@ -301,7 +306,7 @@ def test_search_matches_title_and_message_text(
         opened.rename(ids["text"], "50% off?")
         assert found("%") == [ids["text"]] if fts else [ids["odd"], ids["text"]]
         assert found("  ") == found("") and len(found("")) == 3
-        for query in ("", "rust", "bread pizza", "%", "sourdough"):
+        for query in ("", "rust", "bread pizza", "%", "sourdough", "zebra"):
             assert opened.count_conversations(query) == len(found(query))
 
 
@@ -374,6 +379,121 @@ def test_migrates_a_version_1_database(db_path: Path) -> None:
         assert [s.id for s in opened.list_conversations("pelican")] == [7]
     with raw(db_path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def _old_message(
+    conn: sqlite3.Connection, conv_id: int, role: str, content: str, **columns: object
+) -> int:
+    """A message row as schema 3's kvchat wrote it: appended at the next position."""
+    names = ["conversation_id", "position", "role", "content", "created", *columns]
+    cursor = conn.execute(
+        f"INSERT INTO messages ({', '.join(names)}) VALUES (?, "
+        "(SELECT COALESCE(MAX(position), -1) + 1 FROM messages WHERE conversation_id = ?), "
+        f"?, ?, ?{', ?' * len(columns)})",
+        (conv_id, conv_id, role, content, time.time(), *columns.values()),
+    )
+    assert cursor.lastrowid is not None
+    return cursor.lastrowid
+
+
+def _schema_3_database(path: Path) -> dict[str, int]:
+    """A database made with schema 3's statements and filled the way its kvchat
+    did: regenerated replies superseded (`replaced_by` the reply that took their
+    place, twice in a row once), one superseded without a replacement. The ids
+    of its messages by text."""
+    path.parent.mkdir(parents=True)
+    conn = sqlite3.connect(path, isolation_level=None)
+    for migrate in store_module.MIGRATIONS[:3]:
+        migrate(conn)
+    conn.execute("PRAGMA user_version = 3")
+    ids: dict[str, int] = {}
+    conn.execute(
+        "INSERT INTO conversations (id, title, created, updated, sampling) "
+        "VALUES (1, 'Soups', 1.0, 5.0, '{}'), (2, 'Other', 1.0, 4.0, '{}')"
+    )
+
+    def add(conv_id: int, role: str, content: str, **columns: object) -> None:
+        ids[content] = _old_message(conn, conv_id, role, content, **columns)
+
+    def regenerate(old: str, new: str) -> None:
+        add(1, "assistant", new)
+        conn.execute(
+            "UPDATE messages SET superseded = 1, replaced_by = ? WHERE id = ?",
+            (ids[new], ids[old]),
+        )
+
+    add(1, "user", "Which soup?")
+    add(
+        1,
+        "assistant",
+        "Leek.",
+        finish_reason="done",
+        prompt_tokens=5,
+        prompt_evaluated=5,
+        generated_tokens=2,
+        ttft_s=0.1,
+        decode_tps=9.0,
+        seed=1,
+        total_s=0.3,
+    )
+    regenerate("Leek.", "Miso.")
+    regenerate("Miso.", "Pea.")
+    add(1, "user", "Colder?")
+    add(1, "assistant", "Gazpacho.")
+    conn.execute("UPDATE messages SET superseded = 1 WHERE id = ?", (ids["Gazpacho."],))
+    add(1, "assistant", "Vichyssoise.")
+    add(2, "user", "Unrelated zebra")
+    conn.close()
+    return ids
+
+
+def test_migrating_a_schema_3_database_keeps_every_message_as_a_tree(db_path: Path) -> None:
+    ids = _schema_3_database(db_path)
+    with Store(db_path) as opened:
+        conv = opened.get_conversation(1)
+        # What schema 3 showed is the branch shown.
+        assert [m.content for m in conv.messages] == [
+            "Which soup?",
+            "Pea.",
+            "Colder?",
+            "Vichyssoise.",
+        ]
+        assert len(conv.tree) == 7 and {m.id for m in conv.tree} == {
+            ids[t] for t in ids if t != "Unrelated zebra"
+        }
+        # Each regenerated reply is a sibling of the one that took its place.
+        replies = conv.tree.siblings(conv.messages[1])
+        assert [m.content for m in replies] == ["Leek.", "Miso.", "Pea."]
+        assert replies[0].stats is not None and replies[0].stats.seed == 1
+        # One superseded without a replacement follows the message before it.
+        assert [m.content for m in conv.tree.siblings(conv.messages[3])] == [
+            "Gazpacho.",
+            "Vichyssoise.",
+        ]
+        assert conv.updated == 5.0
+        # Search covers every branch; the list counts the branch shown.
+        assert [s.id for s in opened.list_conversations("Leek")] == [1]
+        assert [s.id for s in opened.list_conversations("zebra")] == [2]
+        assert [s.message_count for s in opened.list_conversations()] == [4, 1]
+        # New messages go on after the migrated ones.
+        opened.add_message(1, Message("user", "Thanks", parent=conv.messages[-1]))
+        assert [m.content for m in opened.get_conversation(1).messages][-2:] == [
+            "Vichyssoise.",
+            "Thanks",
+        ]
+    with raw(db_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 9
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_search_finds_text_on_a_branch_not_shown(store: Store) -> None:
+    conv = Conversation(messages=[Message("user", "Q"), Message("assistant", "pelican")])
+    conv_id = store.create_conversation(conv)
+    other = Message("assistant", "albatross", parent=conv.messages[0])
+    store.add_message(conv_id, other)
+    assert [m.content for m in store.get_conversation(conv_id).messages] == ["Q", "albatross"]
+    assert [s.id for s in store.list_conversations("pelican")] == [conv_id]
 
 
 def test_newer_schema_is_refused_and_left_alone(db_path: Path) -> None:
@@ -452,8 +572,11 @@ def test_two_stores_write_concurrently(db_path: Path) -> None:
 
     def writer(opened: Store, name: str) -> None:
         try:
+            previous = None
             for i in range(150):
-                message_id = opened.add_message(conv_id, Message("user", f"{name} {i}"))
+                # Each writer continues its own branch.
+                previous = Message("user", f"{name} {i}", parent=previous)
+                message_id = opened.add_message(conv_id, previous)
                 opened.update_message_content(message_id, f"{name} {i} edited")
                 opened.create_conversation(Conversation(title=f"{name} {i}"))
         except BaseException as error:
@@ -468,8 +591,9 @@ def test_two_stores_write_concurrently(db_path: Path) -> None:
     for thread in threads:
         thread.join()
     assert errors == []
-    messages = stores[1].get_conversation(conv_id).messages
-    assert len(messages) == 300 and all(m.content.endswith("edited") for m in messages)
+    tree = stores[1].get_conversation(conv_id).tree
+    assert len(tree) == 300 and all(m.content.endswith("edited") for m in tree)
+    assert [len(tree.path_to(leaf)) for leaf in tree.leaves()] == [150, 150]
     assert len(stores[0].list_conversations(limit=1000)) == 301
     for opened in stores:
         opened.close()
@@ -486,8 +610,9 @@ from chat.conversations.store import Store
 
 store = Store(sys.argv[1])
 conv_id = store.create_conversation(Conversation(title="killed mid-reply"))
-store.add_message(conv_id, Message("user", "Count for me"))
-reply_id = store.add_message(conv_id, Message("assistant", ""))
+question = Message("user", "Count for me")
+store.add_message(conv_id, question)
+reply_id = store.add_message(conv_id, Message("assistant", "", parent=question))
 text = ""
 for n in range(1, 100_000):
     text += f"tick {n}\\n"
@@ -564,6 +689,41 @@ def test_opening_a_2000_message_conversation_is_fast(store: Store) -> None:
     assert best_of(3, lambda: store.get_conversation(conv_id)) < 0.1
 
 
+def test_opening_a_100000_message_tree_is_fast_enough(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without the search index: the test measures reading, not indexing 100,000 rows.
+    monkeypatch.setattr(store_module, "_fts5_available", lambda conn: False)
+    store = Store(db_path)
+    # Bulk rows: one long branch, and every tenth reply regenerated once beside it.
+    rows: list[tuple[int, int, int | None, int, str]] = []
+    parent = None
+    for i in range(1, 100_001):
+        if i % 11 == 0:  # beside the message before it: the same parent
+            rows.append((i, i - 1, rows[-1][2], rows[-1][3], f"alternative {i}"))
+            continue
+        depth = 0 if parent is None else rows[parent - 1][3] + 1
+        rows.append((i, i - 1, parent, depth, f"message {i}"))
+        parent = i
+    with raw(store.path) as conn:
+        conn.execute("INSERT INTO conversations (id, created, updated) VALUES (1, 0, 0)")
+        conn.executemany(
+            "INSERT INTO messages (id, conversation_id, position, parent_id, depth, role, "
+            "content, created) VALUES (?, 1, ?, ?, ?, 'user', ?, 0)",
+            rows,
+        )
+    start = time.perf_counter()
+    conv = store.get_conversation(1)
+    took = time.perf_counter() - start
+    assert len(conv.tree) == 100_000
+    assert len(conv.messages) == 100_000 - 100_000 // 11  # the newest branch: no alternatives
+    assert conv.messages[-1].id == 100_000
+    assert store.list_conversations()[0].message_count == len(conv.messages)
+    store.close()
+    # About 2 s on a busy 2-CPU machine: a limit for a regression, not a target.
+    assert took < 10.0, f"{took:.2f} s"
+
+
 def test_listing_10000_conversations_is_fast(store: Store) -> None:
     # Bulk rows straight into the tables: the test measures reading, not 10,000 commits.
     with raw(store.path) as conn:
@@ -572,11 +732,20 @@ def test_listing_10000_conversations_is_fast(store: Store) -> None:
             "VALUES (?, ?, ?, ?, 'demo')",
             [(i, f"Conversation {i}", i, 1_000_000 + i) for i in range(1, 10_001)],
         )
+        # Message 2i-1 asks, 2i answers it.
         conn.executemany(
-            "INSERT INTO messages (conversation_id, position, role, content, created) "
-            "VALUES (?, ?, ?, ?, 0)",
+            "INSERT INTO messages (id, conversation_id, position, parent_id, depth, role, "
+            "content, created) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
             [
-                (i, p, role, f"{role} says item{i} " + "filler text " * 20)
+                (
+                    2 * i - 1 + p,
+                    i,
+                    p,
+                    2 * i - 1 if p else None,
+                    p,
+                    role,
+                    f"{role} says item{i} " + "filler text " * 20,
+                )
                 for i in range(1, 10_001)
                 for p, role in enumerate(("user", "assistant"))
             ],

@@ -31,7 +31,7 @@ def test_a_failed_write_leaves_no_id_and_the_next_write_works(real_disk: Fault) 
         conversation = Conversation(messages=[Message("user", "kept")])
         store.create_conversation(conversation)
         real_disk.break_again()
-        late = Message("user", "x" * 20_000)
+        late = Message("user", "x" * 20_000, parent=conversation.messages[-1])
         with pytest.raises(StoreError, match="is full") as failure:
             store.append_turn(conversation, late)
         assert failure.value.brief == f"the disk holding {real_disk.folder} is full"
@@ -55,15 +55,17 @@ def test_the_saver_says_it_once_and_catches_up(real_disk: Fault) -> None:
     saver = ConversationSaver(reports.append, marks.append)
     with Store(real_disk.folder / "c.db") as store:
         saver.attach(store)
-        conversation = Conversation(messages=[Message("user", "first")])
+        conversation = Conversation(
+            messages=[Message("user", "first"), Message("assistant", "taken back")]
+        )
         assert saver.save_messages(conversation, SETTINGS)
         real_disk.break_again()
-        for n in range(3):
-            conversation.messages.append(Message("user", f"{n}" * 20_000))
-            assert not saver.save_messages(conversation, SETTINGS)
-        taken_back = conversation.messages[0]
-        conversation.messages.remove(taken_back)
+        taken_back = conversation.messages[-1]
+        conversation.remove(taken_back)
         saver.discard(conversation, taken_back)
+        for n in range(3):
+            conversation.append(Message("user", f"{n}" * 20_000))
+            assert not saver.save_messages(conversation, SETTINGS)
         assert len(reports) == 1 and "is full" in reports[0]
         assert "no longer" not in reports[0]
         assert saver.failing and marks == [f"the disk holding {real_disk.folder} is full"]
@@ -77,7 +79,57 @@ def test_the_saver_says_it_once_and_catches_up(real_disk: Fault) -> None:
         assert reports[-1].startswith("Saving again")
         assert conversation.id is not None
         saved = store.get_conversation(conversation.id)
-        assert [m.content[:1] for m in saved.messages] == ["0", "1", "2"]
+        assert [m.content[:1] for m in saved.messages] == ["f", "0", "1", "2"]
+        assert len(saved.tree) == 4
+
+
+def test_a_tree_made_while_the_disk_is_full_is_saved_whole_after(real_disk: Fault) -> None:
+    """Branches made while nothing could be written (an edited message, a reply
+    beside another one, a switch back) are all saved once there is room, each
+    message after its parent, and the branch shown is the one on screen."""
+    reports: list[str] = []
+    saver = ConversationSaver(reports.append)
+    with Store(real_disk.folder / "c.db") as store:
+        saver.attach(store)
+        question = Message("user", "q")
+        conversation = Conversation(messages=[question, Message("assistant", "a")])
+        assert saver.save_messages(conversation, SETTINGS)
+        real_disk.break_again()
+        # The reply regenerated: a sibling of "a", streamed while writes fail.
+        conversation.messages.pop()
+        regenerated = Message("assistant", "", parent=question)
+        saver.start_reply(conversation, SETTINGS, regenerated)
+        saver.save_progress("b" * 20_000)
+        saver.finish_reply("b" * 20_000, None, token_ids=[5, 6])
+        regenerated.content, regenerated.token_ids = "b" * 20_000, [5, 6]
+        conversation.append(regenerated)
+        conversation.append(Message("user", "c" * 20_000))
+        assert not saver.save_messages(conversation, SETTINGS)
+        # The question edited: a new first message with its own reply.
+        edited = Message("user", "q, edited")
+        conversation.add_sibling(question, edited)
+        conversation.append(Message("assistant", "d" * 20_000))
+        assert not saver.save_messages(conversation, SETTINGS)
+        # Back to the regenerated reply's branch: that is what is on screen.
+        conversation.show(regenerated)
+        saver.shown_branch_changed(conversation)
+        assert saver.failing and len(reports) == 1
+
+        real_disk.heal()
+        saver.retry(conversation, SETTINGS)
+        assert not saver.failing
+        assert all(m.id is not None for m in conversation.tree)
+        assert conversation.id is not None
+        saved = store.get_conversation(conversation.id)
+    assert [m.content[:1] for m in saved.messages] == ["q", "b", "c"]
+    assert saved.messages[1].token_ids == [5, 6]
+    assert [m.content for m in saved.tree.siblings(saved.messages[0])] == ["q", "q, edited"]
+    assert [m.content[:1] for m in saved.tree.siblings(saved.messages[1])] == ["a", "b"]
+    assert [[m.content[:1] for m in saved.tree.path_to(leaf)] for leaf in saved.tree.leaves()] == [
+        ["q", "a"],
+        ["q", "b", "c"],
+        ["q", "d"],
+    ]
 
 
 @pytest.mark.parametrize("fault_kind", ["full", "read-only"])

@@ -83,11 +83,10 @@ def test_add_message_and_update_message_content_save_probabilities(tmp_path: Pat
         assert store.get_conversation(conv_id).messages[0].token_probs == CHOICES[:2]
         # a message added whole keeps its probabilities too
         store.add_message(conv_id, Message("assistant", "x", token_probs=CHOICES[:1]))
-        assert store.get_conversation(conv_id).messages[1].token_probs == CHOICES[:1]
-        # regenerated replies keep theirs
-        store.add_message(conv_id, Message("assistant", "y"), replaces=reply_id)
-        superseded = store.get_superseded(conv_id)
-        assert superseded[0].token_probs == CHOICES[:2]
+        assert store.get_conversation(conv_id).messages[0].token_probs == CHOICES[:1]
+        # replies beside a regenerated one keep theirs
+        tree = store.get_conversation(conv_id).tree
+        assert [list(m.token_probs or []) for m in tree] == [CHOICES[:2], CHOICES[:1]]
 
 
 def test_the_column_holds_compressed_json(tmp_path: Path) -> None:

@@ -84,9 +84,10 @@ def test_json_is_openai_style_with_kvchat_metadata() -> None:
     assert meta["format"] == FORMAT_VERSION
     assert (meta["title"], meta["model"], meta["sampling"]) == ("Treasure talk", "demo", SAMPLING)
     assert meta["created"] == 1_700_000_000.25
-    assert len(meta["messages"]) == 4
-    assert meta["messages"][1]["stats"]["decode_tps"] == 41.25
-    assert meta["messages"][0]["stats"] is None
+    assert [(m["id"], m["parent"]) for m in meta["tree"]] == [(1, None), (2, 1), (3, 2), (4, 3)]
+    assert meta["shown"] == 4
+    assert meta["tree"][1]["stats"]["decode_tps"] == 41.25
+    assert meta["tree"][0]["stats"] is None
 
 
 def test_round_trip_is_exact() -> None:
@@ -147,6 +148,28 @@ def kvchat_file(**meta_changes: object) -> str:
     return json.dumps(data)
 
 
+def format_1_file(**meta_changes: object) -> str:
+    """`conversation()` as kvchat wrote it before conversations were trees:
+    one branch, with one metadata entry per message."""
+    data = json.loads(to_json(conversation(), SAMPLING))
+    meta = data["kvchat"]
+    meta["format"] = 1
+    meta["messages"] = [
+        {key: entry[key] for key in ("created", "token_count", "stats", "interrupted")}
+        for entry in meta.pop("tree")
+    ]
+    del meta["shown"]
+    meta.update(meta_changes)
+    return json.dumps(data)
+
+
+def test_a_file_in_the_earlier_format_still_imports() -> None:
+    conv, sampling = parse_import(format_1_file())
+    assert conv == conversation() and sampling == SAMPLING
+    assert [m.parent for m in conv.messages[1:]] == conv.messages[:-1]
+    assert len(conv.tree) == 4
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -175,7 +198,28 @@ def kvchat_file(**meta_changes: object) -> str:
             '"kvchat" is not an object',
         ),
         (kvchat_file(format=FORMAT_VERSION + 1), "written by a newer kvchat"),
-        (kvchat_file(messages=[]), '"kvchat.messages" has 0 entries for 4 messages'),
+        (kvchat_file(tree=[]), "it has no messages"),
+        (kvchat_file(tree={}), '"kvchat.tree" is not a list'),
+        (kvchat_file(shown=99), '"kvchat.shown" is not the id of a message in "kvchat.tree"'),
+        (kvchat_file(tree=[{"role": "user", "content": "x"}]), 'message 1 has no "id"'),
+        (
+            kvchat_file(tree=[{"id": 1, "role": "user", "content": "x", "parent": 2}]),
+            'the "parent" of message 1 (2) is not a message before it',
+        ),
+        (
+            kvchat_file(
+                tree=[
+                    {"id": "a", "role": "user", "content": "x"},
+                    {"id": "a", "role": "user", "content": "y"},
+                ]
+            ),
+            'message 2 has the "id" of an earlier one (a)',
+        ),
+        (
+            kvchat_file(tree=[{"id": 1, "role": "user", "content": "x", "token_ids": [1.5]}]),
+            'message 1 has "token_ids" that are not a list of token ids',
+        ),
+        (format_1_file(messages=[]), '"kvchat.messages" has 0 entries for 4 messages'),
         (kvchat_file(sampling=[1]), '"kvchat.sampling" is not an object'),
         (kvchat_file(title=5), '"kvchat.title" is not a string'),
         (kvchat_file(created="yesterday"), '"kvchat.created" is not a number'),
@@ -190,13 +234,103 @@ def test_bad_imports_say_what_is_wrong(text: str, expected: str) -> None:
 
 
 def test_bad_stats_are_reported_with_the_message_number() -> None:
-    data = json.loads(to_json(conversation(), SAMPLING))
+    data = json.loads(format_1_file())
     data["kvchat"]["messages"][1]["stats"]["finish_reason"] = "bored"
     with pytest.raises(ImportFormatError, match="stats of message 3 have an unknown finish"):
         parse_import(json.dumps(data))
     data["kvchat"]["messages"][1]["stats"] = {"prompt_tokens": 1}
     with pytest.raises(ImportFormatError, match='no whole number "prompt_evaluated"'):
         parse_import(json.dumps(data))
+    # In the tree, a message's number is its place in "kvchat.tree".
+    data = json.loads(to_json(conversation(), SAMPLING))
+    data["kvchat"]["tree"][1]["stats"]["finish_reason"] = "bored"
+    with pytest.raises(ImportFormatError, match="stats of message 2 have an unknown finish"):
+        parse_import(json.dumps(data))
+
+
+# --- trees ------------------------------------------------------------------------------
+
+
+def branched() -> Conversation:
+    """Q with two replies (A1, then A2 regenerated), a follow-up under A1, and an
+    edited first question with its own reply; the branch shown ends at A2."""
+    conv = Conversation(title="Branches", created=1.0, updated=2.0)
+    question = Message("user", "Q", created=10.0)
+    conv.append(question)
+    first = Message("assistant", "A1", created=11.0, token_ids=[1, 2, 3])
+    conv.append(first)
+    conv.append(Message("user", "follow-up", created=12.0))
+    conv.append(Message("assistant", "A1 again", created=13.0))
+    conv.add_sibling(question, Message("user", "Q edited", created=14.0))
+    conv.append(Message("assistant", "B", created=15.0))
+    conv.add_sibling(first, Message("assistant", "A2", created=16.0, token_ids=[4, 5]))
+    return conv
+
+
+def test_json_round_trip_of_a_tree_is_exact(tmp_path: Path) -> None:
+    conv = branched()
+    exported = to_json(conv, {})
+    data = json.loads(exported)
+    # Other tools see the branch shown.
+    assert [m["content"] for m in data["messages"]] == ["Q", "A2"]
+    assert len(data["kvchat"]["tree"]) == 7
+    parsed, _ = parse_import(exported)
+    assert [m.content for m in parsed.messages] == ["Q", "A2"]
+    assert [m.content for m in parsed.tree] == [m.content for m in conv.tree]
+    assert [m.token_ids for m in parsed.tree] == [m.token_ids for m in conv.tree]
+    assert [[m.content for m in parsed.tree.path_to(leaf)] for leaf in parsed.tree.leaves()] == [
+        ["Q", "A1", "follow-up", "A1 again"],
+        ["Q edited", "B"],
+        ["Q", "A2"],
+    ]
+    assert to_json(parsed, {}) == exported
+    with Store(tmp_path / "c.db") as store:
+        conv_id = store.import_conversation(parsed, {})
+        assert to_json(store.get_conversation(conv_id), {}) == exported
+
+
+def test_import_of_a_tree_shows_the_newest_branch_under_the_message_shown() -> None:
+    data = json.loads(to_json(branched(), {}))
+    data["kvchat"]["shown"] = 1  # Q: the branch below it last written to, A2
+    assert [m.content for m in parse_import(json.dumps(data))[0].messages] == ["Q", "A2"]
+    del data["kvchat"]["shown"]  # the newest message
+    assert [m.content for m in parse_import(json.dumps(data))[0].messages] == ["Q", "A2"]
+    data["kvchat"]["shown"] = 4
+    assert [m.content for m in parse_import(json.dumps(data))[0].messages] == [
+        "Q",
+        "A1",
+        "follow-up",
+        "A1 again",
+    ]
+
+
+def test_markdown_is_the_branch_shown_or_every_branch() -> None:
+    conv = branched()
+    shown = to_markdown(conv)
+    assert "- **Branches:** 3 (the one last shown below)" in shown
+    assert "## User\n\nQ\n\n## Assistant\n\nA2\n" in shown
+    assert "A1" not in shown and "Q edited" not in shown
+
+    every = to_markdown(conv, all_branches=True)
+    assert "- **Branches:** 3 (all below)" in every
+    headings = [line for line in every.splitlines() if line.startswith("## ")]
+    assert headings == ["## Branch 1 of 3", "## Branch 2 of 3", "## Branch 3 of 3 (shown)"]
+    sections = every.split("## Branch ")[1:]
+    assert [re.findall(r"^### (\w+)\n\n(.*)$", part, re.M) for part in sections] == [
+        [("User", "Q"), ("Assistant", "A1"), ("User", "follow-up"), ("Assistant", "A1 again")],
+        [("User", "Q edited"), ("Assistant", "B")],
+        [("User", "Q"), ("Assistant", "A2")],
+    ]
+    # A conversation of one branch says nothing about branches.
+    assert "Branches" not in to_markdown(conversation())
+
+
+def test_markdown_of_every_branch_shows_escape_sequences() -> None:
+    conv = branched()
+    conv.add_sibling(conv.messages[-1], Message("assistant", "x\x1b]0;pwned\x07y\x9b2J"))
+    text = to_markdown(conv, all_branches=True)
+    assert "x␛]0;pwned␇y<U+009B>2J" in text
+    assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text
 
 
 def test_read_import_file(tmp_path: Path) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from chat.engine.base import ChatMessage
 from chat.engine.llama import LlamaEngine
-from chat.engine.prompt_tokens import PieceTokenizer
+from chat.engine.prompt_tokens import PieceTokenizer, tokenize_parts
 
 AWKWARD = [
     "",
@@ -63,9 +64,9 @@ def test_only_new_pieces_are_tokenized() -> None:
         return ids
 
     pieces = PieceTokenizer(tokenize, [(b"<s>", 1)])
-    assert pieces(b"intro<s>one two<s>three", True) == [0, 15, 1, 13, 13, 1, 15]
+    assert pieces([b"intro<s>one two<s>three"], True) == [0, 15, 1, 13, 13, 1, 15]
     calls.clear()
-    assert pieces(b"intro<s>one two<s>three<s>four", True) == [0, 15, 1, 13, 13, 1, 15, 1, 14]
+    assert pieces([b"intro<s>one two<s>three<s>four"], True) == [0, 15, 1, 13, 13, 1, 15, 1, 14]
     assert calls == [b"<s>four"]
 
 
@@ -75,12 +76,12 @@ def test_a_cut_llama_cpp_would_not_make_falls_back_to_the_whole_text() -> None:
         return [2 if text.startswith(b"<s>x") else 1] + [9] * (len(text) // 4)
 
     pieces = PieceTokenizer(tokenize, [(b"<s>", 1)])
-    assert pieces(b"<s>xyz", False) == tokenize(b"<s>xyz", False)
+    assert pieces([b"<s>xyz"], False) == tokenize(b"<s>xyz", False)
 
 
 def test_no_markers_means_whole_text() -> None:
     pieces = PieceTokenizer(lambda text, add_bos: [len(text)], [])
-    assert pieces(b"abc", False) == [3]
+    assert pieces([b"abc"], False) == [3]
 
 
 @pytest.mark.model
@@ -102,7 +103,45 @@ def test_a_bos_before_the_first_piece_is_not_a_wrong_cut() -> None:
         return ([7] if add_bos else []) + [1 if part == b"<s>" else 5 for part in text.split(b"|")]
 
     pieces = PieceTokenizer(tokenize, [(b"<s>", 1)])
-    assert pieces(b"<s>|a", True) == [7, 1, 5]
+    assert pieces([b"<s>|a"], True) == [7, 1, 5]
     calls.clear()
-    assert pieces(b"<s>|a<s>|b", True) == [7, 1, 5, 1, 5]
+    assert pieces([b"<s>|a<s>|b"], True) == [7, 1, 5, 1, 5]
     assert calls == [b"<s>|b"]  # the first piece was reused: its BOS is no wrong cut
+
+
+def test_token_parts_go_in_as_they_are() -> None:
+    calls: list[bytes] = []
+
+    def tokenize(text: bytes, add_bos: bool) -> list[int]:
+        calls.append(text)
+        ids = [0] if add_bos else []
+        for part in text.replace(b"<s>", b" <s> ").split():
+            ids.append(1 if part == b"<s>" else len(part) + 10)
+        return ids
+
+    pieces = PieceTokenizer(tokenize, [(b"<s>", 1)])
+    first = [b"<s>a<s>", [7, 8], b"<s>b"]
+    assert pieces(first, True) == [0, 1, 11, 1, 7, 8, 1, 11]
+    assert tokenize_parts(tokenize, first, True) == pieces(first, True)
+    calls.clear()
+    # Text right after the tokens is tokenized on its own, not a wrong cut.
+    second = [b"<s>a<s>", [7, 8], b"c<s>b<s>d"]
+    assert pieces(second, True) == [0, 1, 11, 1, 7, 8, 11, 1, 11, 1, 11]
+    assert calls == [b"c", b"<s>d"]  # the other pieces were remembered
+    assert tokenize_parts(tokenize, second, True) == pieces(second, True)
+
+
+@pytest.mark.model
+def test_pieces_match_whole_tokenization_with_sampled_replies(engine: LlamaEngine) -> None:
+    pieces = PieceTokenizer(engine._tokenize, engine._message_markers())
+    messages: list[ChatMessage] = [{"role": "system", "content": "You are a helpful assistant."}]
+    for turn, text in enumerate(AWKWARD * 2):
+        if turn % 2 == 0:
+            messages.append({"role": "user", "content": text})
+        else:
+            # As a model may sample it: one character at a time where it can.
+            ids = [i for char in text for i in engine._tokenize(char.encode(), False)]
+            messages.append({"role": "assistant", "content": text, "token_ids": ids})
+        for generation_prompt in (True, False):
+            whole = engine.tokenize_chat(messages, generation_prompt)
+            assert engine._tokenize_chat(messages, generation_prompt, pieces) == whole, turn

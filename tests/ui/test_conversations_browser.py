@@ -169,8 +169,7 @@ async def test_regenerate_replaces_the_reply_and_keeps_the_old_one() -> None:
         await wait_for(lambda: len(engine.calls) == 2 and not screen.generating, pilot)
     conv = saved()
     assert [m.content for m in conv.messages] == ["question", "second"]
-    with Store(db()) as store:
-        assert [m.content for m in store.get_superseded(conv.id or 0)] == ["first"]
+    assert [m.content for m in conv.tree.siblings(conv.messages[1])] == ["first", "second"]
 
 
 async def test_a_message_that_does_not_fit_is_not_left_in_the_database() -> None:

@@ -413,6 +413,39 @@ def test_interrupted_reply(snap_compare: Any, tmp_path: Path) -> None:
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
 
 
+# -- branches: alternatives of a message, editing ------------------------------------
+
+
+@SIZES
+def test_branch_switch_and_edit_banner(
+    size: tuple[int, int], snap_compare: Any, tmp_path: Path
+) -> None:
+    """A conversation whose reply was regenerated, reopened: the reply shows
+    `‹ 2/2 ›`, the first reply is selected and shown, and the user's message is
+    being edited in the prompt box (the banner above it)."""
+    conv = saved_conversation(QUESTION, "2025-03-14", 1)
+    conv.link_shown()  # saved_conversation appends to the branch shown directly
+    first = conv.messages[-1]
+    conv.add_sibling(
+        first,
+        Message("assistant", "Use `items[::-1]`.", created=noon_utc("2025-03-14"), stats=STATS),
+    )
+    database = tmp_path / "conversations.db"
+    (conv_id,) = save(database, conv)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        assert isinstance(pilot.app, ChatApp)
+        screen = await ready(pilot.app, pilot)
+        await wait_for(lambda: screen.conversation.id == conv_id, pilot)
+        await pilot.press("alt+left")
+        await wait_for(lambda: screen.conversation.messages[-1].content == first.content, pilot)
+        await pilot.press("alt+up", "alt+up", "f3")
+        await steady(pilot)
+
+    app = chat_app(database=database, resume=conv_id)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
 # -- saving: a folder that cannot be written, another window -----------------------
 
 

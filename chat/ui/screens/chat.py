@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable
 from dataclasses import asdict, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from textual import on
@@ -35,7 +35,7 @@ from textual.worker import Worker
 from chat.conversations.conversation import Conversation, Message
 from chat.conversations.saver import ConversationSaver
 from chat.conversations.store import Store
-from chat.engine.base import ChatMessages, Engine
+from chat.engine.base import Engine
 from chat.errors import KvchatError
 from chat.session.background import in_thread, start_thread
 from chat.session.chat_session import ChatSession
@@ -48,7 +48,12 @@ from chat.ui.messages import ReplyUpdate, SwitchModelRequested
 from chat.ui.widgets.context_meter import HELP as CONTEXT_HELP
 from chat.ui.widgets.context_meter import ContextMeter, MeterState
 from chat.ui.widgets.conversation_view import ConversationView
-from chat.ui.widgets.message_view import AssistantMessageView, MessageView, WaitingMessage
+from chat.ui.widgets.message_view import (
+    AssistantMessageView,
+    BranchSwitch,
+    MessageView,
+    WaitingMessage,
+)
 from chat.ui.widgets.prompt_box import PromptBox
 from chat.ui.widgets.status_bar import StatusBar
 
@@ -69,8 +74,28 @@ class ChatScreen(Screen[None]):
         Binding("ctrl+o", "open_conversations", "Open"),
         # priority: in the prompt box, Ctrl+E would otherwise move to the end of the line.
         Binding("ctrl+e", "export", "Export", priority=True),
-        Binding("f1", "context_help", "Help", tooltip="Why the whole conversation is re-sent"),
+        Binding(
+            "f1",
+            "context_help",
+            "Help",
+            tooltip="Why the whole conversation is re-sent",
+            show=False,
+        ),
         Binding("ctrl+t", "token_view", "Tokens"),
+        # Function keys, not alt+letter: terminals send alt+f as ESC f, which
+        # Textual reads as ctrl+right (Emacs' word forward).
+        Binding("f3", "edit_message", "Edit", tooltip="Edit a message as a new branch"),
+        Binding(
+            "alt+left",
+            "switch_branch(-1)",
+            "Branch",
+            key_display="alt+←→",
+            tooltip="Show the previous or next alternative of a message",
+        ),
+        Binding("alt+right", "switch_branch(1)", "Next alternative", show=False),
+        Binding("alt+up", "select_message(-1)", "Select previous message", show=False),
+        Binding("alt+down", "select_message(1)", "Select next message", show=False),
+        Binding("f4", "fork", "Fork here", show=False),
     ]
     COMMANDS = {ChatScreenCommands}
 
@@ -110,6 +135,8 @@ class ChatScreen(Screen[None]):
         self._models = models
         self._waiting: WaitingMessage | None = None
         """A message sent while the model loads, shown until the model is ready."""
+        self._editing: tuple[Message, str] | None = None
+        """The message being edited in the prompt box, and the draft it replaced there."""
 
     @property
     def conversation(self) -> Conversation:
@@ -133,10 +160,28 @@ class ChatScreen(Screen[None]):
     def generating(self) -> bool:
         return self._reply_view is not None
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The footer shows the keys that do something now (so that they fit on
+        one line at 100 columns): Esc while there is something to stop, the
+        branch keys once a message has alternatives, and so on."""
+        if action == "stop":
+            return self.generating or self._waiting is not None or self._editing is not None
+        if action in ("regenerate", "edit_message", "fork"):
+            return not self.generating and bool(self.conversation.messages)
+        if action == "switch_branch":
+            editing = self._editing is not None
+            return (
+                not self.generating
+                and not editing
+                and len(self.conversation.tree) > len(self.conversation.messages)
+            )
+        return True
+
     def compose(self) -> ComposeResult:
         yield ConversationView(id="conversation")
         yield Static("", id="notice", markup=False)
         yield ContextMeter(id="meter")
+        yield Static("", id="editing", markup=False)
         yield PromptBox(id="prompt")
         yield StatusBar(id="status")
         # Compact (styled in app.tcss): every key of the chat screen fits on one
@@ -145,6 +190,7 @@ class ChatScreen(Screen[None]):
 
     async def on_mount(self) -> None:
         self.query_one("#notice").display = False
+        self.query_one("#editing").display = False
         self.query_one(PromptBox).focus()
         await self._show_system_prompt()
 
@@ -227,6 +273,9 @@ class ChatScreen(Screen[None]):
             return
         if self._still_counting():
             return
+        if self._editing is not None:
+            await self._send_edited(text, event.prompt_box)
+            return
         plan = self._plan_to_send(text)
         if plan is None:
             return
@@ -244,8 +293,10 @@ class ChatScreen(Screen[None]):
         return plan
 
     async def _send(self, text: str, plan: WindowPlan) -> None:
+        self._select(None)  # a new turn: the keys apply to the newest messages again
         message = self.session.add_user_message(text, plan)
-        await self.query_one(ConversationView).add_message(message)
+        view = await self.query_one(ConversationView).add_message(message)
+        self._mark_branches([view])
         await self._start_reply(plan)
 
     # A message sent while the model loads waits for it.
@@ -265,6 +316,7 @@ class ChatScreen(Screen[None]):
         await view.mount(waiting)
         view.anchor()
         self._waiting = waiting
+        self.refresh_bindings()
         # The load may have ended while the message was being shown.
         if self.engine is not None:
             await self._send_waiting()
@@ -275,6 +327,7 @@ class ChatScreen(Screen[None]):
         """The model is ready: send the waiting message as Enter would have. One
         that does not fit goes back into the box, with the reason."""
         waiting, self._waiting = self._waiting, None
+        self.refresh_bindings()
         if waiting is None:
             return
         await waiting.remove()
@@ -287,6 +340,7 @@ class ChatScreen(Screen[None]):
     def _take_back_waiting(self) -> bool:
         """Put the waiting message back into the prompt box; False if none waits."""
         waiting, self._waiting = self._waiting, None
+        self.refresh_bindings()
         if waiting is None:
             return False
         waiting.remove()
@@ -308,6 +362,7 @@ class ChatScreen(Screen[None]):
 
     @on(ConversationView.EarlierShown)
     def _on_earlier_shown(self, event: ConversationView.EarlierShown) -> None:
+        self._mark_branches(event.views)
         if self.session.budget is not None and self.session.has_messages_outside:
             self._mark_views(event.views)
 
@@ -422,14 +477,16 @@ class ChatScreen(Screen[None]):
         `ChatSession.prefill_prompt`). Sent otherwise, nothing changes but the
         CPU time spent."""
         engine = self.engine
-        if engine is None or self.generating or not self.settings.chat.prefill:
+        if engine is None or self.generating:
             return
         if self._counting_messages():
             return  # planning would count them too; done, the count schedules this again
         text = self.query_one(PromptBox).text.strip("\n")
         # Planned in the thread too: with a long conversation or draft, planning
         # takes longer than a keystroke may.
-        start_thread("prefill", _prefill_quietly, engine, self.session.prefill_prompt, text)
+        start_thread(
+            "prefill", _prefill_quietly, engine, self.session, text, self.settings.chat.prefill
+        )
 
     def _counting_messages(self) -> bool:
         """Whether the conversation's messages are being counted (`recount_meter`)."""
@@ -446,22 +503,24 @@ class ChatScreen(Screen[None]):
 
     # The reply.
 
-    async def _start_reply(self, plan: WindowPlan, replaces: int | None = None) -> None:
-        """`replaces`: the saved id of the reply that this one regenerates."""
+    async def _start_reply(self, plan: WindowPlan) -> None:
         engine = self.engine
         assert engine is not None
-        reply = self.session.begin_reply(plan, replaces)
+        reply = self.session.begin_reply(plan)
         self._mark_views(self.query_one(ConversationView).message_views())
         self.query_one(ContextMeter).show(MeterState.from_plan(plan))
         self._reply_view = await self.query_one(ConversationView).start_reply(reply)
         self.query_one(StatusBar).show_generating()
+        self.refresh_bindings()
+        prompt = self.session.reply_prompt(plan)
         self._stream = ReplyStream(
             engine,
-            self.session.reply_prompt(plan),
+            prompt,
             # A copy: the settings pane may change them while the reply streams.
             replace(self.settings.sampling),
             lambda event: self.post_message(ReplyUpdate(event)),
             record_probs=self.settings.chat.record_token_probs,
+            before=partial(self.session.resume_before_reply, engine, prompt),
         )
         self._stream.start()
 
@@ -493,7 +552,9 @@ class ChatScreen(Screen[None]):
         finished = ended.finished
         self.session.end_reply(view.message, finished)
         await view.finish(finished.text, finished.stats)
+        self._mark_branches([view])
         self._reply_view = self._stream = None
+        self.refresh_bindings()
         self.query_one(StatusBar).show_reply(finished.stats)
         self._schedule_prefill()  # for what was typed while the reply streamed
         if finished.stats.finish_reason == "context_full":
@@ -506,6 +567,7 @@ class ChatScreen(Screen[None]):
     async def _reply_failed(self, failed: ReplyFailed) -> None:
         view = self._reply_view
         self._reply_view = self._stream = None
+        self.refresh_bindings()
         if view is not None:
             self.session.drop_reply(view.message)
             await view.finish("", None)
@@ -524,11 +586,12 @@ class ChatScreen(Screen[None]):
             self.query_one(StatusBar).show_model(self.engine.info)
 
     def action_stop(self) -> None:
-        """Esc: stop the reply, or take back a message waiting for the model."""
+        """Esc: stop the reply, take back a message waiting for the model, or
+        stop editing a message (the draft comes back)."""
         if self._stream is not None:
             self._stream.cancel()
-        else:
-            self._take_back_waiting()
+        elif not self._take_back_waiting():
+            self._stop_editing()
 
     def stop_generating(self) -> None:
         """End the reply within one token (its end arrives, and is saved, as
@@ -539,6 +602,8 @@ class ChatScreen(Screen[None]):
             self.saver.save_progress(self._stream.text)
 
     async def action_regenerate(self) -> None:
+        """A new reply in place of the selected one (else the last one). The old
+        reply stays as an alternative: alt+←/→ switches between them."""
         if self.generating:
             self.notify(
                 "Wait for the reply to finish, or press Esc to stop it.", severity="warning"
@@ -547,21 +612,227 @@ class ChatScreen(Screen[None]):
         if self.engine is None:
             self.notify("No model is loaded.", severity="warning")
             return
-        last_reply = self.session.last_reply()
-        if last_reply is None:
+        selected = self._selected_message()
+        reply = selected if selected and selected.role == "assistant" else self.session.last_reply()
+        if reply is None:
             self.notify("There is no reply to regenerate yet.", severity="warning")
             return
-        messages = self.conversation.messages
-        messages.pop()
+        shown = self.session.cut_before(reply)
         plan = self.session.plan(None)
         if plan is None or plan.problem:
-            messages.append(last_reply)
+            self.session.restore_branch(shown)
             self.notify(plan.problem or "" if plan else "No model is loaded.", severity="error")
             return
-        views = self.query_one(ConversationView).message_views()
-        await views[-1].remove()
-        # The new reply supersedes the old one in the database, which keeps it.
-        await self._start_reply(plan, replaces=last_reply.id)
+        await self.query_one(ConversationView).follow_branch(self.conversation.messages)
+        await self._start_reply(plan)
+
+    # Branches: alternatives of a message, editing, forking.
+
+    def _mark_branches(self, views: list[MessageView]) -> None:
+        """Show, on each view, which of its message's alternatives it is."""
+        for view in views:
+            if view.message.role != "system":
+                alternatives = self.session.alternatives(view.message)
+                if len(alternatives) > 1 or view.has_class("branched"):
+                    position = next(i for i, m in enumerate(alternatives) if m is view.message)
+                    view.show_branch(position + 1, len(alternatives))
+                    view.add_class("branched")
+
+    def _selected_message(self) -> Message | None:
+        """The message the user selected (a click, alt+↑/↓), if any."""
+        for view in self.query_one(ConversationView).message_views():
+            if view.has_class("selected") and view.message.role != "system":
+                return view.message
+        return None
+
+    def _select(self, view: MessageView | None) -> None:
+        for other in self.query_one(ConversationView).message_views():
+            other.set_class(other is view, "selected")
+        if view is not None:
+            view.scroll_visible(animate=False)
+
+    @on(MessageView.Selected)
+    def _on_message_clicked(self, event: MessageView.Selected) -> None:
+        self._select(event.view)
+
+    def action_select_message(self, step: int) -> None:
+        """alt+↑/↓: select the message above or below (from none: the newest);
+        below the newest, none is selected."""
+        views = [
+            view
+            for view in self.query_one(ConversationView).message_views()
+            if view.message.role != "system"
+        ]
+        if not views:
+            return
+        current = next((i for i, view in enumerate(views) if view.has_class("selected")), None)
+        index = (len(views) - 1 if step < 0 else None) if current is None else current + step
+        if index is None or index >= len(views):
+            self._select(None)
+        else:
+            self._select(views[max(0, index)])
+
+    def _branch_point(self) -> Message | None:
+        """The message whose alternatives alt+←/→ switches between: the selected
+        one, else the newest shown that has alternatives."""
+        selected = self._selected_message()
+        if selected is not None:
+            return selected
+        for message in reversed(self.conversation.messages):
+            if len(self.session.alternatives(message)) > 1:
+                return message
+        return None
+
+    def _busy(self) -> bool:
+        if self.generating:
+            self.notify(
+                "Wait for the reply to finish, or press Esc to stop it.", severity="warning"
+            )
+            return True
+        return False
+
+    async def action_switch_branch(self, step: int) -> None:
+        if self._busy():
+            return
+        message = self._branch_point()
+        if message is None or len(self.session.alternatives(message)) < 2:
+            self.notify(
+                "No alternatives here yet: edit a message (F3) or regenerate a reply "
+                "(Ctrl+R), and the one it replaces is kept as an alternative.",
+                timeout=6,
+            )
+            return
+        self._stop_editing()
+        target = self.session.show_alternative(message, step)
+        if target is None:
+            return  # already the first (or the last) one
+        await self._show_branch(target)
+
+    @on(BranchSwitch.Clicked)
+    async def _on_branch_clicked(self, event: BranchSwitch.Clicked) -> None:
+        event.stop()
+        if self._busy():
+            return
+        self._stop_editing()
+        target = self.session.show_alternative(event.message, event.step)
+        if target is not None:
+            await self._show_branch(target)
+
+    async def _show_branch(self, target: Message) -> None:
+        """The conversation shows another branch: views, window and meter follow."""
+        view = self.query_one(ConversationView)
+        await view.follow_branch(self.conversation.messages)
+        views = view.message_views()
+        self._mark_branches(views)
+        self._select(next((v for v in views if v.message is target), None))
+        self.refresh_bindings()
+        self.recount_meter()
+        self._schedule_prefill()
+
+    def action_edit_message(self) -> None:
+        """F3: edit the selected message (else your last one). A message of
+        yours is edited in the prompt box and sent as a new branch; a reply is
+        edited in a dialog and becomes an alternative the conversation goes on
+        from. The original stays either way."""
+        if self._busy():
+            return
+        message = self._selected_message()
+        if message is None:
+            message = next(
+                (m for m in reversed(self.conversation.messages) if m.role == "user"), None
+            )
+        if message is None:
+            self.notify("There is no message to edit yet.", severity="warning")
+            return
+        if message.role == "assistant":
+            self._edit_reply(message)
+            return
+        box = self.query_one(PromptBox)
+        draft = self._editing[1] if self._editing is not None else box.text
+        self._editing = (message, draft)
+        box.text = message.content
+        box.move_cursor(box.document.end)
+        box.focus()
+        banner = self.query_one("#editing", Static)
+        banner.update(
+            Content(
+                "Editing your message: Enter sends it as a new branch, the original is "
+                "kept · Esc cancels"
+            )
+        )
+        banner.display = True
+        self.refresh_bindings()
+
+    def _stop_editing(self) -> None:
+        """Stop editing: the draft the box held before comes back."""
+        if self._editing is None:
+            return
+        _, draft = self._editing
+        self._editing = None
+        self.query_one("#editing").display = False
+        self.refresh_bindings()
+        box = self.query_one(PromptBox)
+        box.text = draft
+        box.move_cursor(box.document.end)
+
+    async def _send_edited(self, text: str, box: PromptBox) -> None:
+        """Send the edited message as a new branch beside the original."""
+        assert self._editing is not None
+        original, draft = self._editing
+        if not any(m is original for m in self.conversation.messages):
+            self._editing = None
+            self.query_one("#editing").display = False
+            self.notify("The message being edited is no longer shown.", severity="warning")
+            return
+        shown = self.session.cut_before(original)
+        plan = self._plan_to_send(text)
+        if plan is None:
+            self.session.restore_branch(shown)
+            return
+        self._editing = None
+        self.query_one("#editing").display = False
+        self.refresh_bindings()
+        box.text = draft
+        box.move_cursor(box.document.end)
+        await self.query_one(ConversationView).follow_branch(self.conversation.messages)
+        await self._send(text, plan)
+
+    def _edit_reply(self, reply: Message) -> None:
+        from chat.ui.screens.dialogs import EditReplyScreen
+
+        async def edited(text: str | None) -> None:
+            if text is None or text == reply.content or self.generating:
+                return
+            if not any(m is reply for m in self.conversation.messages):
+                return
+            new = self.session.edit_reply(reply, text)
+            await self._show_branch(new)
+            self.notify("Reply edited: the conversation goes on from the edited text.")
+
+        self.app.push_screen(EditReplyScreen(reply.content), edited)
+
+    async def action_fork(self) -> None:
+        """F4: the branch shown, up to the selected message (else all of it),
+        becomes a new saved conversation, which is then shown."""
+        if self._busy():
+            return
+        message = self._selected_message()
+        if message is None and self.conversation.messages:
+            message = self.conversation.messages[-1]
+        if message is None:
+            self.notify("There is nothing to fork yet.", severity="warning")
+            return
+        self._stop_editing()
+        self.session.fork_at(message)
+        system = self.conversation.system_prompt
+        view = self.query_one(ConversationView)
+        await view.show_messages(
+            Message("system", system) if system else None, self.conversation.messages
+        )
+        self.recount_meter()
+        self._schedule_prefill()
+        self.refresh_bindings()
+        self.notify(f"Forked: {self.conversation.title}", timeout=6, markup=False)
 
     # The seed.
 
@@ -592,9 +863,11 @@ class ChatScreen(Screen[None]):
             self.notify("Stop the reply first (Esc).", severity="warning")
             return
         self._take_back_waiting()  # it was for the conversation that goes
+        self._stop_editing()
         self.session.new_conversation()
         await self.query_one(ConversationView).clear()
         await self._show_system_prompt()
+        self.refresh_bindings()
         self.query_one(PromptBox).focus()
         self.refresh_meter()
 
@@ -685,6 +958,7 @@ class ChatScreen(Screen[None]):
             self.notify("Stop the reply first (Esc).", severity="warning")
             return False
         self._take_back_waiting()  # it was for the conversation that goes
+        self._stop_editing()
         sampling: dict[str, Any] = {}
         if isinstance(conversation, int):
             try:
@@ -697,6 +971,8 @@ class ChatScreen(Screen[None]):
         await self.query_one(ConversationView).show_messages(
             Message("system", system) if system else None, conversation.messages
         )
+        self._mark_branches(self.query_one(ConversationView).message_views())
+        self.refresh_bindings()
         self.query_one(PromptBox).focus()
         self.recount_meter()
         self._schedule_prefill()  # its first reply then evaluates only the new message
@@ -788,14 +1064,13 @@ class ChatScreen(Screen[None]):
         self.app.push_screen(LinkConfirmScreen(event.href))
 
 
-def _prefill_quietly(
-    engine: Engine,
-    prefill_prompt: Callable[[str], tuple[ChatMessages, bool] | None],
-    text: str,
-) -> None:
+def _prefill_quietly(engine: Engine, session: ChatSession, text: str, prefill: bool) -> None:
     """A prefill is only a head start: if it fails, sending the text meets the
-    same problem and reports it, so nothing is shown from here."""
+    same problem and reports it, so nothing is shown from here. A saved KV cache
+    of the conversation (instant resume) is put back first when it holds more."""
     with contextlib.suppress(Exception):
-        prompt = prefill_prompt(text)
+        prompt = session.prefill_prompt(text)
         if prompt is not None:
-            engine.prefill(*prompt)
+            session.resume(engine, *prompt)
+            if prefill:
+                engine.prefill(*prompt)

@@ -139,3 +139,60 @@ class StorageProblemScreen(ModalScreen[str]):
     @on(Button.Pressed)
     def _answer(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id or "continue")
+
+
+class EditReplyScreen(ModalScreen[str | None]):
+    """A reply's text to edit: Ctrl+S (or the button) keeps the edit, Escape
+    cancels. The text is the model's, shown as plain text: nothing in it is
+    interpreted."""
+
+    DEFAULT_CSS = (
+        "EditReplyScreen { align: center middle; }"
+        + DIALOG_CSS
+        + "EditReplyScreen .dialog { width: 100; height: 80%; }"
+        + "EditReplyScreen TextArea { height: 1fr; }"
+    )
+    BINDINGS = [
+        Binding("escape", "dismiss(None)", "Cancel"),
+        Binding("ctrl+s", "keep", "Keep the edit", priority=True),
+    ]
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self._text = text
+
+    def compose(self) -> ComposeResult:
+        from textual.widgets import TextArea
+
+        from chat.sanitize import sanitize
+
+        with Vertical(classes="dialog"):
+            yield Label("Edit the reply", classes="dialog-title")
+            yield Static(
+                Content(
+                    "The conversation goes on from the edited text; the original reply "
+                    "is kept as an alternative (alt+←/→)."
+                ),
+                classes="dialog-text",
+            )
+            yield TextArea(sanitize(self._text), id="reply-text", soft_wrap=True)
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Keep the edit (Ctrl+S)", id="keep", variant="primary")
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#reply-text").focus()
+
+    @on(Button.Pressed, "#keep")
+    def action_keep(self) -> None:
+        from textual.widgets import TextArea
+
+        text = self.query_one("#reply-text", TextArea).text
+        if not text.strip():
+            self.notify("A reply cannot be empty.", severity="warning")
+            return
+        self.dismiss(text)
+
+    @on(Button.Pressed, "#cancel")
+    def _cancel(self) -> None:
+        self.dismiss(None)

@@ -21,7 +21,12 @@ from textual.message import Message as TextualMessage
 from textual.widgets import Static
 
 from chat.conversations.conversation import Message
-from chat.ui.widgets.message_view import AssistantMessageView, MessageView, view_for
+from chat.ui.widgets.message_view import (
+    AssistantMessageView,
+    MessageView,
+    SystemMessageView,
+    view_for,
+)
 
 
 class EarlierMessages(Static):
@@ -147,6 +152,30 @@ class ConversationView(VerticalScroll):
         super().watch_scroll_y(old_value, new_value)
         if new_value < old_value and new_value < self.size.height:
             self.request_earlier()
+
+    async def follow_branch(self, messages: Sequence[Message]) -> list[MessageView]:
+        """Show `messages` (another branch of the conversation) where they differ
+        from what is shown: views below the first difference are replaced. Returns
+        the views mounted."""
+        earlier = self._earlier
+        if len(messages) < len(earlier) or any(
+            a is not b for a, b in zip(earlier, messages, strict=False)
+        ):
+            # The branches part above what is mounted: show the new one afresh.
+            system = next(iter(self.query(SystemMessageView)), None)
+            await self.show_messages(system.message if system else None, messages)
+            return self.message_views()
+        views = [view for view in self.message_views() if not isinstance(view, SystemMessageView)]
+        shown = messages[len(earlier) :]
+        same = 0
+        while same < min(len(views), len(shown)) and views[same].message is shown[same]:
+            same += 1
+        if views[same:]:
+            await self.remove_children(views[same:])
+        new = [view_for(message) for message in shown[same:]]
+        if new:
+            await self.mount_all(new)
+        return new
 
     async def start_reply(self, message: Message) -> AssistantMessageView:
         view = AssistantMessageView(message)

@@ -8,11 +8,14 @@ the user confirms. The user's own text is shown as plain text.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
+from textual import events
 from textual.app import ComposeResult
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical
 from textual.content import Content
+from textual.message import Message as TextualMessage
 from textual.widgets import Static
 
 from chat.conversations.conversation import STATE_NOTES, Message, ReplyStats
@@ -48,16 +51,77 @@ def cache_summary(stats: ReplyStats) -> str:
     )
 
 
+class BranchSwitch(Static):
+    """`‹ 2/3 ›` beside a message that has alternatives (an edited message, a
+    regenerated reply): which one is shown. A click on its left half shows the
+    previous one, on its right half the next."""
+
+    DEFAULT_CSS = """
+    BranchSwitch {
+        width: auto;
+        height: 1;
+        padding: 0 0 0 1;
+        color: $text-muted;
+        display: none;
+    }
+    BranchSwitch:hover {
+        color: $text;
+        background: $boost;
+    }
+    """
+
+    @dataclass
+    class Clicked(TextualMessage):
+        """Show the previous (`step` -1) or next (+1) alternative of `message`."""
+
+        message: Message
+        step: int
+
+    def __init__(self, message: Message) -> None:
+        super().__init__("", markup=False)
+        self.message = message
+
+    def show_position(self, position: int, count: int) -> None:
+        """`position` is 1-based; with one alternative only, nothing is shown."""
+        self.display = count > 1
+        self.update(Content(f"‹ {position}/{count} ›"))
+
+    def on_click(self, event: events.Click) -> None:
+        event.stop()
+        step = -1 if event.x < self.size.width / 2 else 1
+        self.post_message(self.Clicked(self.message, step))
+
+
 class MessageView(Vertical):
     """Base view: a header, and a body that subclasses provide."""
+
+    @dataclass
+    class Selected(TextualMessage):
+        """The user clicked `view`: it is the message the next action applies to."""
+
+        view: MessageView
 
     def __init__(self, message: Message) -> None:
         super().__init__(classes=f"message {message.role}")
         self.message = message
         self.outside_window = False
+        self._branch: tuple[int, int] = (1, 1)
 
     def compose(self) -> ComposeResult:
-        yield Static(self.header_text(), classes="message-header", markup=False)
+        with Horizontal(classes="message-header-row"):
+            yield Static(self.header_text(), classes="message-header", markup=False)
+            switch = BranchSwitch(self.message)
+            switch.show_position(*self._branch)
+            yield switch
+
+    def show_branch(self, position: int, count: int) -> None:
+        """Which of its alternatives this message is (1-based), of how many."""
+        self._branch = (position, count)
+        for switch in self.query(BranchSwitch):
+            switch.show_position(position, count)
+
+    def on_click(self) -> None:
+        self.post_message(self.Selected(self))
 
     def header_text(self) -> Content:
         role = {"user": "You", "assistant": "Assistant", "system": "System prompt"}[
@@ -136,11 +200,6 @@ class AssistantMessageView(MessageView):
     @property
     def body(self) -> Markdown:
         return cast("Markdown", self.query_one(".message-body"))
-
-    def on_click(self) -> None:
-        """A clicked reply is the one the token view (Ctrl+T) opens next."""
-        for view in self.screen.query(AssistantMessageView):
-            view.set_class(view is self, "selected")
 
     def start_stream(self) -> None:
         self.add_class("streaming")

@@ -1,0 +1,241 @@
+"""KV cache states: the file format, and saving and restoring them with the
+real demo model (a restored state in a freshly loaded engine replies exactly as
+the engine that saved it, evaluating only the new message)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from chat.engine.base import Finished
+from chat.engine.kv_state import (
+    MAGIC,
+    CorruptStateError,
+    ForeignStateError,
+    KvState,
+    StateMismatchError,
+    TruncatedStateError,
+    model_fingerprint,
+    read_header,
+    read_state,
+    write_state,
+)
+from chat.engine.llama import LlamaEngine, load_engine
+from chat.settings.schema import ModelSettings, SamplingSettings
+from tests.fakes import IDENTITY
+
+STATE = KvState((1, 2, 3, 500), bytes(range(256)) * 40, ((0, 3),))
+SEEDED = SamplingSettings(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, max_tokens=24, seed=11)
+SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+
+
+def reply(engine: LlamaEngine, messages: list[dict[str, str]]) -> Finished:
+    last = None
+    for event in engine.stream_reply(messages, SEEDED, threading.Event()):
+        if isinstance(event, Finished):
+            last = event
+    assert last is not None
+    return last
+
+
+def saved(tmp_path: Path) -> Path:
+    path = tmp_path / "a.kvstate"
+    write_state(path, STATE, IDENTITY, "db#1", 1.0)
+    return path
+
+
+# --- the file ----------------------------------------------------------------------
+
+
+def test_a_state_reads_back_as_written(tmp_path: Path) -> None:
+    path = saved(tmp_path)
+    header, state = read_state(path, IDENTITY)
+    assert state.tokens == STATE.tokens
+    assert bytes(state.data) == STATE.data
+    assert state.batches == STATE.batches
+    assert header.conversation_key == "db#1"
+    assert read_header(path).tokens == STATE.tokens
+    assert [p.name for p in tmp_path.iterdir()] == ["a.kvstate"]  # no temporary left
+
+
+def test_a_truncated_file_is_refused(tmp_path: Path) -> None:
+    path = saved(tmp_path)
+    whole = path.read_bytes()
+    for size in (len(whole) - 1, len(whole) // 2, 40, 5):
+        path.write_bytes(whole[:size])
+        with pytest.raises(TruncatedStateError):
+            read_state(path, IDENTITY)
+
+
+def test_damaged_data_or_header_is_refused(tmp_path: Path) -> None:
+    path = saved(tmp_path)
+    whole = bytearray(path.read_bytes())
+    last = whole[-1]
+    whole[-1] ^= 0x01  # one bit of the state bytes
+    path.write_bytes(whole)
+    with pytest.raises(CorruptStateError, match="checksum"):
+        read_state(path, IDENTITY)
+    whole[-1] = last
+    whole[30] ^= 0x20  # inside the JSON header
+    path.write_bytes(whole)
+    with pytest.raises(CorruptStateError, match="header"):
+        read_header(path)
+    path.write_bytes(bytes(whole) + b"more")
+    with pytest.raises(CorruptStateError):
+        read_header(path)
+
+
+def test_a_foreign_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "x.kvstate"
+    path.write_bytes(b"GGUF" + os.urandom(200))
+    with pytest.raises(ForeignStateError, match="not a kvchat state file"):
+        read_header(path)
+    newer = bytearray(saved(tmp_path).read_bytes())
+    newer[len(MAGIC)] = 99  # a format this version does not know
+    path.write_bytes(newer)
+    with pytest.raises(ForeignStateError, match="format 99"):
+        read_header(path)
+
+
+def test_a_state_for_another_identity_is_refused(tmp_path: Path) -> None:
+    path = saved(tmp_path)
+    for other in (
+        replace(IDENTITY, n_ctx=4096),
+        replace(IDENTITY, model_hash="cd" * 32),
+        replace(IDENTITY, type_k=1),
+        replace(IDENTITY, library="0.3.37"),
+    ):
+        with pytest.raises(StateMismatchError):
+            read_state(path, other)
+
+
+def test_model_identity_is_the_content_not_the_name(tmp_path: Path) -> None:
+    size = 3 << 20
+    first = tmp_path / "a" / "model.gguf"
+    second = tmp_path / "b" / "model.gguf"
+    for path in (first, second):
+        path.parent.mkdir()
+        path.write_bytes(b"\1" * size)
+    assert model_fingerprint(first) == model_fingerprint(second)
+    with second.open("r+b") as file:  # other weights at the end, same name and size
+        file.seek(size - 10)
+        file.write(b"\2")
+    assert model_fingerprint(first) != model_fingerprint(second)
+    with second.open("ab") as file:
+        file.write(b"\1")
+    assert model_fingerprint(second)[0] == size + 1
+
+
+# --- with the real model -----------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_engine(demo_model: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A newly loaded engine, as in a new process (closed after the test)."""
+    engines: list[LlamaEngine] = []
+
+    def load(n_ctx: int = 2048) -> LlamaEngine:
+        engines.append(load_engine(demo_model, ModelSettings(n_ctx=n_ctx), tmp_path / "llama.log"))
+        return engines[-1]
+
+    yield load
+    for engine in engines:
+        engine.close()
+
+
+def conversation_of_two_turns(engine: LlamaEngine) -> list[dict[str, str]]:
+    engine.reset()
+    messages = [SYSTEM, {"role": "user", "content": "Tell me about the sea in two sentences."}]
+    first = reply(engine, messages)
+    return [
+        *messages,
+        {"role": "assistant", "content": first.text},
+        {"role": "user", "content": "And about rivers?"},
+    ]
+
+
+def test_a_restored_state_replies_exactly_as_the_warm_engine(fresh_engine) -> None:  # type: ignore[no-untyped-def]
+    warm = fresh_engine()
+    messages = conversation_of_two_turns(warm)
+    state = warm.save_state()
+    assert state is not None and len(state.tokens) == warm.cached_tokens
+    warm_reply = reply(warm, messages)
+
+    restored = fresh_engine()
+    assert restored.state_identity() == warm.state_identity()
+    assert restored.restore_state(state)
+    assert restored.cached_tokens == len(state.tokens)
+    restored_reply = reply(restored, messages)
+    assert restored_reply.text == warm_reply.text
+    # Only the new message was evaluated, exactly as much as the warm engine did.
+    assert restored_reply.stats.prompt_evaluated == warm_reply.stats.prompt_evaluated
+    assert restored_reply.stats.prompt_evaluated < restored_reply.stats.prompt_tokens / 3
+
+
+def test_restore_replaces_what_the_cache_held(fresh_engine) -> None:  # type: ignore[no-untyped-def]
+    engine = fresh_engine()
+    messages = conversation_of_two_turns(engine)
+    state = engine.save_state()
+    assert state is not None
+    expected = reply(engine, messages)
+    # The cache now holds another conversation; the state replaces it.
+    reply(engine, [SYSTEM, {"role": "user", "content": "Name three birds."}])
+    assert engine.restore_state(state)
+    again = reply(engine, messages)
+    assert again.text == expected.text
+    assert again.stats.prompt_evaluated == expected.stats.prompt_evaluated
+
+
+def test_an_empty_cache_has_no_state(fresh_engine) -> None:  # type: ignore[no-untyped-def]
+    engine = fresh_engine()
+    assert engine.save_state() is None
+
+
+def test_a_state_llama_cpp_refuses_leaves_a_working_engine(fresh_engine) -> None:  # type: ignore[no-untyped-def]
+    big = fresh_engine()
+    messages = conversation_of_two_turns(big)
+    state = big.save_state()
+    assert state is not None
+    cut = KvState(state.tokens, bytes(state.data[: len(state.data) // 2]), state.batches)
+    engine = fresh_engine()
+    assert not engine.restore_state(cut)
+    assert engine.cached_tokens == 0
+    after = reply(engine, messages)  # evaluated from scratch, as if nothing was restored
+    assert after.stats.prompt_evaluated == after.stats.prompt_tokens
+    assert after.stats.generated_tokens > 0
+
+
+def test_identity_follows_the_settings_that_shape_the_cache(fresh_engine, engine) -> None:  # type: ignore[no-untyped-def]
+    small = fresh_engine(n_ctx=1024)
+    assert small.state_identity() != engine.state_identity()
+    assert small.state_identity().model_hash == engine.state_identity().model_hash
+    assert replace(small.state_identity(), n_ctx=2048) == engine.state_identity()
+
+
+def test_cold_and_restored_replies(fresh_engine) -> None:  # type: ignore[no-untyped-def]
+    """A cold engine (the whole conversation evaluated at once) agrees with a
+    restored one on what it evaluates, and greedy replies start the same; the
+    texts may part later, since llama.cpp's sums depend on how tokens were
+    batched (the warm engine evaluated turn by turn, the reply token by token)."""
+    warm = fresh_engine()
+    messages = conversation_of_two_turns(warm)
+    state = warm.save_state()
+    assert state is not None
+    greedy = SamplingSettings(temperature=0.0, max_tokens=12)
+    restored = fresh_engine()
+    assert restored.restore_state(state)
+    restored_text = _text(restored, messages, greedy)
+    cold = fresh_engine()
+    cold_text = _text(cold, messages, greedy)
+    assert restored_text.split()[:3] == cold_text.split()[:3]
+
+
+def _text(engine: LlamaEngine, messages: list[dict[str, str]], sampling: SamplingSettings) -> str:
+    for event in engine.stream_reply(messages, sampling, threading.Event()):
+        if isinstance(event, Finished):
+            return event.text
+    raise AssertionError("no reply")
