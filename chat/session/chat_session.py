@@ -281,6 +281,18 @@ class ChatSession:
         after opening a conversation or switching branches); else nothing."""
         return self.resume(engine, prompt, True) if self.resume_pending else 0
 
+    def resumable(self) -> set[int]:
+        """Saved conversations whose KV cache is saved for the model loaded."""
+        engine, store = self.engine, self.saver.store
+        if engine is None or store is None:
+            return set()
+        prefix = conversation_key(store.path, 0)[:-1]
+        return {
+            int(key[len(prefix) :])
+            for key in self.resumer.resumable(engine)
+            if key.startswith(prefix) and key[len(prefix) :].isdigit()
+        }
+
     def new_conversation(self) -> None:
         self.leave()
         self.settings = self.defaults

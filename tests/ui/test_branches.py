@@ -265,6 +265,7 @@ async def test_real_model_reopened_conversation_resumes_from_its_saved_cache(
         screen = app.chat_screen
         await wait_for(lambda: screen.engine is not None, pilot, timeout=60)
         await wait_for(lambda: len(screen.conversation.messages) == 4, pilot)
+        assert conv_id in screen.session.resumable()  # ⚡ in the browser (Ctrl+O)
         await real_turn(screen, pilot, "And rivers?")
         stats = screen.conversation.messages[-1].stats
         assert stats is not None

@@ -1029,7 +1029,9 @@ class ChatScreen(Screen[None]):
             return
         from chat.ui.screens.conversations import ConversationsScreen
 
-        browser = ConversationsScreen(store, open_id=self.conversation.id)
+        browser = ConversationsScreen(
+            store, open_id=self.conversation.id, resumable=self.session.resumable()
+        )
 
         async def chosen(choice: OpenChoice) -> None:
             conv_id = self.conversation.id

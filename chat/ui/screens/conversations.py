@@ -9,6 +9,7 @@ dismisses with the id to open, "new" for a new conversation, or None.
 from __future__ import annotations
 
 import time
+from collections.abc import Set as AbstractSet
 
 from rich.text import Text
 from textual import on
@@ -113,11 +114,15 @@ class ConversationsScreen(Screen[OpenChoice]):
         Binding("down", "focus_table", "List", show=False),
     ]
 
-    def __init__(self, store: Store, *, open_id: int | None = None) -> None:
+    def __init__(
+        self, store: Store, *, open_id: int | None = None, resumable: AbstractSet[int] = frozenset()
+    ) -> None:
         super().__init__()
         self.store = store
         self.open_id = open_id
         """The conversation open in the chat screen (marked in the list)."""
+        self.resumable = resumable
+        """Conversations whose KV cache is saved for the model loaded (⚡ in the list)."""
         self.deleted: set[int] = set()
         self.renamed: dict[int, str] = {}
         self._rows: dict[int, ConversationSummary] = {}
@@ -187,7 +192,10 @@ class ConversationsScreen(Screen[OpenChoice]):
         return (
             Text(title),
             Text(_one_line(summary.model_name)),
-            Text(f"{summary.message_count:,}", justify="right"),
+            Text(
+                f"{'⚡ ' if summary.id in self.resumable else ''}{summary.message_count:,}",
+                justify="right",
+            ),
             Text(relative_time(summary.updated, now)),
         )
 
@@ -203,6 +211,8 @@ class ConversationsScreen(Screen[OpenChoice]):
             text = f"showing {shown:,} of {self._total:,}: type to filter, scroll for more"
         else:
             text = f"{self._total:,} conversation{'s' if self._total != 1 else ''}"
+        if self.resumable:
+            text += "  ·  ⚡ resumes instantly"
         text += "  ·  Enter open · r rename · d delete · / filter · Esc back"
         self.query_one("#conversations-count", Static).update(Content(text))
 
