@@ -32,6 +32,8 @@ from chat.session.model_loader import ModelLoader
 from chat.session.resume import Resumer, conversation_key
 from chat.settings.schema import Settings
 
+MIB = 1024 * 1024
+
 
 class ChatSession:
     def __init__(
@@ -50,7 +52,7 @@ class ChatSession:
         self.saver = ConversationSaver(report_save_problem, not_saving_changed, changed_elsewhere)
         self._models = models
         self.resumer = Resumer(
-            StateCache(paths.kv_states_dir(), defaults.chat.resume_cache_mb * 1024 * 1024)
+            StateCache(paths.kv_states_dir(), defaults.chat.resume_cache_mb * MIB)
         )
         """Saves the KV cache of a conversation that is left, and puts it back."""
         self.resume_pending = False
@@ -339,7 +341,9 @@ class ChatSession:
 
     def defaults_changed(self) -> None:
         """The settings pane changed the defaults' sampling, chat and UI settings:
-        a reopened conversation's own copy takes them too."""
+        a reopened conversation's own copy takes them too, and the saved KV
+        caches' folder its new size limit (applied at the next save)."""
+        self.resumer.cache.limit_bytes = self.defaults.chat.resume_cache_mb * MIB
         if self.settings is not self.defaults:
             self.settings.sampling = copy.deepcopy(self.defaults.sampling)
             self.settings.chat, self.settings.ui = self.defaults.chat, self.defaults.ui
