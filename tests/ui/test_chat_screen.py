@@ -291,11 +291,15 @@ async def test_a_pause_in_typing_prefills_exactly_what_enter_sends() -> None:
         await turn_done(screen, pilot, 2)
         box = app.query_one(PromptBox)
         box.insert("Second question")
-        await wait_for(lambda: len(engine.prefills) >= 1, pilot)
+        await wait_for(
+            lambda: any(len(prefill) == 4 for prefill in engine.prefills), pilot, timeout=20
+        )
         await pilot.press("enter")
         await turn_done(screen, pilot, 4)
-    assert engine.prefills[-1] == engine.calls[-1][0]
-    assert engine.prefills[-1][-1] == {"role": "user", "content": "Second question"}
+    # What Enter sent was evaluated ahead, exactly (on a loaded machine a timer
+    # of the first turn may also prefill something else first).
+    assert engine.calls[-1][0] in engine.prefills
+    assert engine.calls[-1][0][-1] == {"role": "user", "content": "Second question"}
 
 
 async def prefill_pause_over(pilot) -> None:  # type: ignore[no-untyped-def]
