@@ -41,7 +41,9 @@ F2 = b"\x1bOQ"
 ENTER = b"\r"
 
 # What the screen shows, as text written to the terminal.
-FIRST_FRAME = b"Loading model"
+# The prompt box's placeholder: on every first frame. ("Loading model" is not
+# always in the output as one run of bytes: Textual redraws only what changed.)
+FIRST_FRAME = b"Enter to send"
 MODEL_READY = b" ctx"  # the status bar: "<model> · 8,192 ctx"
 GENERATING = b"generating"
 REPLY_DONE = b"last: "
