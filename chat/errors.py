@@ -38,3 +38,25 @@ class StoreError(KvchatError):
     def __init__(self, message: str, brief: str | None = None) -> None:
         super().__init__(message)
         self.brief = brief or message
+
+
+class ServerError(KvchatError):
+    """A model server (llama-server, vLLM, Ollama, ...) could not be used.
+
+    The message names the server's URL and what to do."""
+
+
+class ServerUnreachableError(ServerError):
+    """Nothing answers at the URL, or the connection dropped or timed out."""
+
+
+class ServerAuthError(ServerError):
+    """The server refused the API key (401/403); the message names the variable to set."""
+
+
+class UnknownServerModelError(ServerError):
+    """The model asked for is not served there; `models` lists those that are."""
+
+    def __init__(self, message: str, models: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.models = models
