@@ -30,7 +30,7 @@ conversation. No Textual here.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,14 +177,7 @@ class ConversationSaver:
         if self._final_unsaved is not None:
             reply, text, stats, token_ids = self._final_unsaved
             if reply.id is not None:
-                store.update_message_content(
-                    reply.id,
-                    text,
-                    stats=stats,
-                    token_probs=reply.token_probs,
-                    token_ids=token_ids,
-                    done=True,
-                )
+                _update_reply(store, reply, text, stats, token_ids, done=True)
             self._final_unsaved = None
         if conversation.id is None:
             conversation.title = conversation.title or conversation.default_title()
@@ -331,15 +324,7 @@ class ConversationSaver:
                 # The reply ends the branch shown now, as the write recorded.
                 self._shown_unsaved = None
             else:
-                # The final write carries the recorded token probabilities too.
-                self.store.update_message_content(
-                    reply.id,
-                    text,
-                    stats=stats,
-                    token_probs=reply.token_probs,
-                    token_ids=token_ids,
-                    done=done,
-                )
+                _update_reply(self.store, reply, text, stats, token_ids, done=done)
         except StoreError as error:
             self._failed(conversation, settings, error)
             return False
@@ -419,3 +404,20 @@ class ConversationSaver:
         if reason != self.not_saving:
             self.not_saving = reason
             self._not_saving_changed(reason)
+
+
+def _update_reply(
+    store: Store,
+    reply: Message,
+    text: str,
+    stats: ReplyStats | None,
+    token_ids: Sequence[int] | None,
+    *,
+    done: bool,
+) -> None:
+    """Write a saved reply's text so far; the final write (`done`) carries the
+    recorded token probabilities and the sampled tokens too."""
+    assert reply.id is not None
+    store.update_message_content(
+        reply.id, text, stats=stats, token_probs=reply.token_probs, token_ids=token_ids, done=done
+    )

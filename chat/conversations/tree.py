@@ -13,7 +13,7 @@ the branch below a message).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Generic, Protocol, TypeVar, cast
 
 
@@ -70,7 +70,7 @@ class MessageTree(Generic[Message]):
         self._children.pop(key, None)
         parent_key = None if message.parent is None else id(message.parent)
         siblings = self._children[parent_key]
-        del siblings[_index_of(siblings, message)]
+        del siblings[index_of(siblings, message)]
         if not siblings:
             del self._children[parent_key]
 
@@ -135,5 +135,7 @@ class MessageTree(Generic[Message]):
         return [message for message in self if not self._children.get(id(message))]
 
 
-def _index_of(messages: list[Message], message: Message) -> int:
+def index_of(messages: Sequence[Message], message: Message) -> int:
+    """Where `message` itself is in `messages` (messages with equal fields are
+    different messages, so `list.index` will not do)."""
     return next(i for i, other in enumerate(messages) if other is message)

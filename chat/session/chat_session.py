@@ -18,6 +18,7 @@ from typing import Any
 from chat import paths
 from chat.conversations.conversation import Conversation, Message
 from chat.conversations.saver import ConversationSaver, ConversationSettings, restore_sampling
+from chat.conversations.tree import index_of
 from chat.engine.base import ChatMessages, Engine, Finished, ModelInfo
 from chat.engine.state_cache import StateCache
 from chat.errors import KvchatError
@@ -215,7 +216,7 @@ class ChatSession:
         the branch below it down to its newest message. None when there is none
         that way."""
         siblings = self.alternatives(message)
-        index = _index_of(siblings, message) + step
+        index = index_of(siblings, message) + step
         if not 0 <= index < len(siblings):
             return None
         target = siblings[index]
@@ -236,7 +237,7 @@ class ChatSession:
         edited message, a regenerated reply) as a new branch from there. Returns
         the branch shown until now, for `restore_branch` if nothing is sent."""
         shown = self.conversation.messages
-        self.conversation.messages = shown[: _index_of(shown, message)]
+        self.conversation.messages = shown[: index_of(shown, message)]
         return shown
 
     def restore_branch(self, shown: list[Message]) -> None:
@@ -288,12 +289,7 @@ class ChatSession:
         engine, store = self.engine, self.saver.store
         if engine is None or store is None:
             return set()
-        prefix = conversation_key(store.path, 0)[:-1]
-        return {
-            int(key[len(prefix) :])
-            for key in self.resumer.resumable(engine)
-            if key.startswith(prefix) and key[len(prefix) :].isdigit()
-        }
+        return self.resumer.resumable(engine, store.path)
 
     def new_conversation(self) -> None:
         self.leave()
@@ -365,8 +361,3 @@ class ChatSession:
             return None
         path = Path(self.conversation.model_path)
         return None if same_path(path, self.model.path) else path
-
-
-def _index_of(messages: Sequence[Message], message: Message) -> int:
-    """Where `message` itself is (messages with equal fields are different messages)."""
-    return next(i for i, other in enumerate(messages) if other is message)

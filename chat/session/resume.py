@@ -32,6 +32,14 @@ def conversation_key(database: object, conversation_id: int) -> str:
     return f"{database}#{conversation_id}"
 
 
+def conversation_id_of(key: str, database: object) -> int | None:
+    """The conversation `key` was made for by `conversation_key`, when it is one
+    of `database`'s; else None."""
+    prefix = f"{database}#"
+    number = key[len(prefix) :] if key.startswith(prefix) else ""
+    return int(number) if number.isdigit() else None
+
+
 @dataclass(frozen=True)
 class _Pending:
     state: KvState
@@ -121,13 +129,14 @@ class Resumer:
                 best, best_shared = each.state, shared
         return best, best_shared
 
-    def resumable(self, engine: Engine) -> set[str]:
-        """The conversation keys with a saved state `engine` can restore."""
+    def resumable(self, engine: Engine, database: object) -> set[int]:
+        """The conversations of `database` with a saved state `engine` can restore."""
         identity = engine.state_identity()
         keys = self.cache.resumable(identity)
         with self._lock:
             keys.update(each.key for each in self._pending if each.identity == identity)
-        return keys
+        ids = (conversation_id_of(key, database) for key in keys)
+        return {each for each in ids if each is not None}
 
     def problem(self) -> str | None:
         """Why states are not being saved (a sentence naming the folder), or None."""

@@ -15,14 +15,15 @@ from chat.engine.base import Finished
 from chat.engine.kv_state import KvState, StateIdentity
 from chat.engine.llama import LlamaEngine, load_engine
 from chat.engine.state_cache import StateCache
-from chat.session.resume import Resumer, conversation_key
+from chat.session.resume import Resumer, conversation_id_of, conversation_key
 from chat.settings.schema import ModelSettings, SamplingSettings
 from tests.fakes import ScriptedEngine
 from tests.faults import Fault
 
 SEEDED = SamplingSettings(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, max_tokens=24, seed=3)
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
-KEY = conversation_key(Path("/data/conversations.db"), 7)
+DATABASE = Path("/data/conversations.db")
+KEY = conversation_key(DATABASE, 7)
 
 Load = Callable[..., LlamaEngine]
 
@@ -76,7 +77,7 @@ def test_a_conversation_reopened_in_a_new_process_resumes_instantly(
 
     second = load()
     again = resumer(tmp_path / "cache")  # a new process: only the folder is shared
-    assert again.resumable(second) == {KEY}
+    assert again.resumable(second, DATABASE) == {7}
     prompt = second.tokenize_chat(turn)
     restored = again.restore_for(second, prompt)
     assert restored > len(prompt) / 2
@@ -131,7 +132,7 @@ def test_a_state_for_another_context_size_is_not_used(load: Load, tmp_path: Path
     saver.wait(10)
     other = load(n_ctx=1024)
     turn = [*messages, {"role": "user", "content": "More."}]
-    assert saver.resumable(other) == set()
+    assert saver.resumable(other, DATABASE) == set()
     assert saver.restore_for(other, other.tokenize_chat(turn)) == 0
     cold = reply(other, turn)
     assert cold.stats.prompt_evaluated == cold.stats.prompt_tokens
@@ -177,7 +178,7 @@ def test_a_conversation_reopened_while_its_state_is_written_finds_it(tmp_path: P
     saver = Resumer(cache)
     messages = scripted_turn(engine, "one two three four")
     assert saver.save_in_background(engine, KEY)  # returns at once: the write waits
-    assert saver.resumable(engine) == {KEY}
+    assert saver.resumable(engine, DATABASE) == {7}
     engine.reset()
     prompt = engine.tokenize_chat([*messages, {"role": "user", "content": "more"}])
     assert saver.restore_for(engine, prompt) > 0
@@ -203,3 +204,9 @@ def test_a_closed_engine_saves_nothing(load: Load, tmp_path: Path) -> None:
     chat(engine, "Hi.")
     engine.close()
     assert not resumer(tmp_path).save_in_background(engine, KEY)
+
+
+def test_a_key_names_its_conversation_only_in_its_own_database() -> None:
+    assert conversation_id_of(KEY, DATABASE) == 7
+    assert conversation_id_of(KEY, Path("/other/conversations.db")) is None
+    assert conversation_id_of(f"{DATABASE}#x", DATABASE) is None

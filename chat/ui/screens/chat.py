@@ -35,6 +35,7 @@ from textual.worker import Worker
 from chat.conversations.conversation import Conversation, Message
 from chat.conversations.saver import ConversationSaver
 from chat.conversations.store import Store
+from chat.conversations.tree import index_of
 from chat.engine.base import Engine
 from chat.errors import KvchatError
 from chat.session.background import in_thread, start_thread
@@ -481,6 +482,8 @@ class ChatScreen(Screen[None]):
             return
         if self._counting_messages():
             return  # planning would count them too; done, the count schedules this again
+        if not (self.settings.chat.prefill or self.session.resume_pending):
+            return  # nothing to evaluate ahead and no saved KV cache to put back
         text = self.query_one(PromptBox).text.strip("\n")
         # Planned in the thread too: with a long conversation or draft, planning
         # takes longer than a keystroke may.
@@ -634,7 +637,7 @@ class ChatScreen(Screen[None]):
             if view.message.role != "system":
                 alternatives = self.session.alternatives(view.message)
                 if len(alternatives) > 1 or view.has_class("branched"):
-                    position = next(i for i, m in enumerate(alternatives) if m is view.message)
+                    position = index_of(alternatives, view.message)
                     view.show_branch(position + 1, len(alternatives))
                     view.add_class("branched")
 
@@ -1073,6 +1076,7 @@ def _prefill_quietly(engine: Engine, session: ChatSession, text: str, prefill: b
     with contextlib.suppress(Exception):
         prompt = session.prefill_prompt(text)
         if prompt is not None:
-            session.resume(engine, *prompt)
+            if session.resume_pending:
+                session.resume(engine, *prompt)
             if prefill:
                 engine.prefill(*prompt)
