@@ -147,6 +147,23 @@ class ChatSession:
             outside.append(id(message) in self._outside_window)
         return outside
 
+    def fill_token_counts(self, shown: Sequence[Message]) -> list[Message]:
+        """Give each message of the conversation among `shown` that has no token
+        count yet (a branch just switched to) its count; returns those counted.
+        Call it after planning: the counts are then cached."""
+        assert self.budget is not None
+        messages = self.conversation.messages
+        anchor = messages[0] if messages else None
+        in_conversation = {id(message) for message in messages}
+        counted = []
+        for message in shown:
+            if message.token_count is None and id(message) in in_conversation:
+                message.token_count = self.budget.message_tokens(
+                    self.conversation.system_prompt, message, anchor
+                )
+                counted.append(message)
+        return counted
+
     # One turn.
 
     def add_user_message(self, text: str, plan: WindowPlan) -> Message:

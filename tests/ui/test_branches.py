@@ -78,6 +78,12 @@ async def test_regenerate_keeps_the_old_reply_and_alt_arrows_switch() -> None:
         # ...and back: the branch through "first" comes back down to its newest message.
         await pilot.press("alt+left")
         await wait_for(lambda: contents(screen) == ["hi", "first", "more", "third"], pilot)
+        # The headers of the branch switched to show each message's tokens.
+        views = [v for v in screen.query(MessageView) if v.message.role != "system"]
+        await wait_for(
+            lambda: all("tokens" in str(v.query_one(".message-header").render()) for v in views),
+            pilot,
+        )
         conv_id = screen.conversation.id
     assert conv_id is not None
     with Store() as store:
@@ -156,6 +162,9 @@ async def test_edit_a_reply_in_the_dialog() -> None:
         await pilot.press("ctrl+s")
         await wait_for(lambda: contents(screen) == ["hi", "a better answer"], pilot)
         assert switch_text(screen, 1) == "‹ 2/2 ›"
+        # The edited reply's header counts its tokens, as every other one does.
+        edited = [v for v in screen.query(MessageView) if v.message.role != "system"][1]
+        await wait_for(lambda: "tokens" in str(edited.query_one(".message-header").render()), pilot)
         await turn(screen, pilot, "go on")
         assert [m["content"] for m in engine.calls[-1][0][1:]] == ["hi", "a better answer", "go on"]
         await pilot.press("alt+up", "alt+up", "alt+up", "alt+left")  # the edited reply

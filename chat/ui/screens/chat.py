@@ -399,9 +399,18 @@ class ChatScreen(Screen[None]):
         if plan is None or self.generating:
             return
         self.query_one(ContextMeter).show(MeterState.from_plan(plan))
-        for view in self.query_one(ConversationView).message_views():
+        views = self.query_one(ConversationView).message_views()
+        counted = {
+            id(message)
+            for message in self.session.fill_token_counts(
+                [view.message for view in views if view.message.role != "system"]
+            )
+        }
+        for view in views:
             if view.message.role == "system" and view.message.token_count != plan.system:
                 view.message.token_count = plan.system
+                view.refresh_header()
+            elif id(view.message) in counted:
                 view.refresh_header()
 
     def recount_meter(self) -> None:
