@@ -252,7 +252,9 @@ class ChatSession:
     def cut_before(self, message: Message) -> list[Message]:
         """Show only the messages before `message`, to send its replacement (an
         edited message, a regenerated reply) as a new branch from there. Returns
-        the branch shown until now, for `restore_branch` if nothing is sent."""
+        the branch shown until now, for `restore_branch` if nothing is sent.
+        The KV cache of the branch left is saved: switching back is instant."""
+        self.leave()
         shown = self.conversation.messages
         self.conversation.messages = shown[: index_of(shown, message)]
         return shown

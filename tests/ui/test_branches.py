@@ -279,3 +279,47 @@ async def test_real_model_reopened_conversation_resumes_from_its_saved_cache(
         stats = screen.conversation.messages[-1].stats
         assert stats is not None
         assert stats.prompt_evaluated < 25, stats
+
+
+@pytest.mark.model
+async def test_real_model_edit_a_message_then_fork_from_the_old_branch(demo_model: Path) -> None:
+    """F3 on the first message, send the edit: a new branch with its own reply,
+    the original kept. Back on the original, fork it into a new conversation:
+    that conversation goes on from the cache (only the new message evaluated)."""
+    app = real_app(demo_model)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.chat_screen
+        await wait_for(lambda: screen.engine is not None, pilot, timeout=60)
+        await real_turn(screen, pilot, "Name a fruit.")
+        original = list(screen.conversation.messages)
+        await pilot.press("alt+up", "alt+up")  # the first message
+        await pilot.press("f3")
+        box = screen.query_one(PromptBox)
+        await wait_for(lambda: box.text == "Name a fruit.", pilot)
+        box.text = "Name a vegetable."
+        await pilot.press("enter")
+        await wait_for(
+            lambda: (
+                not screen.generating
+                and contents(screen)[0] == "Name a vegetable."
+                and len(contents(screen)) == 2
+            ),
+            pilot,
+            timeout=120,
+        )
+        assert switch_text(screen, 0) == "‹ 2/2 ›"
+        await pilot.press("alt+up", "alt+up", "alt+left")  # back to the original
+        await wait_for(lambda: screen.conversation.messages == original, pilot)
+        await pilot.press("alt+down")  # its reply
+        first_id = screen.conversation.id
+        await run_command(pilot, "fork conv", "Fork conversation here")
+        await wait_for(lambda: screen.conversation.id not in (None, first_id), pilot)
+        assert contents(screen) == [m.content for m in original]
+        await real_turn(screen, pilot, "Is it sweet?")
+        stats = screen.conversation.messages[-1].stats
+        assert stats is not None and stats.prompt_evaluated < 25, stats
+        forked = screen.conversation.id
+    assert forked is not None and first_id is not None
+    with Store() as store:
+        assert len(store.get_conversation(forked).messages) == 4
+        assert len(store.get_conversation(first_id).tree) == 4  # both branches kept
