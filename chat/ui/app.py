@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from chat.ui.database_flow import DatabaseFlow
 from chat.ui.messages import ModelLoadFinished, SwitchModelRequested
 from chat.ui.screens.chat import ChatScreen
 from chat.ui.settings_flow import SettingsFlow
-from chat.ui.terminal_input import TypedText, deliver_typed_text, typing_driver
+from chat.ui.terminal_input import TerminalGone, TypedText, deliver_typed_text, typing_driver
 from chat.ui.themes import (
     DEFAULT_THEME,
     ThemeProblem,
@@ -215,10 +216,21 @@ class ChatApp(App[None]):
     async def on_typed_text(self, event: TypedText) -> None:
         await deliver_typed_text(self, event)
 
+    # The terminal went away: quit as Ctrl+Q does (the reply saved, the KV
+    # cache kept), instead of running on with no screen, or dying mid-write.
+
+    async def on_terminal_gone(self, _event: TerminalGone) -> None:
+        await self.action_quit()
+
+    def _hang_up(self) -> None:
+        self.post_message(TerminalGone())
+
     # Start: the first frame, then the database and the model.
 
     def on_mount(self) -> None:
         share_the_gil_quickly()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._hang_up)
         # Start once the chat screen is on screen: the first frame never waits
         # for llama.cpp to be imported or the model to load.
         self.call_after_refresh(self._start)
@@ -297,6 +309,8 @@ class ChatApp(App[None]):
         self.settings_flow.switch_model(message.path)
 
     async def action_quit(self) -> None:
+        if self._quit_by is not None:
+            return  # already quitting (Ctrl+Q twice, or a hang-up during a quit)
         screen = self.chat_screen
         self._quit_by = time.monotonic() + QUIT_WAIT_S
         # The screen may be in the middle of something (sending a message and

@@ -47,6 +47,12 @@ class TypedText(events.Event, bubble=False):
         return [events.Key(_character_to_key(character), character) for character in self.text]
 
 
+class TerminalGone(events.Event, bubble=False):
+    """The terminal went away (the window closed, the SSH link dropped): reading
+    input gives end-of-file or an error. The app quits as Ctrl+Q does, rather
+    than run on without a screen (reading nothing, at full speed)."""
+
+
 class TakesTypedText:
     """A widget that takes `TypedText` in one piece: it handles it in order with
     its key events, as typing the characters would."""
@@ -126,11 +132,22 @@ class TypingDriver(LinuxDriver):
         # of a character) become U+FFFD: Textual's strict decoder stops the app.
         decode = getincrementaldecoder("utf-8")(errors="replace").decode
 
+        gone = False
+
         def process(selector_events: list[tuple[Any, int]], final: bool = False) -> None:
+            nonlocal gone
             for index, (_key, mask) in enumerate(selector_events):
                 if mask & selectors.EVENT_READ:
                     last = index == len(selector_events) - 1
-                    data = decode(os.read(self.fileno, 1024 * 4), final=final and last)
+                    try:
+                        read = os.read(self.fileno, 1024 * 4)
+                    except OSError:  # EIO: the terminal is gone
+                        read = b""
+                    if not read:
+                        gone = True
+                        self.process_message(TerminalGone())
+                        break
+                    data = decode(read, final=final and last)
                     if not data:
                         break
                     for event in parser.feed(data):
@@ -139,10 +156,11 @@ class TypingDriver(LinuxDriver):
                 self.process_message(event)
 
         try:
-            while not self.exit_event.is_set():
+            while not self.exit_event.is_set() and not gone:
                 process(selector.select(0.1))
             selector.unregister(self.fileno)
-            process(selector.select(0.1), final=True)
+            if not gone:
+                process(selector.select(0.1), final=True)
         finally:
             selector.close()
             try:
