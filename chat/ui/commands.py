@@ -11,6 +11,7 @@ from functools import partial
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.markup import escape
 
+from chat.ui.clipboard import CodeBlock
 from chat.ui.themes import KvchatTheme
 
 
@@ -107,6 +108,18 @@ CHAT_SCREEN_ACTIONS = (
         "select_message(-1)",
     ),
     ScreenAction(
+        "Copy message",
+        "F5: copy the selected message (else the last reply) to the clipboard",
+        "copy_message",
+        other_names=("Copy reply",),
+    ),
+    ScreenAction(
+        "Compose in editor",
+        "Ctrl+G: write the message in your editor ($VISUAL or $EDITOR)",
+        "compose_in_editor",
+        other_names=("Open editor",),
+    ),
+    ScreenAction(
         "Why the whole conversation is sent again",
         "F1: how the context window and the KV cache work",
         "context_help",
@@ -128,10 +141,21 @@ class ChatScreenCommands(ListedCommands):
 
     def entries(self) -> list[PaletteEntry]:
         run = self.screen.run_action
-        return [
+        entries = [
             PaletteEntry(item.name, item.help, partial(run, item.action), item.other_names)
             for item in CHAT_SCREEN_ACTIONS
         ]
+        # One entry per code block of the selected reply (else the last one).
+        blocks: list[CodeBlock] = getattr(self.screen, "code_blocks_to_copy", list)()
+        for index, block in enumerate(blocks):
+            entries.append(
+                PaletteEntry(
+                    f"Copy code block {index + 1}",
+                    escape(f"{block.describe()} · from the selected reply, else the last"),
+                    partial(run, f"copy_code({index})"),
+                )
+            )
+        return entries
 
 
 class ThemeCommands(ListedCommands):

@@ -11,7 +11,7 @@ import threading
 
 from markdown_it import MarkdownIt
 
-from chat.ui.widgets.message_view import _markdown_parser
+from chat.ui.widgets.message_view import markdown_parser
 
 
 def test_a_new_parser_can_be_used_by_several_threads_at_once() -> None:
@@ -20,8 +20,8 @@ def test_a_new_parser_can_be_used_by_several_threads_at_once() -> None:
     sys.setswitchinterval(1e-6)  # switch threads as often as possible
     try:
         for _ in range(100):
-            _markdown_parser.cache_clear()
-            parser = _markdown_parser()
+            markdown_parser.cache_clear()
+            parser = markdown_parser()
             start = threading.Barrier(6)
 
             def parse(parser: MarkdownIt = parser, start: threading.Barrier = start) -> None:
@@ -38,5 +38,5 @@ def test_a_new_parser_can_be_used_by_several_threads_at_once() -> None:
                 thread.join()
     finally:
         sys.setswitchinterval(interval)
-        _markdown_parser.cache_clear()
+        markdown_parser.cache_clear()
     assert not failures, failures[0]

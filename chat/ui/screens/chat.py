@@ -52,8 +52,10 @@ from chat.ui.widgets.conversation_view import ConversationView
 from chat.ui.widgets.message_view import (
     AssistantMessageView,
     BranchSwitch,
+    CopyButton,
     MessageView,
     WaitingMessage,
+    markdown_parser,
 )
 from chat.ui.widgets.prompt_box import PromptBox
 from chat.ui.widgets.status_bar import StatusBar
@@ -64,6 +66,7 @@ from chat.ui.widgets.status_bar import StatusBar
 if TYPE_CHECKING:
     from textual.widgets import Markdown
 
+    from chat.ui.clipboard import CodeBlock
     from chat.ui.screens.conversations import OpenChoice
 
 
@@ -97,6 +100,16 @@ class ChatScreen(Screen[None]):
         Binding("alt+up", "select_message(-1)", "Select previous message", show=False),
         Binding("alt+down", "select_message(1)", "Select next message", show=False),
         Binding("f4", "fork", "Fork here", show=False),
+        Binding(
+            "f5", "copy_message", "Copy", tooltip="Copy the selected message (else the last reply)"
+        ),
+        Binding(
+            "ctrl+g",
+            "compose_in_editor",
+            "Editor",
+            tooltip="Write the message in $VISUAL/$EDITOR",
+            show=False,
+        ),
     ]
     COMMANDS = {ChatScreenCommands}
 
@@ -167,6 +180,8 @@ class ChatScreen(Screen[None]):
         branch keys once a message has alternatives, and so on."""
         if action == "stop":
             return self.generating or self._waiting is not None or self._editing is not None
+        if action == "copy_message":
+            return bool(self.conversation.messages)
         if action in ("regenerate", "edit_message", "fork"):
             return not self.generating and bool(self.conversation.messages)
         if action == "switch_branch":
@@ -683,6 +698,77 @@ class ChatScreen(Screen[None]):
             self._select(None)
         else:
             self._select(views[max(0, index)])
+
+    # Copying out, and writing in an editor.
+
+    def _message_to_copy(self) -> Message | None:
+        """The selected message, else the last reply."""
+        selected = self._selected_message()
+        if selected is not None:
+            return selected
+        return next(
+            (m for m in reversed(self.conversation.messages) if m.role == "assistant"), None
+        )
+
+    def action_copy_message(self) -> None:
+        """F5: copy the selected message (else the last reply)."""
+        from chat.ui.clipboard import copy_text
+
+        message = self._message_to_copy()
+        if message is None:
+            self.notify("There is no reply to copy yet.", severity="warning")
+            return
+        what = "the reply" if message.role == "assistant" else "your message"
+        copy_text(self.app, message.content, what)
+
+    def code_blocks_to_copy(self) -> list[CodeBlock]:
+        """The code blocks of the selected reply (else the last), for the palette."""
+        from chat.ui.clipboard import code_blocks
+
+        message = self._message_to_copy()
+        if message is None or message.role != "assistant":
+            return []
+        return code_blocks(message.content, markdown_parser())
+
+    def action_copy_code(self, index: int) -> None:
+        from chat.ui.clipboard import copy_text
+
+        blocks = self.code_blocks_to_copy()
+        if not 0 <= index < len(blocks):
+            self.notify("That code block is no longer there.", severity="warning")
+            return
+        copy_text(self.app, blocks[index].code, f"code block {index + 1}")
+
+    @on(CopyButton.Pressed)
+    def _on_copy_pressed(self, event: CopyButton.Pressed) -> None:
+        from chat.ui.clipboard import copy_text
+
+        event.stop()
+        copy_text(self.app, event.text(), event.what)
+
+    def action_compose_in_editor(self) -> None:
+        """Ctrl+G: write the message in the user's editor; its text comes back to
+        the prompt box (unchanged if the editor fails)."""
+        from textual.app import SuspendNotSupported
+
+        from chat.ui.editor import EditorError, edit_text
+
+        box = self.query_one(PromptBox)
+        try:
+            with self.app.suspend():
+                text = edit_text(box.text)
+        except SuspendNotSupported:
+            self.notify(
+                "An editor cannot be opened from here (this terminal cannot be handed over).",
+                severity="warning",
+            )
+            return
+        except EditorError as error:
+            self.notify(str(error), severity="error", timeout=10, markup=False)
+            return
+        box.text = text
+        box.move_cursor(box.document.end)
+        box.focus()
 
     def _branch_point(self) -> Message | None:
         """The message whose alternatives alt+←/→ switches between: the selected

@@ -8,6 +8,7 @@ the user confirms. The user's own text is shown as plain text.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -92,6 +93,46 @@ class BranchSwitch(Static):
         self.post_message(self.Clicked(self.message, step))
 
 
+class CopyButton(Static):
+    """`⧉ copy`: copies a message (at the right of its header, shown while the
+    pointer is over it or it is selected: app.tcss) or a code block (above it)."""
+
+    DEFAULT_CSS = """
+    CopyButton {
+        width: auto;
+        height: 1;
+        padding: 0 1;
+        color: $text-muted;
+    }
+    CopyButton:hover {
+        color: $text;
+        background: $boost;
+    }
+    CopyButton.fence-copy {
+        dock: top;
+        width: 100%;
+        content-align: right top;
+    }
+    """
+
+    @dataclass
+    class Pressed(TextualMessage):
+        """Copy `text()` (read at the click: a reply may still be streaming);
+        `what` names it in the message that says it was copied."""
+
+        text: Callable[[], str]
+        what: str
+
+    def __init__(self, text: Callable[[], str], what: str, classes: str) -> None:
+        super().__init__(Content("⧉ copy"), markup=False, classes=classes)
+        self._text = text
+        self._what = what
+
+    def on_click(self, event: events.Click) -> None:
+        event.stop()
+        self.post_message(self.Pressed(self._text, self._what))
+
+
 class MessageView(Vertical):
     """Base view: a header, and a body that subclasses provide."""
 
@@ -113,6 +154,15 @@ class MessageView(Vertical):
             switch = BranchSwitch(self.message)
             switch.show_position(*self._branch)
             yield switch
+            if self.message.role != "system":
+                yield CopyButton(self._content, self.what(), classes="message-copy")
+
+    def _content(self) -> str:
+        return self.message.content
+
+    def what(self) -> str:
+        """The message in words, for "Copied the reply"."""
+        return "the reply" if self.message.role == "assistant" else "your message"
 
     def show_branch(self, position: int, count: int) -> None:
         """Which of its alternatives this message is (1-based), of how many."""
@@ -122,6 +172,20 @@ class MessageView(Vertical):
 
     def on_click(self) -> None:
         self.post_message(self.Selected(self))
+
+    # `pointer-over`: the pointer is over the message or any part of it (the
+    # :hover pseudo-class is only on the part right under it): the copy button
+    # shows then (app.tcss). Enter and Leave bubble up from the parts.
+
+    def on_enter(self) -> None:
+        self.add_class("pointer-over")
+
+    def on_leave(self) -> None:
+        # From one part to another, the pointer is still over the message.
+        self.call_later(self._follow_pointer)
+
+    def _follow_pointer(self) -> None:
+        self.set_class(self.is_mouse_over, "pointer-over")
 
     def header_text(self) -> Content:
         role = {"user": "You", "assistant": "Assistant", "system": "System prompt"}[
@@ -163,7 +227,7 @@ class SystemMessageView(UserMessageView):
 
 
 @functools.cache
-def _markdown_parser() -> MarkdownIt:
+def markdown_parser() -> MarkdownIt:
     """One parser for every reply. Markdown's default builds a new one for each
     update and append: 0.35 ms, about 30 times a second while a reply streams.
     A parser keeps no state between documents."""
@@ -178,6 +242,24 @@ def _markdown_parser() -> MarkdownIt:
     return parser
 
 
+@functools.cache
+def _reply_markdown_class() -> type[Markdown]:
+    """Markdown whose code blocks each carry a copy button. Built on first use:
+    importing Markdown costs ~40 ms that a new chat's first frame need not pay."""
+    from textual.widgets import Markdown
+    from textual.widgets.markdown import MarkdownFence
+
+    class CopyableFence(MarkdownFence):
+        def compose(self) -> ComposeResult:
+            yield CopyButton(lambda: self.code, "the code block", classes="fence-copy")
+            yield from super().compose()
+
+    class ReplyMarkdown(Markdown):
+        BLOCKS = {**Markdown.BLOCKS, "fence": CopyableFence, "code_block": CopyableFence}
+
+    return ReplyMarkdown
+
+
 class AssistantMessageView(MessageView):
     def __init__(self, message: Message) -> None:
         super().__init__(message)
@@ -185,16 +267,12 @@ class AssistantMessageView(MessageView):
         self.set_class(_ended_early(message), "ended-early")
 
     def compose(self) -> ComposeResult:
-        # Imported on the first reply: Markdown brings markdown-it and a syntax
-        # highlighter (~40 ms), and a new chat's first frame shows no reply.
-        from textual.widgets import Markdown
-
         yield from super().compose()
-        yield Markdown(
+        yield _reply_markdown_class()(
             sanitize(self.message.content),
             classes="message-body",
             open_links=False,
-            parser_factory=_markdown_parser,
+            parser_factory=markdown_parser,
         )
 
     @property
