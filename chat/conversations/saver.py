@@ -57,6 +57,9 @@ class ConversationSettings:
     sampling: dict[str, Any]
     model_path: str
     model_name: str
+    backend: str = "local"
+    """"local", or the kind of model server (`Conversation.backend`)."""
+    server_url: str = ""
 
 
 def restore_sampling(saved: Mapping[str, Any], base: SamplingSettings) -> SamplingSettings:
@@ -183,6 +186,8 @@ class ConversationSaver:
             conversation.title = conversation.title or conversation.default_title()
             conversation.model_path = settings.model_path
             conversation.model_name = settings.model_name
+            conversation.backend = settings.backend
+            conversation.server_url = settings.server_url
             store.create_conversation(conversation, settings.sampling)
         else:
             if self._saved_settings != (conversation.id, settings):
@@ -192,6 +197,8 @@ class ConversationSaver:
                     settings.sampling,
                     settings.model_path,
                     settings.model_name,
+                    backend=settings.backend,
+                    server_url=settings.server_url,
                 )
             written = False
             for message in conversation.tree:

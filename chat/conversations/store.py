@@ -24,6 +24,8 @@ from typing import Any, cast
 
 from chat import paths
 from chat.conversations.conversation import (
+    BACKENDS,
+    LOCAL_BACKEND,
     Conversation,
     FinishReason,
     Message,
@@ -35,6 +37,7 @@ from chat.conversations.conversation import (
 from chat.conversations.token_probs_codec import StoredTokenChoices, encode_token_probs
 from chat.conversations.tree import MessageTree
 from chat.errors import StoreError
+from chat.settings.server import public_url
 
 BUSY_TIMEOUT_S = 5.0
 """How long a write waits for another kvchat process to finish its own."""
@@ -87,6 +90,10 @@ class ConversationSummary:
     """Messages on the branch shown (other branches are not counted)."""
     updated: float
     created: float
+    backend: str = LOCAL_BACKEND
+    """"local" or the kind of server the conversation was made with."""
+    server_url: str = ""
+    """The server's URL (no user name or password), "" for a local model."""
 
 
 # --- schema -------------------------------------------------------------------------
@@ -265,11 +272,22 @@ def _migrate_4(conn: sqlite3.Connection) -> None:
     )
 
 
+def _migrate_5(conn: sqlite3.Connection) -> None:
+    # What a conversation was made with (issue 17, model servers): `backend` is
+    # "local" (the model file in `model_path`) or the kind of server it talked
+    # to, `server_url` that server's URL without user name, password or query
+    # (`public_url`); an API key is never stored. Every conversation before
+    # this migration was made with a local model.
+    conn.execute("ALTER TABLE conversations ADD COLUMN backend TEXT NOT NULL DEFAULT 'local'")
+    conn.execute("ALTER TABLE conversations ADD COLUMN server_url TEXT NOT NULL DEFAULT ''")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_1,
     _migrate_2,
     _migrate_3,
     _migrate_4,
+    _migrate_5,
 ]
 """Forward migrations; after running MIGRATIONS[:n], `PRAGMA user_version` is n."""
 
@@ -561,6 +579,18 @@ def _token_ids_from_blob(blob: bytes) -> list[int] | None:
     return values.tolist()
 
 
+def _backend_value(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
+    return backend
+
+
+def _server_url_value(url: str) -> str:
+    """The server URL as stored: never a user name, password or query, even if
+    the caller's conversation holds one."""
+    return public_url(url) if url else ""
+
+
 def _sampling_json(sampling: Mapping[str, Any] | None) -> str:
     return json.dumps(dict(sampling or {}))
 
@@ -756,7 +786,7 @@ class Store:
         conv.link_shown()
         cursor = conn.execute(
             "INSERT INTO conversations (title, created, updated, model_path, model_name, "
-            "system_prompt, sampling) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "system_prompt, sampling, backend, server_url) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 conv.title,
                 conv.created,
@@ -765,6 +795,8 @@ class Store:
                 conv.model_name,
                 conv.system_prompt,
                 _sampling_json(sampling),
+                _backend_value(conv.backend),
+                _server_url_value(conv.server_url),
             ),
         )
         conv_id = cursor.lastrowid
@@ -932,12 +964,24 @@ class Store:
         sampling: Mapping[str, Any],
         model_path: str,
         model_name: str,
+        *,
+        backend: str | None = None,
+        server_url: str | None = None,
     ) -> None:
+        """Record the conversation's own settings and what it is continued with.
+        `backend` and `server_url` (see `Conversation`) stay as they are when
+        not given."""
+        assignments = "system_prompt = ?, sampling = ?, model_path = ?, model_name = ?"
+        params: list[Any] = [system_prompt, _sampling_json(sampling), model_path, model_name]
+        if backend is not None:
+            assignments += ", backend = ?"
+            params.append(_backend_value(backend))
+        if server_url is not None:
+            assignments += ", server_url = ?"
+            params.append(_server_url_value(server_url))
         with self._write() as conn:
             cursor = conn.execute(
-                "UPDATE conversations SET system_prompt = ?, sampling = ?, model_path = ?, "
-                "model_name = ? WHERE id = ?",
-                (system_prompt, _sampling_json(sampling), model_path, model_name, conv_id),
+                f"UPDATE conversations SET {assignments} WHERE id = ?", (*params, conv_id)
             )
             if cursor.rowcount == 0:
                 raise self._missing(conv_id)
@@ -956,13 +1000,14 @@ class Store:
         with self._read() as conn:
             row = conn.execute(
                 "SELECT title, created, updated, model_path, model_name, system_prompt, "
-                "shown_leaf FROM conversations WHERE id = ?",
+                "shown_leaf, backend, server_url FROM conversations WHERE id = ?",
                 (conv_id,),
             ).fetchone()
             if row is None:
                 raise self._missing(conv_id)
             tree, by_id = _message_tree(conn, conv_id)
-        title, created, updated, model_path, model_name, system_prompt, shown_leaf = row
+        title, created, updated, model_path, model_name, system_prompt, shown_leaf = row[:7]
+        backend, server_url = row[7:]
         shown = by_id.get(shown_leaf) if shown_leaf is not None else None
         leaf = tree.latest_leaf(shown) if shown is not None else tree.newest_leaf()
         return Conversation(
@@ -975,6 +1020,8 @@ class Store:
             model_path=model_path,
             model_name=model_name,
             tree=tree,
+            backend=backend,
+            server_url=server_url,
         )
 
     def get_sampling(self, conv_id: int) -> dict[str, Any]:
@@ -1008,7 +1055,7 @@ class Store:
             "COALESCE((SELECT m.depth + 1 FROM messages m WHERE m.id = COALESCE(c.shown_leaf, "
             " (SELECT n.id FROM messages n WHERE n.conversation_id = c.id "
             "  ORDER BY n.position DESC LIMIT 1))), 0), "
-            f"c.updated, c.created FROM conversations c {where} "
+            f"c.updated, c.created, c.backend, c.server_url FROM conversations c {where} "
             "ORDER BY c.updated DESC, c.id DESC LIMIT ? OFFSET ?"
         )
         with self._read() as conn:

@@ -2,14 +2,15 @@
 
 The JSON is OpenAI-style (`{"messages": [{"role", "content"}, ...]}`, system
 prompt first: the branch shown) so other tools can read it, plus a `"kvchat"`
-object with what only kvchat knows: title, times, model, sampling settings,
-and the whole tree (`"tree"`: every message of every branch, oldest first, each
-with an id and its parent's id, its stats and sampled tokens; `"shown"`: the
-id of the last message of the branch shown). Import also takes kvchat's
-earlier format (one branch with per-message metadata), plain OpenAI-style
-files and bare lists of messages. Markdown is for people: the branch shown, or
-every branch one after the other. No I/O besides `read_import_file`; the store
-saves what `parse_import` returns.
+object with what only kvchat knows: title, times, model (and, for a
+conversation made with a model server, its kind and URL: never a key or a
+password), sampling settings, and the whole tree (`"tree"`: every message of
+every branch, oldest first, each with an id and its parent's id, its stats and
+sampled tokens; `"shown"`: the id of the last message of the branch shown).
+Import also takes kvchat's earlier format (one branch with per-message
+metadata), plain OpenAI-style files and bare lists of messages. Markdown is for
+people: the branch shown, or every branch one after the other. No I/O besides
+`read_import_file`; the store saves what `parse_import` returns.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from chat.conversations.conversation import (
+    BACKENDS,
     FINISH_REASONS,
+    LOCAL_BACKEND,
     ROLES,
     STATE_NOTES,
     Conversation,
@@ -35,6 +38,8 @@ from chat.conversations.conversation import (
 from chat.conversations.tree import MessageTree
 from chat.errors import KvchatError
 from chat.sanitize import show_controls
+from chat.settings.schema import URL_PATTERN
+from chat.settings.server import public_url
 
 FORMAT_VERSION = 2
 """Version of the "kvchat" object in exported JSON; import refuses newer ones.
@@ -85,6 +90,9 @@ def to_markdown(
         lines.append(
             f"- **Model:** {model}" + (f" (`{conv.model_path}`)" if conv.model_path else "")
         )
+    if conv.made_on_server:
+        url = public_url(conv.server_url)
+        lines.append(f"- **Server:** {conv.backend}" + (f" at {url}" if url else ""))
     lines.append(f"- **Created:** {_when(conv.created)}")
     lines.append(f"- **Updated:** {_when(conv.updated)}")
     if sampling:
@@ -153,6 +161,9 @@ def to_json(conv: Conversation, sampling: Mapping[str, Any]) -> str:
             "updated": conv.updated,
             "model": conv.model_name,
             "model_path": conv.model_path,
+            # "local", or the kind of model server, with its URL (no key, no password).
+            "backend": conv.backend,
+            "server_url": public_url(conv.server_url) if conv.server_url else "",
             # Says whether messages[0] is the system prompt or a message of its own.
             "system_prompt": conv.system_prompt,
             "sampling": dict(sampling),
@@ -345,6 +356,24 @@ def _meta_str(meta: dict[str, Any], key: str) -> str:
     return value
 
 
+def _meta_backend(meta: dict[str, Any]) -> tuple[str, str]:
+    """ "kvchat.backend" and "kvchat.server_url", checked: absent (files from
+    before model servers) means a local model. A URL keeps no user name,
+    password or query."""
+    backend = meta.get("backend", LOCAL_BACKEND)
+    if backend not in BACKENDS:
+        known = ", ".join(BACKENDS)
+        raise ImportFormatError(f'"kvchat.backend" is not one of {known}')
+    url = _meta_str(meta, "server_url").strip()
+    if backend == LOCAL_BACKEND:
+        if url:
+            raise ImportFormatError('"kvchat.server_url" is set for a local model')
+        return backend, ""
+    if not re.fullmatch(URL_PATTERN, url) or not url.isprintable():
+        raise ImportFormatError('"kvchat.server_url" is not an http:// or https:// URL')
+    return backend, public_url(url)
+
+
 def _meta_time(meta: dict[str, Any], key: str, default: float) -> float:
     value = meta.get(key, default)
     if not _is_number(value):
@@ -403,6 +432,7 @@ def _conversation_from_tree(meta: dict[str, Any]) -> Conversation:
     """kvchat's own file: every branch in "kvchat.tree" (the top-level "messages"
     are the branch shown, for other tools, and are not read again)."""
     tree, leaf = _parse_tree(meta["tree"], meta.get("shown"))
+    backend, server_url = _meta_backend(meta)
     now = time.time()
     return Conversation(
         system_prompt=_meta_str(meta, "system_prompt"),
@@ -413,6 +443,8 @@ def _conversation_from_tree(meta: dict[str, Any]) -> Conversation:
         model_path=_meta_str(meta, "model_path"),
         model_name=_meta_str(meta, "model"),
         tree=tree,
+        backend=backend,
+        server_url=server_url,
     )
 
 
@@ -432,6 +464,7 @@ def _conversation_from_list(items: list[Any], meta: dict[str, Any]) -> Conversat
             '"kvchat.system_prompt" is set but message 1 is not a system message'
         )
     system_prompt = messages.pop(0).content if has_prompt else ""
+    backend, server_url = _meta_backend(meta)
 
     now = time.time()
     conv = Conversation(
@@ -442,6 +475,8 @@ def _conversation_from_list(items: list[Any], meta: dict[str, Any]) -> Conversat
         updated=_meta_time(meta, "updated", now),
         model_path=_meta_str(meta, "model_path"),
         model_name=_meta_str(meta, "model"),
+        backend=backend,
+        server_url=server_url,
     )
     if "messages" in meta:
         _apply_message_meta(messages, meta["messages"], first_number=2 if system_prompt else 1)

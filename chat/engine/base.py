@@ -49,8 +49,25 @@ class ModelInfo:
     """Layers offloaded to the GPU (0 on a CPU-only build)."""
     gpu_supported: bool
     """Whether this llama-cpp-python build can offload at all."""
+    kind: str = "local"
+    """"local" (in process), or the server's kind: "llama-server", "vllm",
+    "ollama", "openai" (any other OpenAI-compatible server)."""
+    server_url: str | None = None
+    """The server's base URL, for a model served over HTTP (then `path` is
+    `Path(server_url)`, a label, not a file)."""
+    n_ctx_source: str = "model"
+    """Where `n_ctx` comes from, in words ("llama-server /props", "vLLM
+    max_model_len", ...), or why it is assumed."""
+    n_ctx_known: bool = True
+    """False when the server does not say: `n_ctx` is then an assumption."""
+    count_exact: bool = True
+    """Whether `tokenize_chat` counts exactly what the model sees; False where
+    the server cannot tokenize (Ollama, generic OpenAI servers): an estimate,
+    corrected after each reply from the server's own count."""
 
     def device_text(self) -> str:
+        if self.server_url is not None:
+            return f"{self.kind} at {self.server_url}"
         if not self.gpu_supported:
             return "CPU only (llama-cpp-python built without GPU support)"
         if self.gpu_layers == 0:
@@ -81,6 +98,9 @@ class Finished:
     a cut-off stop sequence excluded), to send back as `ChatMessage.token_ids`;
     None when no run of them does (text sanitised, a stop sequence or a
     character cut mid-token)."""
+    error: str | None = None
+    """Why the reply ended early when `stats.finish_reason` is "error" (a
+    model server's connection dropped mid-reply): `text` is what came before."""
 
 
 EngineEvent = TokenEvent | Finished

@@ -32,6 +32,7 @@ from chat.session.context_window import (
 from chat.session.model_loader import ModelLoader
 from chat.session.resume import Resumer, conversation_key
 from chat.settings.schema import Settings
+from chat.settings.server import public_url
 
 MIB = 1024 * 1024
 
@@ -351,6 +352,8 @@ class ChatSession:
                 sampling,
                 conversation.model_path,
                 conversation.model_name,
+                conversation.backend,
+                conversation.server_url,
             ),
         )
 
@@ -371,12 +374,27 @@ class ChatSession:
             sampling=asdict(self.settings.sampling),
             model_path=str(info.path) if info else self.conversation.model_path,
             model_name=info.name if info else self.conversation.model_name,
+            backend=info.kind if info else self.conversation.backend,
+            server_url=(info.server_url or "") if info else self.conversation.server_url,
         )
+
+    def made_on_another_server(self) -> str | None:
+        """The URL of the model server the conversation was made on, when the
+        model in use is not that server's."""
+        conversation, info = self.conversation, self.model
+        if not conversation.made_on_server or not conversation.server_url or info is None:
+            return None
+        same = info.server_url is not None and public_url(info.server_url) == public_url(
+            conversation.server_url
+        )
+        return None if same else conversation.server_url
 
     def made_with_another_model(self) -> Path | None:
         """The model file the conversation was made with, when it is not the one
-        in use (it may no longer exist)."""
+        in use (it may no longer exist). None for one made on a model server."""
         if not self.conversation.model_path or self.model is None:
+            return None
+        if self.conversation.made_on_server:
             return None
         path = Path(self.conversation.model_path)
         return None if same_path(path, self.model.path) else path

@@ -30,8 +30,10 @@ from chat.errors import KvchatError, ModelError
 from chat.model_files import ModelCandidate, how_to_get_a_model, pick_model, same_path
 from chat.session.background import start_thread
 from chat.settings.schema import FIELDS, ModelSettings
+from chat.settings.server import ServerConfig
 
 EngineFactory = Callable[[Path, ModelSettings], Engine]
+ServerFactory = Callable[[ServerConfig], Engine]
 
 # Model settings the engine is loaded with: changing one of them means a reload.
 LOADER_FIELDS: tuple[str, ...] = tuple(
@@ -89,6 +91,13 @@ class NoModelFoundError(ModelError):
     """No model file is set and none was found; the message says how to get one."""
 
 
+def connect_to_server(server: ServerConfig) -> Engine:
+    # Imported here: the HTTP library is paid for only when a server is used.
+    from chat.engine.remote import connect
+
+    return connect(server)
+
+
 def load_llama(path: Path, settings: ModelSettings) -> Engine:
     # Imported here so that the UI starts drawing before llama.cpp is imported.
     from chat import paths
@@ -99,10 +108,14 @@ def load_llama(path: Path, settings: ModelSettings) -> Engine:
 
 class ModelLoader:
     def __init__(
-        self, report: Callable[[LoadOutcome], object], factory: EngineFactory = load_llama
+        self,
+        report: Callable[[LoadOutcome], object],
+        factory: EngineFactory = load_llama,
+        server_factory: ServerFactory = connect_to_server,
     ) -> None:
         self._report = report
         self.factory = factory
+        self.server_factory = server_factory
         self.state = LoadState.NONE
         self.engine: Engine | None = None
         """The model in use (READY, or RELOADING: still loaded, no new replies)."""
@@ -143,11 +156,15 @@ class ModelLoader:
         self, model: ModelCandidate, settings: ModelSettings, reload: bool, save: bool
     ) -> None:
         try:
-            engine = self.factory(model.path, settings)
+            if model.server is not None:
+                engine = self.server_factory(model.server)
+            else:
+                engine = self.factory(model.path, settings)
         except KvchatError as error:
             self._report(ModelFailed(str(error), model, reload, save))
         except Exception as error:  # llama.cpp failures we did not foresee
-            reason = f"Could not load the model {model.path}: {error}"
+            where = model.name if model.server is not None else model.path
+            reason = f"Could not load the model {where}: {error}"
             self._report(ModelFailed(reason, model, reload, save))
         else:
             with self._handover:
@@ -176,21 +193,33 @@ class ModelLoader:
             start_thread("close-model", _close_quietly, old)
         return True
 
-    def plan_reload(self, current: ModelSettings, new: ModelSettings) -> Reload | None:
-        """What changing the model settings from `current` to `new` loads, or None
-        when nothing needs loading (the same file under another name, or settings
-        the engine does not load with). Raises `ModelError` when it cannot be
+    def plan_reload(
+        self, current: ModelSettings, new: ModelSettings, server: ServerConfig | None = None
+    ) -> Reload | None:
+        """What changing the model settings from `current` to `new` (and to
+        `server`, None: the local model) loads, or None when nothing needs
+        loading (the same file under another name, settings the engine does not
+        load with, the server in use). Raises `ModelError` when it cannot be
         done: a load under way, a model file that cannot be used, or none found."""
-        if new == current:
+        loaded_server = self.model.server if self.model is not None else None
+        if server is not None and server == loaded_server and self.engine is not None:
+            return None  # connected to it already
+        if server is None and loaded_server is None and new == current:
             return None
         if self.busy:
             raise ModelBusyError(
                 "A model is still loading: change the model settings again when it is ready."
             )
+        if server is not None:  # another server, or the same one again after it failed
+            return Reload(ModelCandidate.for_server(server), copy.deepcopy(new))
         candidate = pick_model(None, new.path)
         if candidate is None:
             raise NoModelFoundError(how_to_get_a_model())
-        same_file = self.model is not None and same_path(candidate.path, self.model.path)
+        same_file = (
+            self.model is not None
+            and loaded_server is None
+            and same_path(candidate.path, self.model.path)
+        )
         same_loader = all(getattr(new, name) == getattr(current, name) for name in LOADER_FIELDS)
         if same_file and same_loader and self.engine is not None:
             return None

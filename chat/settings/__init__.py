@@ -5,9 +5,12 @@
 - `config_file`: the TOML file, read leniently and written atomically;
 - `environment`: KVCHAT_* variables;
 - `resolve`: CLI flag > environment > config file > default;
-- `effective`: the `--print-config` listing.
+- `effective`: the `--print-config` listing;
+- `server_url`: a server's URL as it may be saved or shown (no password).
 
 Who reads which section: `model` the model loader (chat.session.model_loader)
-and the engine; `sampling` the engine, per reply; `chat` the chat screen and the
-reply planning; `ui` the app (theme). No Textual and no llama_cpp here.
+and the engine; `server` the CLI and the model loader, through
+chat.session.server_choice (a server, when set, replaces the local model);
+`sampling` the engine, per reply; `chat` the chat screen and the reply
+planning; `ui` the app (theme). No Textual and no llama_cpp here.
 """

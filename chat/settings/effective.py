@@ -1,4 +1,7 @@
-"""`--print-config`: every setting in effect as TOML, each saying where it came from."""
+"""`--print-config`: every setting in effect as TOML, each saying where it came from.
+
+No secret is printed: a server's API key is no setting (only the name of the
+variable holding it is), and a password in `server.url` shows as ***."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import tomli_w
 
 from chat.settings.resolve import ResolvedSettings
 from chat.settings.schema import FIELDS
+from chat.settings.server import url_for_display
 from chat.settings.values import get_value
 
 
@@ -39,6 +43,8 @@ def format_effective(resolved: ResolvedSettings) -> str:
         else:
             comment = "default"
         value = get_value(resolved.settings, key)
+        if key == "server.url" and isinstance(value, str):
+            value = url_for_display(value)  # a password in the URL shows as ***
         if value is None:
             lines.append(f"# {spec.name} = ({spec.none_label()})  # {comment}")
         else:

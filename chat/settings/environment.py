@@ -4,7 +4,7 @@ aliases for the common ones, and a hint for a variable that sets nothing."""
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from chat.paths import FOLDER_ENV_NAMES
@@ -28,13 +28,25 @@ def env_names(key: str) -> list[str]:
     return [long_name] + ([ENV_ALIASES[key]] if key in ENV_ALIASES else [])
 
 
-def unknown_env_problems(env: Mapping[str, str]) -> list[ConfigProblem]:
+def unknown_env_problems(
+    env: Mapping[str, str], exempt: Collection[str] = ()
+) -> list[ConfigProblem]:
     """A KVCHAT_ variable that sets nothing is most likely a misspelt setting:
-    say so, and name the variable that was probably meant."""
+    say so, and name the variable that was probably meant. `exempt`: variables
+    that are not settings but are used all the same (the one `server.api_key_env`
+    names). Only names are ever shown, never values."""
     known = {name for key in FIELDS for name in env_names(key)} | set(FOLDER_ENV_NAMES)
     problems = []
     for name in sorted(env):
-        if not name.startswith("KVCHAT_") or name in known:
+        if not name.startswith("KVCHAT_") or name in known or name in exempt:
+            continue
+        if name.endswith(("_KEY", "_TOKEN")):
+            message = (
+                f"{name} is not a kvchat setting and is ignored. A server's API key is read "
+                "from the variable that server.api_key_env names "
+                f"(--api-key-env {name} or KVCHAT_SERVER_API_KEY_ENV={name})."
+            )
+            problems.append(ConfigProblem(Path("<environment>"), None, None, message))
             continue
         # KVCHAT_MAX_TOKENS: a setting's own name without its section.
         same_name = [

@@ -72,8 +72,6 @@ def resolve_settings(
             origins[key] = name
             break
 
-    problems += unknown_env_problems(env)
-
     for key, raw in cli.items():
         if raw is None:
             continue
@@ -86,4 +84,7 @@ def resolve_settings(
         sources[key] = "cli"
         origins[key] = flag
 
+    # The variable holding a server's API key may be called KVCHAT_SOMETHING.
+    key_variable = settings.server.api_key_env
+    problems += unknown_env_problems(env, exempt=[key_variable] if key_variable else [])
     return ResolvedSettings(settings, sources, problems, config_path, origins)

@@ -20,6 +20,18 @@ OVERFLOW_POLICIES = ("stop", "drop-oldest", "truncate-middle")
 # cache -45 MB) for a perplexity change of +0.02 %. Values stay f16: quantized
 # values need flash attention, which is slower on the CPU.
 KEY_CACHE_TYPES = ("auto", "f16", "q8_0")
+# Model servers kvchat can talk to instead of loading a model (issue 17); "auto"
+# asks the server what it is. chat.engine.remote reuses this tuple.
+SERVER_KINDS: tuple[str, ...] = ("auto", "llama-server", "vllm", "ollama", "openai")
+# What `server.url` and `server.api_key_env` take (checked in full by `parse_value`).
+URL_PATTERN = (
+    r"(?i)https?://"  # the scheme
+    r"(?:[^\s/?#@]*@)?"  # a user name and password, kept out of records and listings
+    r"(?:\[[0-9a-f:.]+\]|[^\s/?#@:\[\]]+)"  # a host name, IPv4 or [IPv6] address
+    r"(?::[0-9]{1,5})?"  # a port
+    r"(?:[/?#]\S*)?"  # a path (e.g. /v1)
+)
+ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
 
 # The kinds of value a setting can hold; the settings pane builds its form
 # field from the kind, and `parse_value` checks values by it.
@@ -32,6 +44,7 @@ Kind = Literal[
     "choice",
     "optional_int",  # an int in range, or None
     "optional_path",  # a file path, or None
+    "optional_str",  # one line of text (matching `FieldSpec.pattern`, if any), or None
     "str_list",
 ]
 
@@ -54,6 +67,13 @@ class FieldSpec:
     """Values allowed outside minimum..maximum, with what each means, e.g.
     `((0, "the model's own window"),)`; `None` labels the blank value of an
     optional kind."""
+    pattern: str | None = None
+    """For "optional_str": a regular expression the whole value must match."""
+    pattern_text: str = "one line of text"
+    """What `pattern` allows, in words: "an http:// or https:// URL"."""
+    quote_refused: bool = True
+    """False: a refused value is never repeated in a message (what was typed
+    where a variable's name belongs may be the secret that variable holds)."""
 
     @property
     def section(self) -> str:
@@ -87,6 +107,8 @@ class FieldSpec:
             return "a list of non-empty strings"
         if self.kind == "optional_path":
             return f"blank = {self.none_label()}, or a file path"
+        if self.kind == "optional_str":
+            return f"blank = {self.none_label()}, or {self.pattern_text}"
         parts = []
         for value, meaning in self.special:
             shown = "blank" if value is None else str(value)
@@ -114,6 +136,9 @@ def _meta(
     *,
     choices: tuple[Any, ...] | None = None,
     special: tuple[tuple[object, str], ...] = (),
+    pattern: str | None = None,
+    pattern_text: str = "one line of text",
+    quote_refused: bool = True,
 ) -> dict[str, object]:
     """Dataclass field metadata: the FieldSpec of a setting, less its key and default."""
     spec = {
@@ -123,6 +148,9 @@ def _meta(
         "maximum": maximum,
         "choices": choices,
         "special": special,
+        "pattern": pattern,
+        "pattern_text": pattern_text,
+        "quote_refused": quote_refused,
     }
     return {"spec": spec}
 
@@ -174,6 +202,54 @@ class ModelSettings:
         "choice",
         "KV cache key type. auto: q8_0 (leaner, faster long chats) on the CPU, f16 on a GPU.",
         choices=KEY_CACHE_TYPES,
+    )
+
+
+@dataclass
+class ServerSettings:
+    """A running model server to chat with instead of loading `model.path`.
+
+    The API key itself is never a setting: `api_key_env` names the environment
+    variable that holds it (chat.session.server_choice reads it)."""
+
+    url: str | None = _setting(
+        None,
+        "optional_str",
+        "A model server to use instead of a local model, e.g. http://127.0.0.1:8080.",
+        special=((None, "use the local model"),),
+        pattern=URL_PATTERN,
+        pattern_text="an http:// or https:// URL",
+    )
+    kind: str = _setting(
+        "auto",
+        "choice",
+        "What runs there: auto asks the server itself.",
+        choices=SERVER_KINDS,
+    )
+    model: str | None = _setting(
+        None,
+        "optional_str",
+        "The served model to chat with. Blank: the server's only (or first) model.",
+        special=((None, "the server's first model"),),
+    )
+    api_key_env: str | None = _setting(
+        None,
+        "optional_str",
+        "The environment variable holding the server's API key (its name, never the key).",
+        special=((None, "send no key"),),
+        pattern=ENV_NAME_PATTERN,
+        pattern_text="a variable name (letters, digits, _)",
+        quote_refused=False,
+    )
+    connect_timeout_s: float = _setting(
+        5.0, "float", "Seconds to wait for the server to accept a connection.", 0.1, 300
+    )
+    read_timeout_s: float = _setting(
+        300.0,
+        "float",
+        "Longest wait in seconds for the next part of a reply (a long prompt takes a while).",
+        1,
+        3600,
     )
 
 
@@ -262,6 +338,7 @@ class UISettings:
 @dataclass
 class Settings:
     model: ModelSettings = field(default_factory=ModelSettings)
+    server: ServerSettings = field(default_factory=ServerSettings)
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     chat: ChatSettings = field(default_factory=ChatSettings)
     ui: UISettings = field(default_factory=UISettings)

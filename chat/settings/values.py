@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 
 from chat.errors import ConfigError
 from chat.settings.schema import FIELDS, FieldSpec, Settings, plain_number
@@ -54,7 +55,8 @@ class ValueRefused(ConfigError):
 
     def worded(self, name: str) -> str:
         """The message with the setting called `name`, e.g. "--ctx"."""
-        return f"{name} {_show(self.raw)} {self.problem}: allowed {self.spec.range_text()}."
+        shown = _show(self.raw) if self.spec.quote_refused else "(value not shown)"
+        return f"{name} {shown} {self.problem}: allowed {self.spec.range_text()}."
 
 
 def _check_range(spec: FieldSpec, value: float) -> None:
@@ -123,12 +125,28 @@ def _parse_str_list(spec: FieldSpec, raw: object) -> list[str]:
     raise ValueRefused(spec, raw, "is not a list")
 
 
+def _parse_optional_str(spec: FieldSpec, raw: object) -> str | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise ValueRefused(spec, raw, "is not text")
+    value = raw.strip()
+    if not value:
+        return None
+    if not value.isprintable():  # a line break, a tab, an escape sequence
+        raise ValueRefused(spec, raw, "is not one line of text")
+    if spec.pattern is not None and not re.fullmatch(spec.pattern, value):
+        raise ValueRefused(spec, raw, "is not valid")
+    return value
+
+
 def parse_value(key: str, raw: object) -> object:
     """Check and convert one value for setting `key`, or raise ConfigError.
 
     `raw` is typed when it comes from TOML or from code, and a string when a
     person typed it or it came from an environment variable: "0.7", "true",
-    "" or "none" (blank, for optional settings), "a,b" or lines for lists.
+    "" or "none" (blank, for optional settings; only blank for optional text),
+    "a,b" or lines for lists.
     """
     spec = _spec(key)
     kind = spec.kind
@@ -146,6 +164,8 @@ def parse_value(key: str, raw: object) -> object:
         return _parse_choice(spec, raw)
     if kind == "str_list":
         return _parse_str_list(spec, raw)
+    if kind == "optional_str":
+        return _parse_optional_str(spec, raw)
     if not isinstance(raw, str):
         raise ValueRefused(spec, raw, "is not text")
     if kind == "text":

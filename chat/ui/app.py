@@ -42,7 +42,7 @@ from chat.settings.run_overrides import RunOverrides
 from chat.settings.schema import Settings
 from chat.ui.commands import ThemeCommands
 from chat.ui.database_flow import DatabaseFlow
-from chat.ui.messages import ModelLoadFinished, SwitchModelRequested
+from chat.ui.messages import ModelLoadFinished, SwitchModelRequested, SwitchServerRequested
 from chat.ui.screens.chat import ChatScreen
 from chat.ui.settings_flow import SettingsFlow
 from chat.ui.terminal_input import TerminalGone, TypedText, deliver_typed_text, typing_driver
@@ -255,7 +255,7 @@ class ChatApp(App[None]):
             else:
                 await self.chat_screen.show_problem(how_to_get_a_model(), no_model=True)
             return
-        await self.chat_screen.show_loading(model.name)
+        await self.chat_screen.show_loading(model.name, server=model.server is not None)
         self.models.load(model, self.settings.model)
 
     async def _use_store(self, store: Store) -> None:
@@ -273,6 +273,7 @@ class ChatApp(App[None]):
             await self.chat_screen.show_model(outcome.engine)
             if outcome.reload:
                 self.settings.model = outcome.settings
+                self.settings_flow.reload_done()
                 info = outcome.engine.info
                 self.notify(f"Model loaded: {info.name}, {info.n_ctx:,} tokens of context.")
                 if outcome.save:
@@ -285,6 +286,7 @@ class ChatApp(App[None]):
             await self.chat_screen.show_model(engine)
         if not outcome.reload:
             return
+        self.settings_flow.reload_failed()
         kept = f"Still using {engine.info.name}." if engine else "No model is loaded."
         not_done = "saved" if outcome.save and self.config_path is not None else "applied"
         self.notify(
@@ -301,12 +303,32 @@ class ChatApp(App[None]):
         yield SystemCommand(
             "Settings", "Sampling, chat and model settings (F2)", self.action_settings
         )
+        yield SystemCommand(
+            "Connect to a model server",
+            "llama-server, vLLM, Ollama or another OpenAI-compatible server: "
+            "its URL under Server in the settings (F2)",
+            self.action_settings,
+        )
+        if self.settings.server.url:
+            yield SystemCommand(
+                "Reconnect to the model server",
+                "Try the server in the settings again (after it was down)",
+                self.settings_flow.reconnect,
+            )
+            yield SystemCommand(
+                "Use the local model",
+                "Leave the model server for the GGUF model on this machine",
+                self.settings_flow.use_local_model,
+            )
 
     async def action_settings(self) -> None:
         await self.settings_flow.open_pane()
 
     def on_switch_model_requested(self, message: SwitchModelRequested) -> None:
         self.settings_flow.switch_model(message.path)
+
+    def on_switch_server_requested(self, message: SwitchServerRequested) -> None:
+        self.settings_flow.switch_server(message.url, message.kind, message.model)
 
     async def action_quit(self) -> None:
         if self._quit_by is not None:

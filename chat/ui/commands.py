@@ -108,6 +108,13 @@ CHAT_SCREEN_ACTIONS = (
         "select_message(-1)",
     ),
     ScreenAction(
+        "Switch model",
+        "F8: every GGUF on this machine (Hugging Face, LM Studio, Ollama...), what each "
+        "needs in memory; download one",
+        "pick_model",
+        other_names=("Models", "Download model"),
+    ),
+    ScreenAction(
         "Copy message",
         "F5: copy the selected message (else the last reply) to the clipboard",
         "copy_message",

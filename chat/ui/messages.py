@@ -35,3 +35,13 @@ class SwitchModelRequested(Message):
     """The user chose to continue a conversation on the model it was made with."""
 
     path: Path
+
+
+@dataclass
+class SwitchServerRequested(Message):
+    """The user chose to continue a conversation on the model server it was
+    made with (`kind`: its recorded kind; `model`: the served model's name)."""
+
+    url: str
+    kind: str
+    model: str | None

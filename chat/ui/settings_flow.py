@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,9 +33,11 @@ from chat.session.model_loader import (
     NoModelFoundError,
     Reload,
 )
+from chat.session.server_choice import server_config
 from chat.settings.config_file import backup_path, save_config
 from chat.settings.run_overrides import RunOverrides
-from chat.settings.schema import ModelSettings, Settings
+from chat.settings.schema import SERVER_KINDS, ModelSettings, ServerSettings, Settings
+from chat.settings.server import ServerConfig
 from chat.ui.screens.chat import ChatScreen
 
 if TYPE_CHECKING:
@@ -64,6 +67,8 @@ class SettingsFlow:
         self.config_had_problems = config_had_problems
         self._run_overrides = run_overrides
         self._opening = False
+        self._server_before: ServerSettings | None = None
+        """The server settings before a switch under way, put back if it fails."""
 
     async def open_pane(self) -> None:
         # Imported here, like the other screens the first frame does not show:
@@ -86,12 +91,25 @@ class SettingsFlow:
                     "model.path": list(models),
                     "ui.theme": [(name, name) for name in self._app.available_themes],
                 },
-                notes=self._run_overrides.notes(),
+                notes=self._notes(),
                 config_path=self.config_path,
             )
             await self._app.push_screen(pane, callback=self._closed)
         finally:
             self._opening = False
+
+    def _notes(self) -> dict[str, str]:
+        """A line under a field: set for this run only, or ignored by the model
+        server in use (a setting its API does not take is not sent)."""
+        notes = self._run_overrides.notes()
+        engine = self._models.engine
+        ignored: frozenset[str] = getattr(engine, "ignored_settings", frozenset())
+        if engine is not None:
+            for name in sorted(ignored):
+                key = f"sampling.{name}"
+                note = f"Ignored by {engine.info.kind}: not sent to the server."
+                notes[key] = f"{notes[key]} {note}" if key in notes else note
+        return notes
 
     async def _closed(self, result: SettingsResult | None) -> None:
         if result is not None:
@@ -110,7 +128,21 @@ class SettingsFlow:
             await self._system_prompt_changed()
         if theme_changed:
             self._apply_theme()
-        reload = self._plan_reload(new.model)
+        server_changed = new.server != current.server
+        if server_changed:
+            self._server_before = copy.deepcopy(current.server)
+            current.server = copy.deepcopy(new.server)
+        try:
+            server = server_config(current.server, os.environ)
+        except ConfigError as error:
+            self._app.notify(
+                f"{error} The model settings were not applied.", severity="error", timeout=15
+            )
+            self.reload_failed()
+            return
+        reload = self._plan_reload(new.model, server)
+        if reload is None and server_changed:
+            self._server_before = None
         if save:
             self.save(model_pending=reload is not None)
         elif reload is None:
@@ -142,16 +174,74 @@ class SettingsFlow:
         session: Save in the pane keeps it."""
         new = copy.deepcopy(self._settings.model)
         new.path = str(path)
-        reload = self._plan_reload(new)
+        if self._settings.server.url:
+            self._server_before = copy.deepcopy(self._settings.server)
+            self._settings.server.url = None  # the local model from now on
+        reload = self._plan_reload(new, None)
         if reload is not None:
             self._start_reload(reload, save=False)
 
-    def _plan_reload(self, new: ModelSettings) -> Reload | None:
+    def switch_server(self, url: str, kind: str, model: str | None) -> None:
+        """Attach to the model server at `url` (the API key from the variable
+        the settings name) and use it from the next reply. For this session."""
+        new = copy.deepcopy(self._settings.server)
+        new.url, new.model = url, model
+        new.kind = kind if kind in SERVER_KINDS else "auto"
+        try:
+            server = server_config(new, os.environ)
+        except ConfigError as error:
+            self._app.notify(str(error), severity="error", timeout=15, markup=False)
+            return
+        self._server_before = copy.deepcopy(self._settings.server)
+        self._settings.server = new
+        reload = self._plan_reload(self._settings.model, server)
+        if reload is not None:
+            self._start_reload(reload, save=False)
+        else:
+            self._server_before = None
+
+    def reconnect(self) -> None:
+        """Connect to the model server in the settings again (it was down)."""
+        try:
+            server = server_config(self._settings.server, os.environ)
+        except ConfigError as error:
+            self._app.notify(str(error), severity="error", timeout=15, markup=False)
+            return
+        reload = self._plan_reload(self._settings.model, server)
+        if reload is None:
+            self._app.notify("Connected to the server already.")
+        else:
+            self._start_reload(reload, save=False)
+
+    def use_local_model(self) -> None:
+        """Leave the model server for the local model (the palette's entry)."""
+        if not self._settings.server.url:
+            self._app.notify("The local model is in use already.")
+            return
+        self._server_before = copy.deepcopy(self._settings.server)
+        self._settings.server.url = None
+        reload = self._plan_reload(self._settings.model, None)
+        if reload is not None:
+            self._start_reload(reload, save=False)
+        else:
+            self._server_before = None
+
+    def reload_failed(self) -> None:
+        """A reload (or connection) failed: the server settings go back to those
+        of the model still in use."""
+        if self._server_before is not None:
+            self._settings.server = self._server_before
+            self._server_before = None
+
+    def reload_done(self) -> None:
+        self._server_before = None
+
+    def _plan_reload(self, new: ModelSettings, server: ServerConfig | None) -> Reload | None:
         """The reload that `new` model settings need, or None (said why, where
         that is a problem; settings that need no reload are applied here)."""
         notify = self._app.notify
         try:
-            reload = self._models.plan_reload(self._settings.model, new)
+            reload = self._models.plan_reload(self._settings.model, new, server)
         except ModelBusyError as error:
             notify(f"{error} The other settings were applied.", severity="warning", timeout=10)
             return None
@@ -171,13 +261,16 @@ class SettingsFlow:
 
     async def _reload(self, reload: Reload, save: bool) -> None:
         screen = self._screen
-        await screen.show_reloading(reload.model.name)  # no new replies from here on
+        await screen.show_reloading(
+            reload.model.name, server=reload.model.server is not None
+        )  # no new replies from here on
         if screen.generating:
             self._app.notify("Stopping the reply to reload the model; what it wrote is kept.")
             screen.stop_generating()
             while screen.generating:
                 await asyncio.sleep(0.02)
-        self._app.notify(f"Reloading model {reload.model.name}…")
+        doing = "Connecting to" if reload.model.server is not None else "Reloading model"
+        self._app.notify(f"{doing} {reload.model.name}…")
         self._models.reload(reload, save=save)
 
     # Saving.

@@ -282,6 +282,9 @@ def _other_value(spec: FieldSpec) -> object:
         return 'You are "terse".\nAnswer in \'one\' line.\n\t"""Triple""" \\ done'
     if spec.kind == "str_list":
         return ["\n\nUser:", 'say "x"', "é"]
+    if spec.kind == "optional_str":
+        examples = {"server.url": "http://127.0.0.1:8080/v1", "server.api_key_env": "MY_KEY"}
+        return examples.get(spec.key, "qwen2.5:7b-instruct")
     return "some-other-theme"
 
 

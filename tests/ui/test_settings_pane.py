@@ -192,6 +192,7 @@ async def test_every_field_is_shown_with_value_range_help_and_a_fitting_widget(
                 "text": TextArea,
                 "str_list": TextArea,
                 "optional_path": Input,
+                "optional_str": Input,
             }[str(spec.kind)]
             if spec.key in ("model.path", "ui.theme"):
                 expected = Select

@@ -11,28 +11,50 @@ Contract used by the rest of kvchat (settings, CLI, loader):
 - `connect` raises `chat.errors.ServerError` subclasses with a sentence for the
   user (naming the URL; for 401/403 the variable to set; for an unknown model
   the served models in `UnknownServerModelError.models`).
+- A reply whose connection drops (or whose stream breaks) after some text
+  ends with a `Finished` whose finish reason is "error" and whose `error`
+  says why: the text so far is kept. Before any text, the error is raised.
+- `ModelInfo` says where the window comes from (`n_ctx_source`, `n_ctx_known`)
+  and whether counts are exact (`count_exact`: llama-server and vLLM count
+  with the server's tokenizer; Ollama and generic servers are estimated).
+
+Modules: `http` (requests, streamed lines, faults), `detect` (which kind),
+`engine` (what every kind shares), one module per kind, `estimate` and
+`probs` (counts and probabilities as servers give them).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING
 
-ServerKind = Literal["auto", "llama-server", "vllm", "ollama", "openai"]
-SERVER_KINDS: tuple[str, ...] = ("auto", "llama-server", "vllm", "ollama", "openai")
+from chat.settings.schema import SERVER_KINDS as SERVER_KINDS
+from chat.settings.server import ServerConfig as ServerConfig
+from chat.settings.server import ServerKind as ServerKind
+
+if TYPE_CHECKING:
+    from chat.engine.base import Engine
 
 
-@dataclass(frozen=True)
-class ServerConfig:
-    url: str
-    """Base URL, e.g. http://127.0.0.1:8080 (a trailing /v1 is accepted)."""
-    kind: ServerKind = "auto"
-    model: str | None = None
-    """The served model to use; None: the server's only (or first) model."""
-    api_key: str | None = field(default=None, repr=False)
-    """The key's value (never logged, stored or shown)."""
-    api_key_env: str | None = None
-    """The environment variable the key came from, named in error messages."""
-    connect_timeout_s: float = 5.0
-    read_timeout_s: float = 300.0
-    """Longest wait for the next bytes of a reply (a long prompt may take a while)."""
+def connect(config: ServerConfig) -> Engine:
+    """An `Engine` for the model served at `config.url`: the server's kind
+    detected (unless `config.kind` names it), its window and model read.
+
+    Raises `ServerUnreachableError` (naming the URL) when nothing answers,
+    `ServerAuthError` on 401/403, `UnknownServerModelError` when
+    `config.model` is not served, `ServerError` for anything else.
+
+    The engine has, besides `Engine`'s methods: `ignored_settings` (names of
+    the `SamplingSettings` this kind of server does not take) and
+    `probs_note` (None, or why token probabilities cannot be recorded).
+    """
+    # Imported here: httpx and the engines cost startup time an app without
+    # a server should not pay.
+    from chat.engine.remote.detect import open_engine
+    from chat.engine.remote.http import ServerHttp
+
+    http = ServerHttp(config)
+    try:
+        return open_engine(http)
+    except BaseException:
+        http.close()
+        raise

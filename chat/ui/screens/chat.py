@@ -20,6 +20,7 @@ import contextlib
 import threading
 from dataclasses import asdict, replace
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from textual import on
@@ -45,7 +46,7 @@ from chat.session.model_loader import ModelLoader
 from chat.session.reply_stream import ReplyChunk, ReplyEnded, ReplyFailed, ReplyStream
 from chat.settings.schema import Settings
 from chat.ui.commands import ChatScreenCommands
-from chat.ui.messages import ReplyUpdate, SwitchModelRequested
+from chat.ui.messages import ReplyUpdate, SwitchModelRequested, SwitchServerRequested
 from chat.ui.widgets.context_meter import HELP as CONTEXT_HELP
 from chat.ui.widgets.context_meter import ContextMeter, MeterState
 from chat.ui.widgets.conversation_view import ConversationView
@@ -103,6 +104,7 @@ class ChatScreen(Screen[None]):
         Binding(
             "f5", "copy_message", "Copy", tooltip="Copy the selected message (else the last reply)"
         ),
+        Binding("f8", "pick_model", "Models", tooltip="Switch model, or download one", show=False),
         Binding(
             "ctrl+g",
             "compose_in_editor",
@@ -218,12 +220,12 @@ class ChatScreen(Screen[None]):
 
     # The model, as the app reports it.
 
-    async def show_loading(self, name: str) -> None:
-        self.query_one(StatusBar).show_loading(name)
+    async def show_loading(self, name: str, *, server: bool = False) -> None:
+        """`name` loads (`server`: kvchat connects to the model server `name`)."""
+        doing = f"Connecting to {name}" if server else f"Loading model {name}"
+        self.query_one(StatusBar).show_loading(doing)
         notice = self.query_one("#notice", Static)
-        notice.update(
-            Content(f"Loading model {name}…  You can type meanwhile: Enter sends once it is ready.")
-        )
+        notice.update(Content(f"{doing}…  You can type meanwhile: Enter sends once it is ready."))
         notice.set_classes("loading")
         notice.display = True
         await self.mount(LoadingIndicator(id="loading"), before=notice)
@@ -233,6 +235,8 @@ class ChatScreen(Screen[None]):
         await self._remove_loading()
         self.query_one("#notice").display = False
         self.query_one(StatusBar).show_model(engine.info)
+        # A server that cannot count before sending (Ollama, generic ones): ≈.
+        self.query_one(ContextMeter).estimated = not engine.info.count_exact
         self.recount_meter()
         self._schedule_prefill()  # for what was typed while the model loaded
         # After the caller (the app, taking the model in) is done with it.
@@ -241,10 +245,12 @@ class ChatScreen(Screen[None]):
             self._check_model_when_loaded = False
             self._offer_model_switch()
 
-    async def show_reloading(self, name: str) -> None:
+    async def show_reloading(self, name: str, *, server: bool = False) -> None:
         """Another model is loading to replace this one: no replies until `show_model`
         (or `show_problem`); the conversation stays as it is."""
-        self.query_one(StatusBar).show_reloading(name)
+        self.query_one(StatusBar).show_reloading(
+            f"Connecting to {name}" if server else f"Reloading model {name}"
+        )
 
     async def show_problem(self, text: str, *, no_model: bool = False) -> None:
         """An error panel (a model that failed to load, or no model at all)."""
@@ -584,6 +590,15 @@ class ChatScreen(Screen[None]):
         self.refresh_bindings()
         self.query_one(StatusBar).show_reply(finished.stats)
         self._schedule_prefill()  # for what was typed while the reply streamed
+        if finished.error is not None:
+            # The connection to a model server dropped mid-reply: what came is kept.
+            self.notify(
+                f"{finished.error} The reply so far is kept.",
+                title="Reply cut off",
+                severity="error",
+                timeout=15,
+                markup=False,
+            )
         if finished.stats.finish_reason == "context_full":
             self.notify(
                 "The context window is full: the reply was cut off. "
@@ -698,6 +713,19 @@ class ChatScreen(Screen[None]):
             self._select(None)
         else:
             self._select(views[max(0, index)])
+
+    def action_pick_model(self) -> None:
+        """F8: the model picker; the model chosen is loaded, the conversation stays."""
+        from chat.ui.screens.model_picker import ModelPickerScreen
+
+        model = self._models.model
+        loaded = model.path if model is not None and model.server is None else None
+
+        def chosen(path: Path | None) -> None:
+            if path is not None:
+                self.post_message(SwitchModelRequested(path))
+
+        self.app.push_screen(ModelPickerScreen(self.session.defaults.model, loaded), chosen)
 
     # Copying out, and writing in an editor.
 
@@ -1080,9 +1108,37 @@ class ChatScreen(Screen[None]):
             self._offer_model_switch()
         return True
 
+    def _offer_server(self, url: str, engine: Engine) -> None:
+        """The conversation was made on a model server not in use: offer to reconnect."""
+        conversation = self.conversation
+        made_with = conversation.model_name or "its model"
+
+        def answer(reconnect: bool | None) -> None:
+            if reconnect:
+                self.post_message(
+                    SwitchServerRequested(
+                        url, conversation.backend, conversation.model_name or None
+                    )
+                )
+
+        from chat.ui.screens.dialogs import ConfirmScreen
+
+        question = ConfirmScreen(
+            "Made on a model server",
+            f"This conversation was made with {made_with} on the {conversation.backend} "
+            f"server at {url}. It continues with {engine.info.name} unless you reconnect.",
+            "Reconnect to the server",
+            f"Keep {engine.info.name}",
+        )
+        self.app.push_screen(question, answer)
+
     def _offer_model_switch(self) -> None:
         """Say so when the conversation was made with another model, and offer it."""
-        path, engine = self.session.made_with_another_model(), self.engine
+        server_url, engine = self.session.made_on_another_server(), self.engine
+        if server_url is not None and engine is not None:
+            self._offer_server(server_url, engine)
+            return
+        path = self.session.made_with_another_model()
         if path is None or engine is None:
             return
         made_with = self.conversation.model_name or path.name

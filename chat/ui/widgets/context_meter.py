@@ -112,6 +112,9 @@ class ContextMeter(Static):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("", id=id)
         self.state: MeterState | None = None
+        self.estimated = False
+        """The counts are estimates (a server that cannot count before sending):
+        shown with ≈; the server's own counts correct them after each reply."""
         self.tooltip = HELP
         self._redraw_scheduled = False
 
@@ -157,7 +160,8 @@ class ContextMeter(Static):
         for name, count in bar_cells(state.sizes(), state.n_ctx, BAR_WIDTH):
             text.append("░" * count if name == "free" else "█" * count, style=styles[name])
         share = 100 * state.used / state.n_ctx if state.n_ctx else 0
-        text.append(f" {state.used:,} / {state.n_ctx:,} tokens · {share:.0f}% ")
+        about = "≈" if self.estimated else ""
+        text.append(f" {about}{state.used:,} / {state.n_ctx:,} tokens · {share:.0f}% ")
         for name, size in state.sizes().items():
             # A full block, like the bar: "■" is ambiguous-width in many fonts.
             text.append("  █ ", style=styles[name])

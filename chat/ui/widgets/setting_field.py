@@ -56,7 +56,7 @@ def _typing_pattern(spec: FieldSpec) -> str | None:
 
 
 def _placeholder(spec: FieldSpec) -> str:
-    if spec.kind in ("optional_int", "optional_path"):
+    if spec.kind in ("optional_int", "optional_path", "optional_str"):
         return spec.none_label() + (" each reply" if spec.key == "sampling.seed" else "")
     return ""
 
@@ -106,7 +106,8 @@ class SettingField(Vertical):
 
     def _raw_for(self, value: object) -> object:
         if self._choices is not None:
-            return "" if value is None and self.spec.kind == "optional_path" else value
+            optional_text = self.spec.kind in ("optional_path", "optional_str")
+            return "" if value is None and optional_text else value
         if self.spec.kind == "bool":
             return bool(value)
         return display_text(self.spec, value)

@@ -18,13 +18,15 @@ class StatusBar(Static):
         self._reply = ""
         self._not_saving = ""
 
-    def show_loading(self, name: str) -> None:
-        self._model = f"Loading model {name}…"
+    def show_loading(self, doing: str) -> None:
+        """`doing`: "Loading model NAME" or "Connecting to SERVER"."""
+        self._model = f"{doing}…"
         self._device = ""
         self._render_bar()
 
-    def show_reloading(self, name: str) -> None:
-        self._model = f"Reloading model {name}…"
+    def show_reloading(self, doing: str) -> None:
+        """`doing`: "Reloading model NAME" or "Connecting to SERVER"."""
+        self._model = f"{doing}…"
         self._device = ""
         self._render_bar()
 

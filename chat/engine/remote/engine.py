@@ -1,0 +1,339 @@
+"""What every remote engine shares: one reply at a time, the reply's text made
+safe and timed, faults turned into what the caller can keep, and the KV-cache
+methods of `Engine` answered for a cache the server owns.
+
+A kind (llama-server, vLLM, Ollama, OpenAI) supplies `_prepare` (the request
+for a conversation, tokenized or estimated) and `_pieces` (the server's stream
+as `Piece`s, then one `Summary`).
+
+How a reply that fails part-way ends: when the connection drops (or the server
+sends something broken) *after* text has come, the events already yielded
+stand and the stream ends with a `Finished` whose finish reason is "error"
+and whose `error` says why, so the caller keeps and saves the partial text.
+Before any text, the `ServerError` is raised (there is nothing to keep).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import threading
+import time
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chat.conversations.conversation import FinishReason, ReplyStats, TokenChoice
+from chat.engine.base import ChatMessages, EngineEvent, Finished, ModelInfo, TokenEvent
+from chat.engine.kv_state import KvState, StateIdentity
+from chat.engine.remote.http import ServerHttp
+from chat.engine.reply_text import ReplyText
+from chat.errors import EngineBusyError, EngineClosedError, PromptTooLongError, ServerError
+from chat.settings.schema import SamplingSettings
+
+PREFILL_WAIT_S = 60.0
+"""A reply sent while its prompt is being prefilled waits this long at most."""
+PLACEHOLDER_TOKEN_ID = 0
+"""Stands for a token whose id the server does not report (see `Piece`)."""
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One streamed token: its text as the server sent it (untrusted), its id
+    (`PLACEHOLDER_TOKEN_ID` when the server does not say; `known_id` False),
+    and its probabilities when recorded."""
+
+    text: str
+    token_id: int = PLACEHOLDER_TOKEN_ID
+    known_id: bool = False
+    choice: TokenChoice | None = None
+
+
+@dataclass
+class Summary:
+    """The server's own figures for a reply, as far as it gives them."""
+
+    finish: FinishReason = "done"
+    prompt_tokens: int | None = None
+    prompt_evaluated: int | None = None
+    generated_tokens: int | None = None
+    decode_tps: float | None = None
+    seed: int | None = None
+    clean_ids: bool = True
+    """False when the sampled ids may not spell the text (a stop word cut it)."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """A reply's prompt: the token ids counted (and, where the server takes
+    them, sent), and whatever the kind sends instead or besides."""
+
+    tokens: list[int]
+    messages: list[dict[str, str]] = field(default_factory=list)
+    """Role and content of each message, for servers that take messages."""
+
+
+def server_model_info(
+    http: ServerHttp,
+    name: str,
+    kind: str,
+    n_ctx: int,
+    n_ctx_source: str,
+    *,
+    n_ctx_train: int | None = None,
+    n_ctx_known: bool = True,
+    count_exact: bool = True,
+) -> ModelInfo:
+    """What the status bar and the meter show of a served model: its window
+    (and where that figure came from); no layers or GPU figures of ours."""
+    return ModelInfo(
+        path=Path(http.url),
+        name=name,
+        n_ctx=n_ctx,
+        n_ctx_train=n_ctx_train or n_ctx,
+        n_layers=0,
+        gpu_layers=0,
+        gpu_supported=False,
+        kind=kind,
+        server_url=http.url,
+        n_ctx_source=n_ctx_source,
+        n_ctx_known=n_ctx_known,
+        count_exact=count_exact,
+    )
+
+
+def exact_request(tokens: list[int], n_ctx: int) -> Request:
+    """A prompt counted by the server's own tokenizer, refused here when it
+    cannot fit the window (as the local engine refuses it)."""
+    if len(tokens) >= n_ctx:
+        raise PromptTooLongError(
+            f"The prompt is {len(tokens):,} tokens but the server's context window holds "
+            f"{n_ctx:,}. Shorten the message or start a new conversation."
+        )
+    return Request(tokens)
+
+
+def chat_messages(messages: ChatMessages) -> list[dict[str, str]]:
+    """Role and content only: what a server's chat template is given."""
+    return [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
+
+
+def served_models(models: Any) -> list[dict[str, Any]]:
+    """The entries of a `/v1/models` answer (OpenAI's shape) that name a model."""
+    entries = models.get("data") if isinstance(models, dict) else None
+    if not isinstance(entries, list):
+        return []
+    return [e for e in entries if isinstance(e, dict) and isinstance(e.get("id"), str)]
+
+
+def remote_state_identity(info: ModelInfo) -> StateIdentity:
+    """Never equal to a local model's identity (size 0, hash naming the server):
+    a KV state saved for a local model is never offered to a server's, or back."""
+    return StateIdentity(
+        model_size=0,
+        model_hash=f"remote:{info.kind}:{info.server_url}:{info.name}",
+        n_ctx=info.n_ctx,
+        type_k=-1,
+        type_v=-1,
+        gpu_layers=0,
+        flash_attn=False,
+        offload_kqv=False,
+        swa_full=False,
+        library="remote",
+        gpu_build=False,
+    )
+
+
+class RemoteEngine:
+    """An `Engine` whose model runs in a server. Subclasses set `info` and
+    implement `tokenize_chat`, `_prepare` and `_pieces`."""
+
+    info: ModelInfo
+    ignored_settings: frozenset[str] = frozenset()
+    """Names of `SamplingSettings` fields this kind of server does not take
+    (the settings pane marks them)."""
+    probs_note: str | None = None
+    """None when token probabilities can be recorded; else why not, in words.
+    Where they can, they are the model's own distribution (before the sampling
+    settings): `TokenChoice.prob`/`top` then repeat `raw_prob`/`raw_top`,
+    except at temperature 0, where the choice is certain."""
+
+    def __init__(self, http: ServerHttp) -> None:
+        self._http = http
+        self._lock = threading.Lock()
+        self._prefilling = False
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._http.url!r}, model={self.info.name!r})"
+
+    def tokenize_chat(
+        self, messages: ChatMessages, add_generation_prompt: bool = True
+    ) -> list[int]:
+        raise NotImplementedError
+
+    def stream_reply(
+        self,
+        messages: ChatMessages,
+        sampling: SamplingSettings,
+        cancel: threading.Event,
+        record_probs: bool = False,
+    ) -> Iterator[EngineEvent]:
+        started = time.perf_counter()
+        self._acquire_for_reply()
+        try:
+            request = self._prepare(messages, sampling)
+            yield from self._run(request, sampling, cancel, record_probs, started)
+        finally:
+            self._lock.release()
+
+    def _acquire_for_reply(self) -> None:
+        if not self._lock.acquire(blocking=False) and not (
+            self._prefilling and self._lock.acquire(timeout=PREFILL_WAIT_S)
+        ):
+            raise EngineBusyError(
+                "A reply is already being generated; wait for it or press Escape."
+            )
+        if self._closed:
+            self._lock.release()
+            raise EngineClosedError("The server connection was closed.")
+
+    def _prepare(self, messages: ChatMessages, sampling: SamplingSettings) -> Request:
+        raise NotImplementedError
+
+    def _pieces(
+        self,
+        request: Request,
+        sampling: SamplingSettings,
+        cancel: threading.Event,
+        record_probs: bool,
+    ) -> Generator[Piece | Summary, None, None]:
+        raise NotImplementedError
+
+    def _run(
+        self,
+        request: Request,
+        sampling: SamplingSettings,
+        cancel: threading.Event,
+        record_probs: bool,
+        started: float,
+    ) -> Iterator[EngineEvent]:
+        # The server applies stop sequences; ReplyText decodes and sanitizes.
+        reply = ReplyText()
+        raw_text: list[str] = []
+        ids: list[int] = []
+        ids_known = True
+        choices: list[TokenChoice] = []
+        summary = Summary()
+        error: str | None = None
+        first_at: float | None = None
+        generated = 0
+        # A seed always, as the local engine does: the reply can be reproduced.
+        if sampling.seed is None:
+            sampling = dataclasses.replace(sampling, seed=random.randrange(2**32 - 1))
+        pieces = self._pieces(request, sampling, cancel, record_probs)
+        try:
+            for item in pieces:
+                if isinstance(item, Summary):
+                    summary = item
+                    continue
+                if first_at is None:
+                    first_at = time.perf_counter()
+                generated += 1
+                raw_text.append(item.text)
+                ids.append(item.token_id)
+                ids_known = ids_known and item.known_id
+                if item.choice is not None:
+                    choices.append(item.choice)
+                yield TokenEvent(reply.feed(item.text.encode("utf-8")), item.token_id, item.choice)
+                if cancel.is_set() or self._closed:
+                    break
+        except ServerError as failure:
+            if not (cancel.is_set() or self._closed):
+                if generated == 0:
+                    raise
+                error = str(failure)
+        finally:
+            pieces.close()  # a stopped reply's connection closes now
+        tail = reply.flush()
+        if tail:
+            yield TokenEvent(tail, -1)
+        ended = time.perf_counter()
+        first = first_at or ended
+        finish = self._finish_reason(summary, error, cancel, request, generated)
+        prompt_tokens = summary.prompt_tokens or len(request.tokens)
+        generated = summary.generated_tokens or generated
+        decode_s = ended - first
+        tps = summary.decode_tps
+        if tps is None:
+            tps = (generated - 1) / decode_s if generated > 1 and decode_s > 0 else 0.0
+        stats = ReplyStats(
+            prompt_tokens=prompt_tokens,
+            # Unknown (a cancelled reply on servers that report it only at the
+            # end): counted as all evaluated rather than claim a reuse.
+            prompt_evaluated=min(prompt_tokens, summary.prompt_evaluated or prompt_tokens),
+            generated_tokens=generated,
+            ttft_s=first - started,
+            decode_tps=tps,
+            finish_reason=finish,
+            seed=summary.seed if summary.seed is not None else sampling.seed,
+            total_s=ended - started,
+        )
+        spelled = "".join(raw_text) == reply.text
+        token_ids = (
+            tuple(ids) if ids_known and summary.clean_ids and spelled and finish == "done" else None
+        )
+        self._reply_done(request, summary)
+        yield Finished(reply.text, stats, tuple(choices), token_ids, error)
+
+    def _finish_reason(
+        self,
+        summary: Summary,
+        error: str | None,
+        cancel: threading.Event,
+        request: Request,
+        generated: int,
+    ) -> FinishReason:
+        if cancel.is_set() or self._closed:
+            return "stopped"
+        if error is not None:
+            return "error"
+        prompt = summary.prompt_tokens or len(request.tokens)
+        if summary.finish == "max_tokens" and prompt + generated >= self.info.n_ctx:
+            return "context_full"
+        return summary.finish
+
+    def _reply_done(self, request: Request, summary: Summary) -> None:
+        """Hook: a kind that estimates counts learns from the server's figure."""
+
+    # -- what the server owns ----------------------------------------------------
+
+    def prefill(self, messages: ChatMessages, add_generation_prompt: bool = True) -> bool:
+        return False
+
+    def state_identity(self) -> StateIdentity:
+        return remote_state_identity(self.info)
+
+    def cached_prefix(self, tokens: Sequence[int]) -> int:
+        return 0  # the server's cache is not visible from here
+
+    def save_state(self, timeout: float = 1.0) -> KvState | None:
+        if self._closed:
+            raise EngineClosedError("The server connection was closed.")
+        return None
+
+    def restore_state(self, state: KvState) -> bool:
+        if self._closed:
+            raise EngineClosedError("The server connection was closed.")
+        return False
+
+    def reset(self) -> None:
+        """Nothing to do: the server keeps (or drops) its cache on its own."""
+
+    def close(self) -> None:
+        """A reply under way ends after its current token (its stream is shut
+        down); later calls raise `EngineClosedError`."""
+        self._closed = True
+        with self._lock:
+            self._http.close()

@@ -1,0 +1,67 @@
+"""Token counts for servers that cannot count them (Ollama, generic OpenAI
+servers): an estimate from the text, corrected by what the server counted.
+
+The estimate is characters over `CHARS_PER_TOKEN` plus a few tokens per
+message for the chat template's markers. After each reply the server reports
+how many prompt tokens it saw; the ratio of that to the raw estimate of the
+same prompt scales later estimates (the latest ratio: the conversation grows,
+so the last figure is the most like the next prompt).
+
+`tokenize_chat` must return a list whose length is the count: the ids in it
+are placeholders (`PLACEHOLDER_TOKEN_ID`), never sent anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+from chat.engine.base import ChatMessages
+from chat.engine.remote.engine import PLACEHOLDER_TOKEN_ID
+
+CHARS_PER_TOKEN = 4.0
+"""English prose in common tokenizers; code and other scripts differ, which
+the correction ratio takes up after the first reply."""
+TOKENS_PER_MESSAGE = 4
+"""A chat template's markers around one message (`<|im_start|>role\\n`...)."""
+REPLY_OPENING_TOKENS = 3
+"""The generation prompt (`<|im_start|>assistant\\n`)."""
+_RATIO_LIMITS = (0.25, 4.0)
+"""A reported count this far from the estimate is not a tokenizer's doing
+(a template adding a long system prompt, a server counting otherwise): kept
+within bounds so that one odd figure cannot make the meter absurd."""
+
+
+class TokenEstimate:
+    def __init__(self) -> None:
+        self._ratio = 1.0
+        self._lock = threading.Lock()
+
+    @property
+    def ratio(self) -> float:
+        """Reported prompt tokens over the raw estimate, at the last reply."""
+        return self._ratio
+
+    def raw(self, messages: ChatMessages, add_generation_prompt: bool = True) -> float:
+        chars = sum(len(str(m.get("content", ""))) for m in messages)
+        markers = TOKENS_PER_MESSAGE * len(messages)
+        opening = REPLY_OPENING_TOKENS if add_generation_prompt else 0
+        return chars / CHARS_PER_TOKEN + markers + opening
+
+    def count(self, messages: ChatMessages, add_generation_prompt: bool = True) -> int:
+        if not messages:
+            return 0
+        return max(1, math.ceil(self.raw(messages, add_generation_prompt) * self._ratio))
+
+    def tokens(self, messages: ChatMessages, add_generation_prompt: bool = True) -> list[int]:
+        """Placeholder ids, as many as the estimate."""
+        return [PLACEHOLDER_TOKEN_ID] * self.count(messages, add_generation_prompt)
+
+    def learn(self, messages: ChatMessages, reported: int) -> None:
+        """The server counted `reported` prompt tokens for `messages` (sent
+        with the generation prompt)."""
+        raw = self.raw(messages, True)
+        if reported > 0 and raw > 0:
+            low, high = _RATIO_LIMITS
+            with self._lock:
+                self._ratio = min(high, max(low, reported / raw))

@@ -1,0 +1,253 @@
+"""HTTP to a model server: requests whose failures become `ServerError`s with
+a sentence for the user, and streamed replies read line by line.
+
+The one place httpx is used. Rules kept here for every server kind:
+- the API key goes only into the `Authorization: Bearer` header; it is never
+  part of a message, a repr or a log line (httpx's own errors do not carry
+  headers, and every message here is built from the URL and status only);
+- TLS certificates are verified (httpx's default);
+- whatever the server says is untrusted: lines are capped (`MAX_LINE_BYTES`),
+  JSON is checked for shape, and its text is sanitized before anyone shows it;
+- a cancelled reply shuts the connection down, which wakes a read blocked on
+  it at once and tells the server to stop generating.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from chat.engine.remote import ServerConfig
+from chat.errors import ServerAuthError, ServerError, ServerUnreachableError
+from chat.sanitize import sanitize
+
+MAX_LINE_BYTES = 1 << 20
+"""One streamed line (one event) longer than this is refused: no server sends
+events that size, and reading on would let a broken one fill memory."""
+_MAX_SHOWN = 300
+"""How much of a server's own error message goes into ours."""
+_CANCEL_POLL_S = 0.05
+
+
+def base_url(url: str) -> str:
+    """`url` without a trailing slash or `/v1` (paths are added per kind)."""
+    url = url.strip().rstrip("/")
+    return url.removesuffix("/v1")
+
+
+class ServerHttp:
+    """An httpx client for one server, with the config's key and timeouts."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.url = base_url(config.url)
+        headers = {"Accept": "application/json"}
+        if config.api_key:
+            headers["Authorization"] = f"Bearer {config.api_key}"
+        self._client = httpx.Client(
+            base_url=self.url,
+            headers=headers,
+            timeout=httpx.Timeout(config.read_timeout_s, connect=config.connect_timeout_s),
+        )
+
+    def __repr__(self) -> str:
+        return f"ServerHttp({self.url!r})"
+
+    def close(self) -> None:
+        self._client.close()
+
+    def get_json(self, path: str, *, missing_ok: bool = False) -> Any:
+        """GET `path` as JSON; None for a 404/405 when `missing_ok` (probing)."""
+        return self._json("GET", path, None, missing_ok)
+
+    def post_json(self, path: str, body: dict[str, Any], *, missing_ok: bool = False) -> Any:
+        return self._json("POST", path, body, missing_ok)
+
+    def _json(self, method: str, path: str, body: dict[str, Any] | None, missing_ok: bool) -> Any:
+        try:
+            response = self._client.request(method, path, json=body)
+        except httpx.HTTPError as error:
+            raise self.transport_error(error) from None
+        if missing_ok and response.status_code in (404, 405, 501):
+            return None
+        self.check_status(response, path)
+        try:
+            return response.json()
+        except ValueError:
+            if missing_ok:  # an HTML page or plain text where JSON was probed for
+                return None
+            raise ServerError(
+                f"The server at {self.url} answered {path} with something that is not JSON."
+            ) from None
+
+    @contextlib.contextmanager
+    def stream(
+        self, path: str, body: dict[str, Any], cancel: threading.Event
+    ) -> Iterator[Iterator[bytes]]:
+        """POST `body` and yield the reply's lines (without line endings, each
+        at most MAX_LINE_BYTES). Setting `cancel` shuts the connection down: a
+        read waiting on it ends at once (the lines simply stop)."""
+        try:
+            with self._client.stream("POST", path, json=body) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    self.check_status(response, path)
+                done = threading.Event()
+                watcher = threading.Thread(
+                    target=_shut_down_on_cancel,
+                    args=(response, cancel, done),
+                    name="kvchat-cancel-watch",
+                    daemon=True,
+                )
+                watcher.start()
+                try:
+                    yield self._lines(response, cancel)
+                finally:
+                    done.set()
+                    watcher.join()
+        except httpx.HTTPError as error:
+            if cancel.is_set():
+                return  # our own shutdown
+            raise self.transport_error(error) from None
+
+    def _lines(self, response: httpx.Response, cancel: threading.Event) -> Iterator[bytes]:
+        buffer = b""
+        try:
+            for chunk in response.iter_bytes():
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    yield _checked(line.rstrip(b"\r"), self.url)
+                if len(buffer) > MAX_LINE_BYTES:
+                    _checked(buffer, self.url)
+        except httpx.HTTPError as error:
+            if cancel.is_set():
+                return
+            raise self.transport_error(error) from None
+        if buffer.strip() and not cancel.is_set():
+            yield _checked(buffer, self.url)
+
+    def transport_error(self, error: httpx.HTTPError) -> ServerError:
+        """A sentence for a failure below HTTP (no connection, a timeout, a drop)."""
+        if isinstance(error, httpx.ConnectTimeout):
+            return ServerUnreachableError(
+                f"The server at {self.url} did not accept a connection within "
+                f"{self.config.connect_timeout_s:g} s. Is it running?"
+            )
+        if isinstance(error, httpx.ConnectError):
+            return ServerUnreachableError(
+                f"Nothing answers at {self.url}. Start the server, or check the URL."
+            )
+        if isinstance(error, httpx.ReadTimeout):
+            return ServerUnreachableError(
+                f"The server at {self.url} sent nothing for {self.config.read_timeout_s:g} s."
+            )
+        if isinstance(error, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
+            return ServerUnreachableError(f"The connection to the server at {self.url} dropped.")
+        return ServerError(f"Talking to the server at {self.url} failed ({type(error).__name__}).")
+
+    def check_status(self, response: httpx.Response, path: str) -> None:
+        status = response.status_code
+        if status < 400:
+            return
+        if status in (401, 403):
+            variable = self.config.api_key_env
+            if self.config.api_key:
+                what = "refused the API key"
+                todo = f"Check the key in {variable}." if variable else "Check the API key."
+            else:
+                what = "needs an API key"
+                todo = f"Set {variable} to the key." if variable else "Set the API key."
+            raise ServerAuthError(f"The server at {self.url} {what} ({status}). {todo}")
+        said = server_message(response)
+        detail = f": {said}" if said else "."
+        raise ServerError(f"The server at {self.url} answered {path} with {status}{detail}")
+
+
+def server_message(response: httpx.Response) -> str:
+    """The server's own error text, made safe to show and short."""
+    try:
+        body = response.json()
+    except ValueError:
+        text = response.text
+    else:
+        text = error_text(body) or ""
+    return sanitize(" ".join(text.split()))[:_MAX_SHOWN]
+
+
+def error_text(body: Any) -> str | None:
+    """The message of an error object, in the shapes servers use:
+    {"error": {"message": ...}}, {"error": "..."}, {"message": ...}, {"detail": ...}."""
+    if not isinstance(body, dict):
+        return None
+    error = body.get("error", body)
+    if isinstance(error, str):
+        return error
+    if isinstance(error, dict):
+        for key in ("message", "detail"):
+            if isinstance(error.get(key), str):
+                return str(error[key])
+    return None
+
+
+def _checked(line: bytes, url: str) -> bytes:
+    if len(line) > MAX_LINE_BYTES:
+        raise ServerError(
+            f"The server at {url} sent a line of over {MAX_LINE_BYTES // 1024:,} KiB; "
+            "the reply was abandoned."
+        )
+    return line
+
+
+def parse_json_line(line: bytes, url: str) -> dict[str, Any]:
+    """One event's JSON object; a `ServerError` when it is not one."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise ServerError(f"The server at {url} sent a malformed line; the reply was abandoned.")
+    said = error_text(value) if "error" in value else None
+    if said is not None:
+        shown = sanitize(" ".join(said.split()))[:_MAX_SHOWN]
+        raise ServerError(f"The server at {url} failed mid-reply: {shown}")
+    return value
+
+
+def sse_data(lines: Iterator[bytes]) -> Iterator[bytes]:
+    """The `data:` payloads of a server-sent event stream, up to `[DONE]`.
+    Comments (`: ping`), event names and blank lines carry nothing we use."""
+    for line in lines:
+        if line.startswith(b"data:"):
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                return
+            if payload:
+                yield payload
+        elif line.startswith(b"error:"):  # some servers name an error event this way
+            yield line[6:].strip()
+
+
+def _shut_down_on_cancel(
+    response: httpx.Response, cancel: threading.Event, done: threading.Event
+) -> None:
+    """Wait for `cancel` (until `done`), then shut the socket down: closing
+    alone does not wake a thread blocked reading it; a shutdown does, and the
+    server sees the connection end and frees its slot."""
+    while not done.is_set():
+        if cancel.wait(_CANCEL_POLL_S):
+            stream = response.extensions.get("network_stream")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if isinstance(sock, socket.socket):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            else:
+                with contextlib.suppress(Exception):
+                    response.close()
+            return

@@ -1,0 +1,309 @@
+"""llama.cpp's llama-server: exact counts, the server's own figures.
+
+Counting exactly what the model sees: the conversation is rendered by the
+server's chat template (`POST /apply-template`) and tokenized by its tokenizer
+(`POST /tokenize`, with `add_special` and `parse_special` as its own chat
+endpoint tokenizes a rendered prompt), and the reply is asked for with exactly
+those token ids (`POST /completion` takes a token array and adds nothing to
+it). `cache_prompt` keeps the longest common prefix in the slot, so a turn
+evaluates only what is new; `timings_per_token` makes every event carry the
+prompt figures (`prompt_n` evaluated, `cache_n` reused), so that even a
+cancelled reply knows them.
+
+The window is the slot's: `default_generation_settings.n_ctx` in `GET /props`
+(the `-c` given divided among `--parallel` slots).
+
+A conversation that ends with a reply, counted without the generation prompt
+(`add_generation_prompt=False`, the context meter's per-message counts), is
+rendered by llama-server as a reply to be continued ("prefill assistant"):
+without its end-of-turn marker. `_render_finished_reply` puts the marker back
+(found as the server's `eos_token`); the prompts sent always end with the
+generation prompt and need none of this.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+from chat.conversations.conversation import FinishReason
+from chat.engine.base import ChatMessages
+from chat.engine.remote.engine import (
+    Piece,
+    RemoteEngine,
+    Request,
+    Summary,
+    chat_messages,
+    exact_request,
+    served_models,
+    server_model_info,
+)
+from chat.engine.remote.http import ServerHttp, parse_json_line, sse_data
+from chat.engine.remote.probs import token_choice
+from chat.engine.token_probs import TOP_N
+from chat.errors import ServerError, UnknownServerModelError
+from chat.settings.schema import SamplingSettings
+
+_COUNT_CACHE = 256
+"""Tokenized conversations remembered (the meter asks for the same often)."""
+_NEXT_MESSAGE = "\ue000kvchat next message\ue001"
+"""A user message's text no conversation has (private-use characters)."""
+_STOP_TYPES: dict[str, FinishReason] = {"eos": "done", "word": "done", "limit": "max_tokens"}
+
+
+class LlamaServerEngine(RemoteEngine):
+    ignored_settings = frozenset()
+
+    def __init__(self, http: ServerHttp, props: dict[str, Any], models: Any) -> None:
+        super().__init__(http)
+        settings = props.get("default_generation_settings")
+        n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+        if not isinstance(n_ctx, int) or n_ctx <= 0:
+            raise ServerError(f"The llama-server at {http.url} did not say its context size.")
+        name, n_ctx_train = _model_name(props, models)
+        _check_model(http, name, models)
+        self.info = server_model_info(
+            http,
+            name,
+            "llama-server",
+            n_ctx,
+            "llama-server /props (per slot)",
+            n_ctx_train=n_ctx_train,
+        )
+        eos = props.get("eos_token")
+        self._eos = eos if isinstance(eos, str) else ""
+        self._counts: OrderedDict[str, list[int]] = OrderedDict()
+        self._counts_lock = threading.Lock()
+
+    def tokenize_chat(
+        self, messages: ChatMessages, add_generation_prompt: bool = True
+    ) -> list[int]:
+        shown = chat_messages(messages)
+        key = json.dumps([shown, add_generation_prompt])
+        with self._counts_lock:
+            if key in self._counts:
+                self._counts.move_to_end(key)
+                return list(self._counts[key])
+        if not add_generation_prompt and shown and shown[-1]["role"] == "assistant":
+            prompt = self._render_finished_reply(shown)
+        else:
+            prompt = self._render(shown, add_generation_prompt)
+        answer = self._http.post_json(
+            "/tokenize", {"content": prompt, "add_special": True, "parse_special": True}
+        )
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
+            raise ServerError(f"The llama-server at {self._http.url} did not tokenize the chat.")
+        with self._counts_lock:
+            self._counts[key] = tokens
+            if len(self._counts) > _COUNT_CACHE:
+                self._counts.popitem(last=False)
+        return list(tokens)
+
+    def _render(self, shown: list[dict[str, str]], add_generation_prompt: bool) -> str:
+        rendered = self._http.post_json(
+            "/apply-template", {"messages": shown, "add_generation_prompt": add_generation_prompt}
+        )
+        prompt = rendered.get("prompt") if isinstance(rendered, dict) else None
+        if not isinstance(prompt, str):
+            raise ServerError(f"The llama-server at {self._http.url} did not render the chat.")
+        return prompt
+
+    def _render_finished_reply(self, shown: list[dict[str, str]]) -> str:
+        """`shown`, ending with a finished reply, rendered as the next prompt
+        will hold it. llama-server renders a last reply as one to continue
+        (open, without its end-of-turn marker), so a user message is added
+        and cut off again: after the reply's text, up to and including the
+        end-of-turn token and the whitespace after it (`<|im_end|>\n`).
+        Without an end-of-turn token to find, the open rendering is used."""
+        opened = self._render(shown, False)
+        if not self._eos:
+            return opened
+        followed = self._render([*shown, {"role": "user", "content": _NEXT_MESSAGE}], False)
+        before_next = followed.find(_NEXT_MESSAGE)
+        reply = shown[-1]["content"]
+        reply_end = followed.rfind(reply, 0, before_next) + len(reply) if reply else len(opened)
+        eos = followed.find(self._eos, reply_end, before_next)
+        if not followed.startswith(opened) or eos < 0:
+            return opened
+        end = eos + len(self._eos)
+        while end < before_next and followed[end].isspace():
+            end += 1
+        return followed[:end]
+
+    def _prepare(self, messages: ChatMessages, sampling: SamplingSettings) -> Request:
+        return exact_request(self.tokenize_chat(messages), self.info.n_ctx)
+
+    def _body(self, tokens: list[int], sampling: SamplingSettings) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "prompt": tokens,
+            "cache_prompt": True,
+            "temperature": sampling.temperature,
+            "top_k": sampling.top_k,
+            "top_p": sampling.top_p,
+            "min_p": sampling.min_p,
+            "typical_p": sampling.typical_p,
+            "repeat_penalty": sampling.repeat_penalty,
+            "presence_penalty": sampling.presence_penalty,
+            "frequency_penalty": sampling.frequency_penalty,
+            "mirostat": sampling.mirostat_mode,
+            "mirostat_tau": sampling.mirostat_tau,
+            "mirostat_eta": sampling.mirostat_eta,
+            "n_predict": sampling.max_tokens,
+            "stop": list(sampling.stop),
+        }
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
+        return body
+
+    def _pieces(
+        self,
+        request: Request,
+        sampling: SamplingSettings,
+        cancel: threading.Event,
+        record_probs: bool,
+    ) -> Generator[Piece | Summary, None, None]:
+        body = self._body(request.tokens, sampling)
+        body |= {"stream": True, "return_tokens": True, "timings_per_token": True}
+        if record_probs:
+            body["n_probs"] = TOP_N
+        url = self._http.url
+        summary = Summary()
+        # The end-of-turn token comes as an event of its own with no text; it
+        # is not part of the reply. A textless piece is held until the next
+        # event says whether it was that one.
+        held: Piece | None = None
+        with self._http.stream("/completion", body, cancel) as lines:
+            for payload in sse_data(lines):
+                event = parse_json_line(payload, url)
+                _read_timings(event, summary)
+                content = event.get("content")
+                tokens = event.get("tokens")
+                if not isinstance(content, str) or not isinstance(tokens, list):
+                    raise ServerError(f"The llama-server at {url} sent an event of another shape.")
+                if event.get("stop") is True:
+                    stop_type = str(event.get("stop_type", ""))
+                    if held is not None and stop_type != "eos":
+                        yield held
+                    summary.finish = _STOP_TYPES.get(stop_type, "done")
+                    summary.clean_ids = stop_type == "eos"
+                    seed = _nested(event, "generation_settings", "seed")
+                    if type(seed) is int and 0 <= seed < 2**32 - 1:
+                        summary.seed = seed
+                    yield summary
+                    return
+                probs = event.get("completion_probabilities")
+                for i, token_id in enumerate(tokens):
+                    choice = None
+                    if record_probs and isinstance(probs, list) and i < len(probs):
+                        choice = _choice(probs[i], sampling)
+                    known = type(token_id) is int and token_id >= 0
+                    text = content if i == 0 else ""  # the text comes with the first id
+                    piece = Piece(text, token_id if known else 0, known, choice)
+                    if held is not None:
+                        yield held
+                        held = None
+                    if piece.text:
+                        yield piece
+                    else:
+                        held = piece
+        if held is not None:
+            yield held
+        if not cancel.is_set():
+            raise ServerError(f"The llama-server at {url} ended the reply without its figures.")
+
+    def prefill(self, messages: ChatMessages, add_generation_prompt: bool = True) -> bool:
+        """Evaluate the prompt into the slot's cache (`n_predict` 0): a reply
+        sent next with the same prompt evaluates only what is new."""
+        if not add_generation_prompt or not self._lock.acquire(blocking=False):
+            return False
+        self._prefilling = True
+        try:
+            if self._closed:
+                return False
+            tokens = self.tokenize_chat(messages)
+            if len(tokens) >= self.info.n_ctx:
+                return False
+            self._http.post_json(
+                "/completion", {"prompt": tokens, "n_predict": 0, "cache_prompt": True}
+            )
+            return True
+        except ServerError:
+            return False
+        finally:
+            self._lock.release()
+            self._prefilling = False
+
+
+def _model_name(props: dict[str, Any], models: Any) -> tuple[str, int | None]:
+    """The served model's name (its alias, else the file's stem) and training window."""
+    n_ctx_train = None
+    entries = models.get("data") if isinstance(models, dict) else None
+    if isinstance(entries, list) and entries and isinstance(entries[0], dict):
+        value = _nested(entries[0], "meta", "n_ctx_train")
+        n_ctx_train = value if type(value) is int else None
+    alias = props.get("model_alias")
+    path = props.get("model_path")
+    if isinstance(path, str) and path and (not isinstance(alias, str) or alias == path):
+        return Path(path).stem, n_ctx_train
+    if isinstance(alias, str) and alias:
+        return alias, n_ctx_train
+    return "llama-server model", n_ctx_train
+
+
+def _check_model(http: ServerHttp, name: str, models: Any) -> None:
+    """llama-server serves one model: asking for another is a mistake to say
+    (by its alias, its file's path, or the file's name without .gguf)."""
+    wanted = http.config.model
+    served = [e["id"] for e in served_models(models)]
+    names = {name, *served, *(Path(s).stem for s in served)}
+    if wanted is not None and wanted not in names:
+        shown = served or [name]
+        raise UnknownServerModelError(
+            f"The llama-server at {http.url} does not serve the model {wanted!r}; "
+            f"it serves: {', '.join(shown)}.",
+            tuple(shown),
+        )
+
+
+def _nested(value: Any, *keys: str) -> Any:
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _read_timings(event: dict[str, Any], summary: Summary) -> None:
+    timings = event.get("timings")
+    if not isinstance(timings, dict):
+        return
+    prompt_n, cache_n = timings.get("prompt_n"), timings.get("cache_n")
+    if type(prompt_n) is int and type(cache_n) is int:
+        summary.prompt_evaluated = prompt_n
+        summary.prompt_tokens = prompt_n + cache_n
+    # predicted_n counts the end-of-turn token too: the reply's own count is
+    # the tokens streamed.
+    predicted_n, tps = timings.get("predicted_n"), timings.get("predicted_per_second")
+    if isinstance(tps, (int, float)) and type(predicted_n) is int and predicted_n > 1:
+        summary.decode_tps = float(tps)
+
+
+def _choice(step: Any, sampling: SamplingSettings) -> Any:
+    if not isinstance(step, dict):
+        return None
+    top = step.get("top_logprobs")
+    alternatives = (
+        [(str(t.get("token", "")), t.get("logprob")) for t in top if isinstance(t, dict)]
+        if isinstance(top, list)
+        else []
+    )
+    token_id = step.get("id")
+    token_id = token_id if type(token_id) is int else 0
+    first = top[0] if isinstance(top, list) and top and isinstance(top[0], dict) else None
+    greedy = first.get("id") == token_id if first else None
+    return token_choice(
+        token_id, str(step.get("token", "")), step.get("logprob"), alternatives, sampling, greedy
+    )

@@ -1,0 +1,217 @@
+"""Ollama's native API (`/api/chat`, a stream of JSON lines).
+
+The window: the model's `num_ctx` parameter (`POST /api/show`, its
+`parameters`) when it sets one. Otherwise Ollama would use its own default,
+which depends on its version and settings and is not reported; so kvchat asks
+for a window in every request (`options.num_ctx`): the model's training window
+(`model_info`'s `<arch>.context_length`) capped at `DEFAULT_NUM_CTX`. Either
+way the window is known, not guessed.
+
+Ollama does not tokenize for clients: counts are estimated and corrected by
+each reply's `prompt_eval_count` (the prompt's tokens, as its docs define it;
+how many of them were reused is not reported, so a reply counts as fully
+evaluated). Its figures: `eval_count` tokens in `eval_duration` ns.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Generator
+from typing import Any
+
+from chat.conversations.conversation import FinishReason
+from chat.engine.base import ChatMessages
+from chat.engine.remote.engine import (
+    Piece,
+    RemoteEngine,
+    Request,
+    Summary,
+    chat_messages,
+    server_model_info,
+)
+from chat.engine.remote.estimate import TokenEstimate
+from chat.engine.remote.http import ServerHttp, parse_json_line
+from chat.engine.remote.openai import choose_model
+from chat.engine.remote.probs import token_choice
+from chat.engine.token_probs import TOP_N
+from chat.errors import ServerError
+from chat.settings.schema import SamplingSettings
+
+DEFAULT_NUM_CTX = 4096
+"""The window kvchat asks for when the model sets none (Ollama's own default
+in recent versions; more costs the server memory the user did not ask for)."""
+_DONE_REASONS: dict[str, FinishReason] = {"stop": "done", "length": "max_tokens"}
+
+
+def model_names(tags: Any) -> list[str]:
+    entries = tags.get("models") if isinstance(tags, dict) else None
+    if not isinstance(entries, list):
+        return []
+    names = [e.get("name") or e.get("model") for e in entries if isinstance(e, dict)]
+    return [n for n in names if isinstance(n, str) and n]
+
+
+def num_ctx_parameter(show: dict[str, Any]) -> int | None:
+    """`num_ctx` from the model's parameters ("num_ctx 8192" lines)."""
+    parameters = show.get("parameters")
+    if not isinstance(parameters, str):
+        return None
+    for line in parameters.splitlines():
+        name, _, value = line.strip().partition(" ")
+        if name == "num_ctx" and value.strip().isdigit():
+            return int(value.strip())
+    return None
+
+
+def context_length(show: dict[str, Any]) -> int | None:
+    info = show.get("model_info")
+    if not isinstance(info, dict):
+        return None
+    for key, value in info.items():
+        if isinstance(key, str) and key.endswith(".context_length") and type(value) is int:
+            return value
+    return None
+
+
+class OllamaEngine(RemoteEngine):
+    # Ollama's engine has no Mirostat (its API docs no longer list it).
+    ignored_settings = frozenset({"mirostat_mode", "mirostat_tau", "mirostat_eta"})
+
+    def __init__(self, http: ServerHttp, tags: Any) -> None:
+        super().__init__(http)
+        names = model_names(tags)
+        wanted = http.config.model
+        if wanted is not None and wanted not in names and f"{wanted}:latest" in names:
+            wanted = f"{wanted}:latest"  # Ollama's own shorthand
+        self.model = choose_model(http.url, wanted, names)
+        show = http.post_json("/api/show", {"model": self.model})
+        show = show if isinstance(show, dict) else {}
+        trained = context_length(show)
+        configured = num_ctx_parameter(show)
+        self._num_ctx: int | None = None  # sent in each request when the model sets none
+        if http.config.n_ctx is not None:
+            n_ctx, source = http.config.n_ctx, "the configured window (sent as num_ctx)"
+            self._num_ctx = n_ctx
+        elif configured is not None:
+            n_ctx, source = configured, "Ollama num_ctx (the model's parameters)"
+        else:
+            n_ctx = min(trained or DEFAULT_NUM_CTX, DEFAULT_NUM_CTX)
+            source = "num_ctx asked for by kvchat (the model sets none)"
+            self._num_ctx = n_ctx
+        self.info = server_model_info(
+            http,
+            self.model,
+            "ollama",
+            n_ctx,
+            source,
+            n_ctx_train=trained,
+            count_exact=False,
+        )
+        self.estimate = TokenEstimate()
+
+    def tokenize_chat(
+        self, messages: ChatMessages, add_generation_prompt: bool = True
+    ) -> list[int]:
+        return self.estimate.tokens(messages, add_generation_prompt)
+
+    def _prepare(self, messages: ChatMessages, sampling: SamplingSettings) -> Request:
+        return Request(self.tokenize_chat(messages), chat_messages(messages))
+
+    def _options(self, sampling: SamplingSettings) -> dict[str, Any]:
+        options: dict[str, Any] = {
+            "temperature": sampling.temperature,
+            "top_k": sampling.top_k,
+            "top_p": sampling.top_p,
+            "min_p": sampling.min_p,
+            "typical_p": sampling.typical_p,
+            "repeat_penalty": sampling.repeat_penalty,
+            "presence_penalty": sampling.presence_penalty,
+            "frequency_penalty": sampling.frequency_penalty,
+            "num_predict": sampling.max_tokens,
+        }
+        if sampling.stop:
+            options["stop"] = list(sampling.stop)
+        if sampling.seed is not None:
+            options["seed"] = sampling.seed
+        if self._num_ctx is not None:
+            options["num_ctx"] = self._num_ctx
+        return options
+
+    def _pieces(
+        self,
+        request: Request,
+        sampling: SamplingSettings,
+        cancel: threading.Event,
+        record_probs: bool,
+    ) -> Generator[Piece | Summary, None, None]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": request.messages,
+            "stream": True,
+            "options": self._options(sampling),
+        }
+        if record_probs:
+            body |= {"logprobs": True, "top_logprobs": TOP_N}
+        url = self._http.url
+        with self._http.stream("/api/chat", body, cancel) as lines:
+            for line in lines:
+                if not line.strip():
+                    continue
+                event = parse_json_line(line, url)
+                message = event.get("message")
+                text = message.get("content") if isinstance(message, dict) else None
+                steps = _logprobs(event.get("logprobs"), sampling) if record_probs else []
+                if isinstance(text, str) and (text or steps):
+                    if not steps:
+                        yield Piece(text)
+                    for i, choice in enumerate(steps):
+                        yield Piece(text if i == 0 else "", choice=choice)
+                if event.get("done") is True:
+                    yield _summary(event)
+                    return
+        if not cancel.is_set():
+            raise ServerError(f"The Ollama server at {url} ended the reply unfinished.")
+
+    def _reply_done(self, request: Request, summary: Summary) -> None:
+        if summary.prompt_tokens is not None:
+            self.estimate.learn(request.messages, summary.prompt_tokens)
+
+
+def _summary(event: dict[str, Any]) -> Summary:
+    reason = event.get("done_reason")
+    summary = Summary(
+        finish=_DONE_REASONS.get(reason, "done") if isinstance(reason, str) else "done",
+        clean_ids=False,
+    )
+    prompt, count, duration = (
+        event.get("prompt_eval_count"),
+        event.get("eval_count"),
+        event.get("eval_duration"),
+    )
+    if type(prompt) is int:
+        summary.prompt_tokens = prompt
+    if type(count) is int:
+        summary.generated_tokens = count
+        if type(duration) is int and duration > 0 and count > 0:
+            summary.decode_tps = count / (duration / 1e9)
+    return summary
+
+
+def _logprobs(value: Any, sampling: SamplingSettings) -> list[Any]:
+    """Ollama's `logprobs`: one {token, logprob, top_logprobs} per token."""
+    if not isinstance(value, list):
+        return []
+    steps = []
+    for step in value:
+        if not isinstance(step, dict):
+            continue
+        top = step.get("top_logprobs")
+        alternatives = (
+            [(str(t.get("token", "")), t.get("logprob")) for t in top if isinstance(t, dict)]
+            if isinstance(top, list)
+            else []
+        )
+        steps.append(
+            token_choice(0, str(step.get("token", "")), step.get("logprob"), alternatives, sampling)
+        )
+    return steps

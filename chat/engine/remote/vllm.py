@@ -1,0 +1,153 @@
+"""vLLM's OpenAI-compatible server: exact counts, OpenAI's streaming.
+
+vLLM tokenizes a chat for us (`POST /tokenize` with `messages` and
+`add_generation_prompt`: its chat template and tokenizer, with the special
+tokens the template writes and none added). The reply is asked for with those
+very ids (`POST /v1/completions` takes a prompt of token ids and adds
+nothing), so the count is what the model sees. The window is the model's
+`max_model_len` in `/v1/models`. Reused prompt tokens are reported when the
+server runs with `--enable-prompt-tokens-details` (`cached_tokens`); else a
+reply counts as fully evaluated.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Generator
+from typing import Any
+
+from chat.engine.base import ChatMessages
+from chat.engine.remote.engine import (
+    Piece,
+    RemoteEngine,
+    Request,
+    Summary,
+    chat_messages,
+    exact_request,
+    served_models,
+    server_model_info,
+)
+from chat.engine.remote.http import ServerHttp
+from chat.engine.remote.openai import (
+    choose_model,
+    finish_of,
+    openai_sampling,
+    stream_choices,
+    usage_summary,
+    window,
+)
+from chat.engine.remote.probs import token_choice
+from chat.engine.token_probs import TOP_N
+from chat.errors import ServerError
+from chat.settings.schema import SamplingSettings
+
+
+class VllmEngine(RemoteEngine):
+    ignored_settings = frozenset({"typical_p", "mirostat_mode", "mirostat_tau", "mirostat_eta"})
+
+    def __init__(self, http: ServerHttp, models: Any) -> None:
+        super().__init__(http)
+        entries = served_models(models)
+        self.model = choose_model(http.url, http.config.model, [e["id"] for e in entries])
+        entry = next(e for e in entries if e["id"] == self.model)
+        n_ctx, source, known = window(http.config, entry, "vLLM")
+        self.info = server_model_info(
+            http,
+            self.model,
+            "vllm",
+            n_ctx,
+            source,
+            n_ctx_known=known,
+        )
+
+    def tokenize_chat(
+        self, messages: ChatMessages, add_generation_prompt: bool = True
+    ) -> list[int]:
+        answer = self._http.post_json(
+            "/tokenize",
+            {
+                "model": self.model,
+                "messages": chat_messages(messages),
+                "add_generation_prompt": add_generation_prompt,
+                "add_special_tokens": False,
+            },
+        )
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
+            raise ServerError(f"The vLLM server at {self._http.url} did not tokenize the chat.")
+        return tokens
+
+    def _prepare(self, messages: ChatMessages, sampling: SamplingSettings) -> Request:
+        return exact_request(self.tokenize_chat(messages), self.info.n_ctx)
+
+    def _pieces(
+        self,
+        request: Request,
+        sampling: SamplingSettings,
+        cancel: threading.Event,
+        record_probs: bool,
+    ) -> Generator[Piece | Summary, None, None]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": request.tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            **openai_sampling(sampling),
+            # vLLM's own sampling parameters (it turns top_k off with -1).
+            "top_k": sampling.top_k if sampling.top_k > 0 else -1,
+            "min_p": sampling.min_p,
+            "repetition_penalty": sampling.repeat_penalty,
+        }
+        if record_probs:
+            body["logprobs"] = TOP_N
+        summary = Summary(clean_ids=False)
+        ended = False
+        for choice, usage in stream_choices(self._http, "/v1/completions", body, cancel):
+            usage_summary(usage, summary)
+            if choice is None:
+                continue
+            text = choice.get("text")
+            steps = _completion_logprobs(choice.get("logprobs"), sampling, record_probs)
+            if isinstance(text, str) and (text or steps):
+                if not steps:
+                    yield Piece(text)
+                for i, step in enumerate(steps):
+                    yield Piece(text if i == 0 else "", choice=step)
+            if choice.get("finish_reason") is not None:
+                finish_of(choice, summary)
+                ended = True
+        if ended:
+            yield summary
+        elif not cancel.is_set():
+            raise ServerError(f"The vLLM server at {self._http.url} ended the reply unfinished.")
+
+
+def _completion_logprobs(
+    logprobs: Any, sampling: SamplingSettings, record_probs: bool
+) -> list[Any]:
+    """The completions API's logprobs: parallel lists `tokens`,
+    `token_logprobs`, `top_logprobs` (a {text: logprob} per token)."""
+    if not isinstance(logprobs, dict):
+        return []
+    tokens = logprobs.get("tokens")
+    values = logprobs.get("token_logprobs")
+    tops = logprobs.get("top_logprobs")
+    if not isinstance(tokens, list) or not isinstance(values, list):
+        return []
+    steps = []
+    for i, text in enumerate(tokens):
+        top = tops[i] if isinstance(tops, list) and i < len(tops) else None
+        alternatives = (
+            sorted(((str(t), lp) for t, lp in top.items()), key=lambda p: -_num(p[1]))
+            if isinstance(top, dict)
+            else []
+        )
+        value = values[i] if i < len(values) else None
+        steps.append(
+            token_choice(0, str(text), value, alternatives, sampling) if record_probs else None
+        )
+    return steps
+
+
+def _num(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) else float("-inf")

@@ -1,0 +1,186 @@
+"""What a model costs in memory at a given context size, and the largest
+context that fits.
+
+Three parts, as llama.cpp allocates them when it loads a model:
+- the weights: the file's size (llama.cpp maps the tensors; the tokenizer's
+  few MB in the header are counted too, on the safe side);
+- the KV cache: per token and layer, a key and a value vector per KV head, in
+  the cache types chosen (q8_0 stores 32 values in 34 bytes);
+- the compute buffer: scratch for one batch (`n_ubatch` tokens). Its largest
+  tensors are the logits of the batch (vocabulary × batch floats) and, without
+  flash attention, one layer's attention scores (heads × batch × context
+  floats); the buffer is about the larger of the two, since llama.cpp reuses
+  memory between them, plus the batch's hidden states. The 15 % on the scores
+  covers the softmax and masking that sit beside them: measured on the demo
+  model, see tests/models/test_memory.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from chat.errors import ModelError
+from chat.models.metadata import ModelMetadata
+
+CACHE_TYPE_BYTES = {
+    "f32": 4.0,
+    "f16": 2.0,
+    "bf16": 2.0,
+    "q8_0": 34 / 32,
+    "q5_1": 24 / 32,
+    "q5_0": 22 / 32,
+    "q4_1": 20 / 32,
+    "q4_0": 18 / 32,
+    "iq4_nl": 18 / 32,
+}
+"""Bytes per stored value of each KV cache type (ggml's block sizes)."""
+CONTEXT_PADDING = 256
+"""llama.cpp rounds the context size up to a multiple of this."""
+DEFAULT_UBATCH = 512
+"""llama.cpp's default physical batch (`n_ubatch`), which sizes the compute buffer."""
+_SCORES_OVERHEAD = 1.15
+_MEMINFO = Path("/proc/meminfo")
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes a model needs at one context size."""
+
+    n_ctx: int
+    """The context size llama.cpp will use (rounded up to a multiple of 256)."""
+    weights: int
+    kv_cache: int
+    compute: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.compute
+
+    def fits(self, available: int) -> bool:
+        return self.total <= available
+
+
+def padded_context(n_ctx: int) -> int:
+    return -(-n_ctx // CONTEXT_PADDING) * CONTEXT_PADDING
+
+
+def cache_type_bytes(cache_type: str) -> float:
+    try:
+        return CACHE_TYPE_BYTES[cache_type.lower()]
+    except KeyError:
+        known = ", ".join(CACHE_TYPE_BYTES)
+        raise ModelError(f"Unknown KV cache type {cache_type!r}: use one of {known}.") from None
+
+
+def kv_cache_bytes(meta: ModelMetadata, n_ctx: int, type_k: str, type_v: str) -> int:
+    """The KV cache of `n_ctx` tokens (already padded), as llama.cpp sizes it.
+
+    Layers with a sliding window keep only the window plus one batch of tokens
+    (llama.cpp's separate SWA cache, `swa_full` off)."""
+    k_bytes, v_bytes = cache_type_bytes(type_k), cache_type_bytes(type_v)
+    if not meta.head_count_kv or not meta.key_length:
+        raise ModelError(
+            f"Cannot estimate the memory of {meta.path.name}: its file gives no attention "
+            f"sizes (architecture {meta.architecture})."
+        )
+    swa_cells = n_ctx
+    if meta.sliding_window:
+        swa_cells = min(n_ctx, padded_context(meta.sliding_window + DEFAULT_UBATCH))
+    # Which layers have the window is known only as a count: give the window
+    # to the layers with the fewest KV heads, so the estimate errs high.
+    per_layer = sorted(meta.head_count_kv)
+    total = 0.0
+    for index, heads in enumerate(per_layer):
+        cells = swa_cells if index < meta.swa_layers else n_ctx
+        total += cells * heads * (meta.key_length * k_bytes + meta.value_length * v_bytes)
+    return int(total)
+
+
+def compute_bytes(
+    meta: ModelMetadata, n_ctx: int, flash_attn: bool = False, n_ubatch: int = DEFAULT_UBATCH
+) -> int:
+    """The compute buffer for one batch of `n_ubatch` tokens (an approximation;
+    see the module's docstring)."""
+    logits = meta.vocab_size * n_ubatch * 4
+    # Flash attention never holds a layer's whole score matrix: its scratch is
+    # about the size of the feed-forward activations.
+    scores = 0 if flash_attn else int(_SCORES_OVERHEAD * meta.head_count * n_ubatch * n_ctx * 4)
+    feed_forward = 2 * meta.feed_forward_length * n_ubatch * 4
+    hidden = 2 * meta.embedding_length * n_ubatch * 4
+    return max(logits, scores, feed_forward) + hidden
+
+
+def estimate_memory(
+    meta: ModelMetadata,
+    n_ctx: int,
+    type_k: str = "q8_0",
+    type_v: str = "f16",
+    flash_attn: bool = False,
+    n_ubatch: int = DEFAULT_UBATCH,
+) -> MemoryEstimate:
+    """Memory for `meta` loaded with a context of `n_ctx` tokens (0: the
+    model's trained context, as llama.cpp does). kvchat's defaults on the CPU:
+    q8_0 keys, f16 values."""
+    if n_ctx <= 0:
+        n_ctx = meta.context_length or 4096
+    n_ctx = padded_context(n_ctx)
+    return MemoryEstimate(
+        n_ctx=n_ctx,
+        weights=meta.file_size,
+        kv_cache=kv_cache_bytes(meta, n_ctx, type_k, type_v),
+        compute=compute_bytes(meta, n_ctx, flash_attn, n_ubatch),
+    )
+
+
+def largest_fitting_context(
+    meta: ModelMetadata,
+    available: int,
+    type_k: str = "q8_0",
+    type_v: str = "f16",
+    flash_attn: bool = False,
+    n_ubatch: int = DEFAULT_UBATCH,
+) -> int:
+    """The largest context (a multiple of 256, at most the trained context)
+    whose estimate fits in `available` bytes; 0 if not even 256 tokens fit."""
+    ceiling = padded_context(meta.context_length or 4096) // CONTEXT_PADDING
+
+    def fits(steps: int) -> bool:
+        n_ctx = steps * CONTEXT_PADDING
+        return estimate_memory(meta, n_ctx, type_k, type_v, flash_attn, n_ubatch).fits(available)
+
+    # Memory grows with the context: a binary search over multiples of 256.
+    low, high = 0, ceiling
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low * CONTEXT_PADDING
+
+
+def available_ram(meminfo: Path = _MEMINFO) -> int | None:
+    """Memory the system can give without swapping: Linux's `MemAvailable`
+    (free memory plus caches it can drop, mapped model files included). On
+    other systems psutil's figure when psutil is installed, else None."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024  # the kernel writes kB, meaning KiB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import psutil  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    except ImportError:
+        return None
+    return int(psutil.virtual_memory().available)
+
+
+def memory_budget(vram: int | None = None) -> int | None:
+    """Bytes a model may use: the GPU's free memory when every layer goes
+    there (`vram`, as the caller measured it), else the free RAM. None when
+    it cannot be told."""
+    if vram is not None:
+        return vram
+    return available_ram()

@@ -1,0 +1,124 @@
+"""The model table: every GGUF found, with what each is and what it costs at
+a context size. `chat --list-models` prints it; the model picker shows it.
+
+Reading each header takes tens of milliseconds: build it off the UI thread."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from chat.errors import ModelError
+from chat.models.catalog import ModelEntry, find_models
+from chat.models.memory import (
+    MemoryEstimate,
+    estimate_memory,
+    largest_fitting_context,
+    memory_budget,
+)
+from chat.models.metadata import ModelMetadata, read_metadata
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    entry: ModelEntry
+    metadata: ModelMetadata | None
+    memory: MemoryEstimate | None
+    """At the context size asked for (0: the model's trained window)."""
+    budget: int | None
+    """Bytes free for a model (free RAM); None when unknown."""
+    largest_context: int | None
+    """The largest context that fits the budget, when the one asked for does not."""
+    problem: str | None
+    """Why the model cannot be used (a damaged file, a missing part)."""
+
+    @property
+    def fits(self) -> bool | None:
+        if self.memory is None or self.budget is None:
+            return None
+        return self.memory.fits(self.budget)
+
+    def memory_text(self) -> str:
+        """`212 MiB at 8,192 ctx`, with `too big: ...` when it does not fit."""
+        if self.memory is None:
+            return "?"
+        text = f"{human_bytes(self.memory.total)} at {self.memory.n_ctx:,} ctx"
+        if self.fits is False:
+            if self.largest_context:
+                return f"{text}: too big, fits up to {self.largest_context:,} ctx"
+            return f"{text}: too big for the free memory"
+        return text
+
+
+def model_rows(
+    n_ctx: int = 0,
+    type_k: str = "q8_0",
+    type_v: str = "f16",
+    flash_attn: bool = False,
+    entries: Sequence[ModelEntry] | None = None,
+) -> list[ModelRow]:
+    """A row per model found (or per `entries`), memory estimated at `n_ctx`."""
+    budget = memory_budget()
+    rows = []
+    for entry in find_models() if entries is None else entries:
+        if entry.problem:
+            rows.append(ModelRow(entry, None, None, budget, None, entry.problem))
+            continue
+        try:
+            meta = read_metadata(entry.path)
+        except ModelError as error:
+            rows.append(ModelRow(entry, None, None, budget, None, str(error)))
+            continue
+        memory = estimate_memory(meta, n_ctx, type_k, type_v, flash_attn)
+        largest = None
+        if budget is not None and not memory.fits(budget):
+            largest = largest_fitting_context(meta, budget, type_k, type_v, flash_attn) or None
+        rows.append(ModelRow(entry, meta, memory, budget, largest, None))
+    return rows
+
+
+def human_bytes(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def row_dict(row: ModelRow) -> dict[str, object]:
+    """A row as JSON (`chat --list-models --json`)."""
+    meta = row.metadata
+    return {
+        "name": row.entry.name,
+        "path": str(row.entry.path),
+        "source": row.entry.source,
+        "size": row.entry.size,
+        "parameters": meta.n_params if meta else None,
+        "quantization": meta.quantization if meta else None,
+        "context_length": meta.context_length if meta else None,
+        "chat_template": meta.chat_format if meta else None,
+        "memory": (
+            {
+                "n_ctx": row.memory.n_ctx,
+                "weights": row.memory.weights,
+                "kv_cache": row.memory.kv_cache,
+                "compute": row.memory.compute,
+                "total": row.memory.total,
+                "available": row.budget,
+                "fits": row.fits,
+                "largest_context": row.largest_context,
+            }
+            if row.memory
+            else None
+        ),
+        "problem": row.problem,
+    }
+
+
+def same_model(row: ModelRow, path: Path) -> bool:
+    try:
+        return row.entry.path.resolve() == path.resolve()
+    except OSError:
+        return False

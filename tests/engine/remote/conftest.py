@@ -1,0 +1,58 @@
+"""Helpers for the remote engine tests: run a reply to its end."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from chat.engine.base import EngineEvent, Finished, TokenEvent
+from chat.engine.remote import ServerConfig, connect
+from chat.engine.remote.engine import RemoteEngine
+from chat.settings.schema import SamplingSettings
+from tests.engine.remote.fake_servers import FakeServer, Route, serve
+
+HELLO = [{"role": "user", "content": "Say hello to my friend."}]
+
+
+def run_reply(
+    engine: object,
+    messages: list[dict[str, str]] = HELLO,
+    sampling: SamplingSettings | None = None,
+    record_probs: bool = False,
+    cancel: threading.Event | None = None,
+) -> tuple[list[TokenEvent], Finished]:
+    assert isinstance(engine, RemoteEngine)
+    events: list[EngineEvent] = list(
+        engine.stream_reply(
+            messages, sampling or SamplingSettings(), cancel or threading.Event(), record_probs
+        )
+    )
+    *tokens, finished = events
+    assert isinstance(finished, Finished)
+    assert all(isinstance(t, TokenEvent) for t in tokens)
+    return tokens, finished  # type: ignore[return-value]
+
+
+@pytest.fixture
+def fake() -> Iterator[list[FakeServer]]:
+    """Servers started by a test (`start`), stopped after it."""
+    started: list[FakeServer] = []
+    yield started
+    for server in started:
+        server.stop()
+
+
+def start(
+    started: list[FakeServer], routes: dict[tuple[str, str], Route], api_key: str | None = None
+) -> FakeServer:
+    server = serve(routes, api_key)
+    started.append(server)
+    return server
+
+
+def connect_to(server: FakeServer, **options: object) -> RemoteEngine:
+    engine = connect(ServerConfig(server.url, **options))  # type: ignore[arg-type]
+    assert isinstance(engine, RemoteEngine)
+    return engine

@@ -1,0 +1,387 @@
+"""Small fake model servers on loopback, real HTTP, for the server kinds that
+cannot be installed here (vLLM, Ollama, a generic OpenAI-compatible one).
+
+Each answers as its documentation says (paths, JSON shapes, SSE or JSON-lines
+streams), with a toy tokenizer (one token per word, ids from the word), and
+records the requests it got so tests can check what was sent. A stream can be
+made to break: a malformed or oversized line, or a dropped connection.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = None
+
+
+@dataclass
+class Stream:
+    """Lines sent one by one (`delay_s` apart); `drop`: the connection is cut
+    after the last one, without ending the response."""
+
+    lines: list[bytes]
+    content_type: str = "text/event-stream"
+    delay_s: float = 0.0
+    drop: bool = False
+
+
+Route = Callable[[Any], Reply | Stream]
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    body: Any
+    headers: dict[str, str]
+
+
+@dataclass
+class FakeServer:
+    routes: dict[tuple[str, str], Route]
+    api_key: str | None = None
+    seen: list[Seen] = field(default_factory=list)
+    stream_closed: threading.Event = field(default_factory=threading.Event)
+    """Set when a client went away mid-stream (a write failed)."""
+
+    def start(self) -> None:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self._handle("GET")
+
+            def do_POST(self) -> None:
+                self._handle("POST")
+
+            def _handle(self, method: str) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                body = json.loads(raw) if raw else None
+                server.seen.append(Seen(method, self.path, body, dict(self.headers)))
+                if server.api_key and self.headers.get("Authorization") != (
+                    f"Bearer {server.api_key}"
+                ):
+                    return self._json(Reply(401, {"error": {"message": "Invalid API Key"}}))
+                route = server.routes.get((method, self.path))
+                if route is None:
+                    return self._json(Reply(404, {"error": "not found"}))
+                answer = route(body)
+                if isinstance(answer, Reply):
+                    return self._json(answer)
+                return self._stream(answer)
+
+            def _json(self, reply: Reply) -> None:
+                data = json.dumps(reply.body).encode()
+                self.send_response(reply.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _stream(self, stream: Stream) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", stream.content_type)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    for line in stream.lines:
+                        chunk = line + b"\n"
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        self.wfile.flush()
+                        if stream.delay_s:
+                            time.sleep(stream.delay_s)
+                    if stream.drop:
+                        self.close_connection = True
+                        self.connection.shutdown(2)
+                        return
+                    self.wfile.write(b"0\r\n\r\n")
+                except OSError:
+                    server.stream_closed.set()
+                    self.close_connection = True
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def last(self, path: str) -> Seen:
+        return [s for s in self.seen if s.path == path][-1]
+
+
+# -- a toy tokenizer ------------------------------------------------------------------
+
+
+def toy_tokens(messages: list[dict[str, str]], add_generation_prompt: bool) -> list[int]:
+    """Two marker tokens per message, one per word; two more to open the reply."""
+    tokens: list[int] = []
+    for message in messages:
+        tokens += [1, 2] + [3 + len(word) for word in message["content"].split()]
+    return tokens + ([1, 4] if add_generation_prompt else [])
+
+
+REPLY_WORDS = ["Hello", " there", ",", " friend", "."]
+
+
+def sse(events: list[Any], done: bool = True) -> list[bytes]:
+    lines = [b"data: " + json.dumps(e).encode() + b"\n" for e in events]
+    return lines + ([b"data: [DONE]\n"] if done else [])
+
+
+# -- vLLM --------------------------------------------------------------------------------
+
+VLLM_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def vllm_routes(
+    words: list[str] = REPLY_WORDS,
+    finish: str = "stop",
+    cached: int = 0,
+    stream_lines: Callable[[list[bytes]], list[bytes]] | None = None,
+    delay_s: float = 0.0,
+) -> dict[tuple[str, str], Route]:
+    def tokenize(body: Any) -> Reply:
+        tokens = toy_tokens(body["messages"], body.get("add_generation_prompt", True))
+        return Reply(body={"count": len(tokens), "max_model_len": 8192, "tokens": tokens})
+
+    def completions(body: Any) -> Stream:
+        prompt = body["prompt"]
+        assert isinstance(prompt, list) and all(isinstance(t, int) for t in prompt)
+        events = []
+        for i, word in enumerate(words):
+            logprobs = None
+            if body.get("logprobs"):
+                logprobs = {
+                    "text_offset": [0],
+                    "token_logprobs": [-0.1],
+                    "tokens": [word],
+                    "top_logprobs": [{word: -0.1, " other": -2.5}],
+                }
+            last = i == len(words) - 1
+            events.append(
+                {
+                    "id": "cmpl-1",
+                    "object": "text_completion",
+                    "created": 1,
+                    "model": VLLM_MODEL,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "text": word,
+                            "logprobs": logprobs,
+                            "finish_reason": finish if last else None,
+                            "stop_reason": None,
+                        }
+                    ],
+                }
+            )
+        usage = {
+            "prompt_tokens": len(prompt),
+            "completion_tokens": len(words),
+            "total_tokens": len(prompt) + len(words),
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
+        events.append({"id": "cmpl-1", "object": "text_completion", "choices": [], "usage": usage})
+        lines = sse(events)
+        return Stream(stream_lines(lines) if stream_lines else lines, delay_s=delay_s)
+
+    return {
+        ("GET", "/version"): lambda _: Reply(body={"version": "0.11.0"}),
+        ("GET", "/health"): lambda _: Reply(body=None),
+        ("GET", "/v1/models"): lambda _: Reply(
+            body={
+                "object": "list",
+                "data": [
+                    {
+                        "id": VLLM_MODEL,
+                        "object": "model",
+                        "owned_by": "vllm",
+                        "root": VLLM_MODEL,
+                        "max_model_len": 8192,
+                    }
+                ],
+            }
+        ),
+        ("POST", "/tokenize"): tokenize,
+        ("POST", "/v1/completions"): completions,
+    }
+
+
+# -- Ollama ------------------------------------------------------------------------------
+
+OLLAMA_MODEL = "llama3.2:latest"
+
+
+def ollama_routes(
+    num_ctx: int | None = 8192,
+    words: list[str] = REPLY_WORDS,
+    prompt_eval_count: int = 40,
+    done_reason: str = "stop",
+    logprobs: bool = False,
+) -> dict[tuple[str, str], Route]:
+    def show(body: Any) -> Reply:
+        if body["model"] != OLLAMA_MODEL:
+            return Reply(404, {"error": f"model '{body['model']}' not found"})
+        parameters = 'stop "<|eot_id|>"'
+        if num_ctx is not None:
+            parameters += f"\nnum_ctx                        {num_ctx}"
+        return Reply(
+            body={
+                "modelfile": "FROM llama3.2",
+                "parameters": parameters,
+                "template": "{{ .Prompt }}",
+                "details": {"family": "llama", "parameter_size": "3.2B"},
+                "model_info": {"general.architecture": "llama", "llama.context_length": 131072},
+            }
+        )
+
+    def chat(body: Any) -> Stream:
+        lines = []
+        for word in words:
+            event: dict[str, Any] = {
+                "model": OLLAMA_MODEL,
+                "created_at": "2025-01-01T00:00:00Z",
+                "message": {"role": "assistant", "content": word},
+                "done": False,
+            }
+            if logprobs and body.get("logprobs"):
+                event["logprobs"] = [
+                    {
+                        "token": word,
+                        "logprob": -0.2,
+                        "top_logprobs": [
+                            {"token": word, "logprob": -0.2},
+                            {"token": " nope", "logprob": -3.0},
+                        ],
+                    }
+                ]
+            lines.append(json.dumps(event).encode())
+        final = {
+            "model": OLLAMA_MODEL,
+            "created_at": "2025-01-01T00:00:01Z",
+            "message": {"role": "assistant", "content": ""},
+            "done": True,
+            "done_reason": done_reason,
+            "total_duration": 900_000_000,
+            "load_duration": 1_000_000,
+            "prompt_eval_count": prompt_eval_count,
+            "prompt_eval_duration": 100_000_000,
+            "eval_count": len(words),
+            "eval_duration": 250_000_000,
+        }
+        lines.append(json.dumps(final).encode())
+        return Stream(lines, content_type="application/x-ndjson")
+
+    return {
+        ("GET", "/api/version"): lambda _: Reply(body={"version": "0.12.6"}),
+        ("GET", "/api/tags"): lambda _: Reply(
+            body={
+                "models": [
+                    {"name": OLLAMA_MODEL, "model": OLLAMA_MODEL, "size": 2019393189},
+                    {"name": "qwen2.5:0.5b", "model": "qwen2.5:0.5b", "size": 397821319},
+                ]
+            }
+        ),
+        ("POST", "/api/show"): show,
+        ("POST", "/api/chat"): chat,
+        ("GET", "/v1/models"): lambda _: Reply(
+            body={"object": "list", "data": [{"id": OLLAMA_MODEL, "object": "model"}]}
+        ),
+    }
+
+
+# -- a generic OpenAI-compatible server ------------------------------------------------------
+
+OPENAI_MODEL = "some-model"
+
+
+def openai_routes(
+    words: list[str] = REPLY_WORDS,
+    prompt_tokens: int = 30,
+    finish: str = "stop",
+    stream_lines: Callable[[list[bytes]], list[bytes]] | None = None,
+    delay_s: float = 0.0,
+    drop: bool = False,
+    model_entry: dict[str, Any] | None = None,
+) -> dict[tuple[str, str], Route]:
+    def chat(body: Any) -> Stream:
+        events = []
+        for i, word in enumerate(words):
+            choice: dict[str, Any] = {
+                "index": 0,
+                "delta": {"content": word},
+                "finish_reason": finish if i == len(words) - 1 and not drop else None,
+            }
+            if body.get("logprobs"):
+                choice["logprobs"] = {
+                    "content": [
+                        {
+                            "token": word,
+                            "logprob": -0.05,
+                            "bytes": list(word.encode()),
+                            "top_logprobs": [
+                                {"token": word, "logprob": -0.05, "bytes": None},
+                                {"token": " else", "logprob": -3.2, "bytes": None},
+                            ],
+                        }
+                    ]
+                }
+            events.append({"id": "c1", "object": "chat.completion.chunk", "choices": [choice]})
+        if not drop:
+            events.append(
+                {
+                    "id": "c1",
+                    "object": "chat.completion.chunk",
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": len(words),
+                        "total_tokens": prompt_tokens + len(words),
+                    },
+                }
+            )
+        lines = sse(events, done=not drop)
+        lines = stream_lines(lines) if stream_lines else lines
+        return Stream(lines, delay_s=delay_s, drop=drop)
+
+    entry = model_entry or {"id": OPENAI_MODEL, "object": "model", "owned_by": "me"}
+    return {
+        ("GET", "/v1/models"): lambda _: Reply(body={"object": "list", "data": [entry]}),
+        ("POST", "/v1/chat/completions"): chat,
+    }
+
+
+def slow_words(count: int) -> list[str]:
+    return [f" w{i}" for i in range(count)]
+
+
+def serve(routes: dict[tuple[str, str], Route], api_key: str | None = None) -> FakeServer:
+    server = FakeServer(routes, api_key)
+    server.start()
+    return server

@@ -1,0 +1,181 @@
+"""The llama-server engine against a real llama-server (built by
+.ci/llama-server) serving the demo model on loopback."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chat.engine.base import Finished, TokenEvent
+from chat.engine.remote import ServerConfig, connect
+from chat.engine.remote.engine import RemoteEngine
+from chat.errors import ServerAuthError, ServerUnreachableError
+from chat.settings.schema import SamplingSettings
+from tests.engine.remote.conftest import run_reply
+from tests.servers import RunningServer, llama_server
+
+pytestmark = pytest.mark.model
+
+SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+ASK = {"role": "user", "content": "Name three colours."}
+GREEDY = SamplingSettings(temperature=0, max_tokens=24)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    with llama_server(tmp_path_factory.mktemp("llama-server")) as running:
+        yield running
+
+
+@pytest.fixture
+def engine(server: RunningServer) -> Iterator[RemoteEngine]:
+    connected = connect(ServerConfig(server.url))
+    assert isinstance(connected, RemoteEngine)
+    yield connected
+    connected.close()
+
+
+def test_detects_llama_server_and_its_window(engine: RemoteEngine, server: RunningServer) -> None:
+    info = engine.info
+    assert info.kind == "llama-server" and info.server_url == server.url
+    assert info.n_ctx == 4096 and info.n_ctx_known and info.count_exact
+    assert info.n_ctx_train == 8192
+    assert "SmolLM2" in info.name
+    assert info.device_text() == f"llama-server at {server.url}"
+    assert engine.ignored_settings == frozenset() and engine.probs_note is None
+
+
+def test_count_is_what_the_server_evaluates_and_turn_two_reuses_it(
+    engine: RemoteEngine,
+) -> None:
+    # A first turn no earlier test has cached a prefix of (a fresh system prompt).
+    first = [{"role": "system", "content": "You count tokens carefully."}, ASK]
+    counted = engine.tokenize_chat(first)
+    _, finished = run_reply(engine, first, GREEDY)
+    stats = finished.stats
+    assert stats.prompt_tokens == len(counted)  # the server's prompt_n + cache_n
+    assert stats.finish_reason in ("done", "max_tokens")
+    second = [*first, {"role": "assistant", "content": finished.text}, ASK]
+    counted_again = engine.tokenize_chat(second)
+    _, again = run_reply(engine, second, GREEDY)
+    assert again.stats.prompt_tokens == len(counted_again)
+    # Only the new turn (and what differs of the reply re-tokenized) is evaluated.
+    assert again.stats.prompt_evaluated < len(counted_again) - len(counted) + 10
+    assert again.stats.prompt_reused >= len(counted) - 5
+
+
+def test_streams_tokens_then_figures(engine: RemoteEngine) -> None:
+    tokens, finished = run_reply(engine, [SYSTEM, ASK], GREEDY)
+    assert tokens and all(isinstance(t, TokenEvent) for t in tokens)
+    assert finished.text == "".join(t.text for t in tokens) and finished.text.strip()
+    stats = finished.stats
+    assert stats.generated_tokens == len([t for t in tokens if t.token_id >= 0])
+    assert stats.decode_tps > 0 and 0 < stats.ttft_s <= stats.total_s
+    if stats.finish_reason == "done":
+        assert finished.token_ids is not None and len(finished.token_ids) == len(tokens)
+
+
+def test_max_tokens_ends_with_max_tokens(engine: RemoteEngine) -> None:
+    _, finished = run_reply(engine, [SYSTEM, ASK], SamplingSettings(temperature=0, max_tokens=3))
+    assert finished.stats.finish_reason == "max_tokens"
+    assert finished.stats.generated_tokens == 3
+
+
+def test_seed_and_temperature_reproduce_a_reply(engine: RemoteEngine) -> None:
+    sampling = SamplingSettings(temperature=1.0, seed=1234, max_tokens=20)
+    _, one = run_reply(engine, [SYSTEM, ASK], sampling)
+    _, two = run_reply(engine, [SYSTEM, ASK], sampling)
+    assert one.text == two.text and one.stats.seed == 1234
+
+
+def test_probabilities_are_recorded(engine: RemoteEngine) -> None:
+    tokens, finished = run_reply(engine, [SYSTEM, ASK], GREEDY, record_probs=True)
+    assert len(finished.choices) == len(tokens)
+    first = tokens[0].choice
+    assert first is not None and first.token_id == tokens[0].token_id
+    assert 0 < first.raw_prob <= 1 and len(first.raw_top) == 5
+    assert first.greedy and first.prob == 1.0  # temperature 0
+    assert first.raw_top[0][1] >= first.raw_top[-1][1]
+
+
+def test_cancel_stops_at_once_and_frees_the_slot(engine: RemoteEngine) -> None:
+    cancel = threading.Event()
+    long = SamplingSettings(temperature=0.8, max_tokens=2000)
+    story = [SYSTEM, {"role": "user", "content": "Write a very long story about a ship."}]
+    stream = engine.stream_reply(story, long, cancel)
+    seen = [next(stream) for _ in range(5)]
+    cancel.set()
+    began = time.monotonic()
+    rest = list(stream)
+    assert time.monotonic() - began < 1.0
+    finished = rest[-1]
+    assert isinstance(finished, Finished) and finished.stats.finish_reason == "stopped"
+    assert finished.text.startswith("".join(t.text for t in seen if isinstance(t, TokenEvent)))
+    # The slot is free: the next request is answered at once, not after 2,000 tokens.
+    began = time.monotonic()
+    _, after = run_reply(engine, [SYSTEM, ASK], SamplingSettings(temperature=0, max_tokens=4))
+    assert after.stats.finish_reason == "max_tokens" and time.monotonic() - began < 10
+
+
+def test_prefill_warms_the_slot(engine: RemoteEngine) -> None:
+    prompt = [{"role": "system", "content": "Prefill me, please."}, ASK]
+    assert engine.prefill(prompt)
+    _, finished = run_reply(engine, prompt, GREEDY)
+    assert finished.stats.prompt_evaluated <= 1
+
+
+def test_server_state_methods_say_the_server_owns_the_cache(engine: RemoteEngine) -> None:
+    assert engine.save_state() is None and engine.cached_prefix([1, 2, 3]) == 0
+    identity = engine.state_identity()
+    assert identity.model_size == 0 and identity.library == "remote"
+    engine.reset()
+
+
+def test_server_killed_mid_reply_keeps_the_partial_text(tmp_path: Path) -> None:
+    with llama_server(tmp_path) as doomed:
+        engine = connect(ServerConfig(doomed.url))
+        story = [SYSTEM, {"role": "user", "content": "Write a very long story about a ship."}]
+        stream = engine.stream_reply(story, SamplingSettings(max_tokens=2000), threading.Event())
+        seen = [next(stream) for _ in range(5)]
+        doomed.kill()
+        finished = list(stream)[-1]
+        assert isinstance(finished, Finished)
+        assert finished.stats.finish_reason == "error"
+        assert finished.error is not None and doomed.url in finished.error
+        assert finished.text.startswith("".join(t.text for t in seen if isinstance(t, TokenEvent)))
+        engine.close()
+    with pytest.raises(ServerUnreachableError, match=doomed.url.replace(".", r"\.")):
+        connect(ServerConfig(doomed.url, connect_timeout_s=2))
+
+
+def test_api_key(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    key = "kvchat-test-key-5f2c"
+    with llama_server(tmp_path, extra=["--api-key", key]) as guarded:
+        wrong = "kvchat-wrong-key-91ab"
+        with pytest.raises(ServerAuthError) as caught:
+            connect(ServerConfig(guarded.url, api_key=wrong, api_key_env="KVCHAT_SERVER_KEY"))
+        assert "KVCHAT_SERVER_KEY" in str(caught.value) and wrong not in str(caught.value)
+        with pytest.raises(ServerAuthError, match="KVCHAT_SERVER_KEY"):
+            connect(ServerConfig(guarded.url, api_key_env="KVCHAT_SERVER_KEY"))
+        engine = connect(ServerConfig(guarded.url, api_key=key, api_key_env="KVCHAT_SERVER_KEY"))
+        _, finished = run_reply(engine, [SYSTEM, ASK], SamplingSettings(max_tokens=4))
+        assert finished.stats.generated_tokens == 4
+        assert key not in repr(engine)
+        engine.close()
+    logged = caplog.text
+    assert key not in logged and wrong not in logged
+
+
+def test_a_finished_reply_counts_as_the_next_prompt_holds_it(engine: RemoteEngine) -> None:
+    answered = [SYSTEM, ASK, {"role": "assistant", "content": "Red, green and blue."}]
+    closed = engine.tokenize_chat(answered, add_generation_prompt=False)
+    following = engine.tokenize_chat([*answered, ASK])
+    assert following[: len(closed)] == closed
+    # The end-of-turn marker is counted (llama-server alone leaves the reply open).
+    assert len(closed) > len(engine.tokenize_chat(answered[:2], True)) + 4

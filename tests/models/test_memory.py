@@ -1,0 +1,136 @@
+"""The memory estimate against what llama.cpp really allocates."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from chat.errors import ModelError
+from chat.models.memory import (
+    available_ram,
+    estimate_memory,
+    largest_fitting_context,
+    memory_budget,
+)
+from chat.models.metadata import read_metadata
+from tests.models.gguf_files import llama_fields, write_gguf
+
+MiB = 1024 * 1024
+_log_lines: list[str] = []
+
+
+def _collect(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    _log_lines.append(text.decode("utf-8", errors="replace"))
+
+
+_callback = None
+"""The ctypes callback, kept alive at module level for as long as llama.cpp may call it."""
+
+
+def _real_allocation(path: Path, n_ctx: int, type_k: str, flash_attn: bool) -> dict[str, float]:
+    """MiB llama.cpp reports for the KV cache and the compute buffer."""
+    global _callback
+    import llama_cpp
+
+    if _callback is None:
+        _callback = llama_cpp.llama_log_callback(_collect)
+    llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
+    _log_lines.clear()
+    llm = llama_cpp.Llama(
+        str(path),
+        n_ctx=n_ctx,
+        n_batch=512,
+        type_k=getattr(llama_cpp, f"GGML_TYPE_{type_k.upper()}"),
+        type_v=llama_cpp.GGML_TYPE_F16,
+        flash_attn=flash_attn,
+        verbose=True,
+    )
+    llm.close()
+    log = "".join(_log_lines)
+    # llama.cpp 0.3.36 (llama-kv-cache.cpp, llama-context.cpp) prints:
+    #   llama_kv_cache: size =  137.81 MiB (  8192 cells,  30 layers,  1/1 seqs), K (q8_0): ...
+    #   sched_reserve:        CPU compute buffer size =   165.28 MiB
+    kv = re.search(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells", log)
+    compute = re.findall(r"compute buffer size =\s*([\d.]+) MiB", log)
+    assert kv and compute, log[-2000:]
+    return {"kv": float(kv[1]), "cells": int(kv[2]), "compute": sum(map(float, compute))}
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(
+    ("n_ctx", "type_k", "flash_attn"),
+    [
+        (512, "q8_0", False),
+        (1000, "f16", False),
+        (4096, "q8_0", False),
+        (8192, "q8_0", False),
+        (8192, "f16", True),
+    ],
+)
+def test_estimate_is_within_ten_percent_of_llama_cpp(
+    demo_model: Path, n_ctx: int, type_k: str, flash_attn: bool
+) -> None:
+    meta = read_metadata(demo_model)
+    estimate = estimate_memory(meta, n_ctx, type_k, "f16", flash_attn=flash_attn)
+    real = _real_allocation(demo_model, n_ctx, type_k, flash_attn)
+
+    assert estimate.n_ctx == real["cells"]  # padded the same way
+    assert estimate.kv_cache / MiB == pytest.approx(real["kv"], abs=0.01)
+    assert estimate.compute / MiB == pytest.approx(real["compute"], rel=0.10)
+    # The weights: llama.cpp maps the tensors; the file adds its header (the tokenizer).
+    real_total = meta.file_size / MiB + real["kv"] + real["compute"]
+    assert estimate.total / MiB == pytest.approx(real_total, rel=0.10)
+
+
+def _tiny(tmp_path: Path, **overrides: object) -> Path:
+    return write_gguf(tmp_path / "tiny.gguf", llama_fields(**overrides), padding=10 * MiB)
+
+
+def test_kv_cache_follows_the_formula(tmp_path: Path) -> None:
+    meta = read_metadata(_tiny(tmp_path))
+    estimate = estimate_memory(meta, 4096, "q8_0", "f16")
+    # 4 layers, 2 KV heads of 32 values, keys at 34/32 bytes, values at 2.
+    assert estimate.kv_cache == 4096 * 4 * 2 * (32 * 34 / 32 + 32 * 2)
+    assert estimate.weights == meta.file_size
+    assert estimate_memory(meta, 0).n_ctx == 4096  # 0: the trained context
+    assert estimate_memory(meta, 1000).n_ctx == 1024  # padded to 256
+
+
+def test_sliding_window_layers_keep_only_the_window(tmp_path: Path) -> None:
+    full = read_metadata(_tiny(tmp_path))
+    windowed = replace(full, sliding_window=1024, swa_layers=3)
+    at_32k = 32768
+    kv_full = estimate_memory(full, at_32k).kv_cache
+    kv_windowed = estimate_memory(windowed, at_32k).kv_cache
+    per_cell_layer = kv_full / (at_32k * 4)
+    assert kv_windowed == pytest.approx(per_cell_layer * (at_32k + 3 * 1536))
+
+
+def test_unknown_cache_type_is_a_model_error(tmp_path: Path) -> None:
+    meta = read_metadata(_tiny(tmp_path))
+    with pytest.raises(ModelError, match="Unknown KV cache type 'q3'"):
+        estimate_memory(meta, 512, "q3")
+
+
+def test_largest_fitting_context_is_the_boundary(tmp_path: Path) -> None:
+    meta = read_metadata(_tiny(tmp_path, **{"llama.context_length": 131072}))
+    budget = estimate_memory(meta, 20000).total
+    best = largest_fitting_context(meta, budget)
+    assert best % 256 == 0
+    assert estimate_memory(meta, best).fits(budget)
+    assert not estimate_memory(meta, best + 256).fits(budget)
+    assert largest_fitting_context(meta, 10**15) == 131072  # never past the trained context
+    assert largest_fitting_context(meta, 1000) == 0  # not even the weights
+
+
+def test_available_ram_reads_memavailable(tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:    2048 kB\n")
+    assert available_ram(meminfo) == 2048 * 1024
+    assert memory_budget(vram=5 * MiB) == 5 * MiB
+    real = available_ram()
+    assert real is None or real > 0

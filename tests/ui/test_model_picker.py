@@ -1,0 +1,103 @@
+"""The model picker (F8): every GGUF found, filtered as you type, Enter
+switches to it; Ctrl+D downloads one from a Hugging Face Hub (a local mirror on
+loopback) and switches to it. A scripted engine stands in for llama.cpp."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable, Input
+
+from chat.model_files import demo_model_path
+from chat.ui.screens.model_picker import ModelPickerScreen
+from tests.conftest import wait_for
+from tests.fakes import ScriptedEngine
+from tests.models.hub_mirror import Hub, running_hub
+from tests.models.test_download import REPO, _model
+from tests.ui.conftest import make_app, ready
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Hub]:
+    from huggingface_hub import constants
+
+    files = {"tiny-Q4_K_M.gguf": _model(300_000, 1), "tiny-Q8_0.gguf": _model(200_000, 2)}
+    with running_hub(Hub(files={REPO: files})) as running:
+        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        monkeypatch.setenv("HF_ENDPOINT", running.url)
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+        yield running
+
+
+async def _open_picker(app, pilot) -> ModelPickerScreen:  # type: ignore[no-untyped-def]
+    await pilot.press("f8")
+    await wait_for(lambda: isinstance(app.screen, ModelPickerScreen), pilot)
+    picker = app.screen
+    table = picker.query_one(DataTable)
+    await wait_for(lambda: table.row_count > 0, pilot, timeout=20)
+    return picker
+
+
+async def test_the_picker_lists_filters_and_switches() -> None:
+    demo = demo_model_path()
+    assert demo is not None
+    app = make_app(ScriptedEngine(replies=[["hi"]]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        picker = await _open_picker(app, pilot)
+        table = picker.query_one(DataTable)
+        names = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+        assert any("SmolLM2-135M-Instruct" in name for name in names), names
+        row = next(
+            table.get_row_at(i)
+            for i in range(table.row_count)
+            if "SmolLM2" in str(table.get_row_at(i)[0])
+        )
+        assert [str(cell) for cell in row[1:6]] == ["135M", "Q4_1", "93.8 MiB", "8,192", "chatml"]
+        await pilot.press(*"no such model")
+        await wait_for(lambda: table.row_count == 0, pilot)
+        picker.query_one("#models-filter", Input).value = "smollm2"
+        await wait_for(lambda: table.row_count >= 1, pilot)
+        await pilot.press("enter")
+        await wait_for(lambda: not isinstance(app.screen, ModelPickerScreen), pilot)
+        await wait_for(
+            lambda: (
+                app.models.model is not None
+                and app.models.model.path.resolve() == demo.resolve()
+                and app.chat_screen.engine is not None
+            ),
+            pilot,
+        )
+
+
+async def test_the_picker_downloads_a_model_and_switches_to_it(hub: Hub) -> None:
+    app = make_app(ScriptedEngine(replies=[["hi"]]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await _open_picker(app, pilot)
+        await pilot.press("ctrl+d")
+        await pilot.press(*f"{REPO}:q8_0", "enter")
+        await wait_for(
+            lambda: app.models.model is not None and app.models.model.path.name == "tiny-Q8_0.gguf",
+            pilot,
+            timeout=30,
+        )
+        path = app.models.model.path
+        assert path.read_bytes() == hub.files[REPO]["tiny-Q8_0.gguf"]
+
+
+async def test_no_network_is_said_in_the_picker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    app = make_app(ScriptedEngine(replies=[["hi"]]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        picker = await _open_picker(app, pilot)
+        await pilot.press("ctrl+d")
+        await pilot.press(*"org/repo", "enter")
+        status = picker.query_one("#models-status")
+        await wait_for(lambda: "Cannot reach" in str(status.render()), pilot, timeout=20)
+        assert app.screen is picker  # nothing else happened

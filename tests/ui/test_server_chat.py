@@ -1,0 +1,129 @@
+"""The chat app attached to a real llama-server (the demo model, on loopback):
+replies stream with the server's own figures, the meter counts exactly, the
+conversation records the server, reopening it elsewhere offers to reconnect,
+and the palette goes back to the local model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chat.conversations.store import Store
+from chat.model_files import ModelCandidate
+from chat.settings.schema import Settings
+from chat.settings.server import ServerConfig
+from chat.ui.app import ChatApp, Launch
+from chat.ui.screens.dialogs import ConfirmScreen
+from chat.ui.widgets.context_meter import ContextMeter
+from chat.ui.widgets.status_bar import StatusBar
+from tests.conftest import wait_for
+from tests.servers import RunningServer, free_port, llama_server
+from tests.ui.conftest import run_command, send
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    with llama_server(tmp_path_factory.mktemp("llama-server")) as running:
+        yield running
+
+
+def server_app(url: str, resume: int | None = None) -> ChatApp:
+    settings = Settings()
+    settings.server.url = url
+    settings.sampling.max_tokens = 24
+    settings.sampling.seed = 3
+    return ChatApp(Launch(settings, ModelCandidate.for_server(ServerConfig(url)), resume=resume))
+
+
+async def turn(screen, pilot, text: str) -> None:  # type: ignore[no-untyped-def]
+    count = len(screen.conversation.messages)
+    await send(pilot, text)
+    await wait_for(
+        lambda: not screen.generating and len(screen.conversation.messages) == count + 2,
+        pilot,
+        timeout=60,
+    )
+
+
+@pytest.mark.model
+async def test_chat_on_a_llama_server(server: RunningServer, demo_model: Path) -> None:
+    app = server_app(server.url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.chat_screen
+        await wait_for(lambda: screen.engine is not None, pilot, timeout=60)
+        info = screen.engine.info
+        assert info.kind == "llama-server" and info.n_ctx == 4096 and info.count_exact
+        status = app.chat_screen.query_one(StatusBar)
+        await wait_for(lambda: "llama-server at http://127.0.0.1" in str(status.render()), pilot)
+        await turn(screen, pilot, "Name a colour.")
+        first = screen.conversation.messages[-1].stats
+        assert first is not None and first.generated_tokens > 0
+        # The meter counted exactly what the server evaluated.
+        assert first.prompt_tokens == first.prompt_evaluated
+        await turn(screen, pilot, "And another?")
+        second = screen.conversation.messages[-1].stats
+        assert second is not None
+        # The server's own figures: the earlier turn came from its cache.
+        assert second.prompt_reused > first.prompt_tokens - 2, second
+        assert second.prompt_evaluated < 25, second
+        meter = screen.query_one(ContextMeter)
+        assert not meter.estimated and "≈" not in str(meter.render())
+        conv_id = screen.conversation.id
+    assert conv_id is not None
+    with Store() as store:
+        saved = store.get_conversation(conv_id)
+    assert saved.backend == "llama-server"
+    assert saved.server_url == server.url
+
+    # Reopened with the local model loaded: kvchat offers to reconnect.
+    local = Settings()
+    app = ChatApp(
+        Launch(local, ModelCandidate(demo_model, demo_model.stat().st_size, "demo"), resume=conv_id)
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.chat_screen
+        await wait_for(
+            lambda: isinstance(app.screen, ConfirmScreen) and bool(app.screen.query("#yes")),
+            pilot,
+            timeout=60,
+        )
+        assert "llama-server" in str(app.screen.query_one(".dialog-text").render())
+        await pilot.press("enter")  # "Reconnect to the server" has the focus
+        await wait_for(
+            lambda: screen.engine is not None and screen.engine.info.kind == "llama-server",
+            pilot,
+            timeout=60,
+        )
+        assert app.settings.server.url == server.url
+        # ...and the palette goes back to the local model.
+        await run_command(pilot, "use the local", "Use the local model")
+        await wait_for(
+            lambda: screen.engine is not None and screen.engine.info.kind == "local",
+            pilot,
+            timeout=60,
+        )
+        assert app.settings.server.url is None
+
+
+@pytest.mark.model
+async def test_a_server_that_is_down_says_so_then_reconnects(tmp_path: Path) -> None:
+    """The server is down at start: the app opens and names the URL; once it is
+    up, "Reconnect to the model server" in the palette attaches to it."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    app = server_app(url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.chat_screen
+        await wait_for(lambda: screen.is_mounted, pilot)
+        notice = screen.query_one("#notice")
+        await wait_for(lambda: "error" in notice.classes, pilot, timeout=30)
+        text = str(notice.render())
+        assert url in text, text
+        with llama_server(tmp_path, port=port):
+            await run_command(pilot, "reconnect", "Reconnect to the model server")
+            await wait_for(lambda: screen.engine is not None, pilot, timeout=60)
+            assert screen.engine.info.kind == "llama-server"
+            assert not notice.display
+            await turn(screen, pilot, "Hello?")
