@@ -12,6 +12,7 @@ from pathlib import Path
 
 import chat.bench
 from chat.bench.decode import decode_rows
+from chat.bench.memory import memory_rows
 from chat.bench.paste import paste_rows
 from chat.bench.responsiveness import responsiveness_rows
 from chat.bench.resume import resume_rows
@@ -29,7 +30,8 @@ def run(options: Options) -> list[Row]:
     log = Path(tempfile.gettempdir()) / "kvchat-bench-llama.log"
     engine = quiet_load(options.model, ModelSettings(), log)
     try:
-        rows = decode_rows(engine, options)
+        rows = memory_rows(engine, log)
+        rows += decode_rows(engine, options)
         rows += ttft_rows(engine, options)
         rows += resume_rows(engine, options)
         rows += responsiveness_rows(engine, options)

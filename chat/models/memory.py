@@ -17,11 +17,14 @@ Three parts, as llama.cpp allocates them when it loads a model:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from chat.errors import ModelError
 from chat.models.metadata import ModelMetadata
+
+MIB = 1024 * 1024
 
 CACHE_TYPE_BYTES = {
     "f32": 4.0,
@@ -184,3 +187,21 @@ def memory_budget(vram: int | None = None) -> int | None:
     if vram is not None:
         return vram
     return available_ram()
+
+
+_LOG_KV = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB")
+_LOG_COMPUTE = re.compile(r"compute buffer size =\s*([\d.]+) MiB")
+
+
+def allocated_from_log(log: str) -> tuple[int, int] | None:
+    """Bytes llama.cpp says it allocated for the KV cache and the compute
+    buffers at the last load in `log` (its own log lines, e.g.
+    `llama_kv_cache: size = 137.81 MiB (...)` and `CPU compute buffer size =
+    165.28 MiB`); None when the log does not say."""
+    kv = _LOG_KV.findall(log)
+    if not kv:
+        return None
+    # The compute buffers reported after that KV cache (one per device).
+    after = log[log.rfind("llama_kv_cache: size") :]
+    compute = sum(float(mib) for mib in _LOG_COMPUTE.findall(after))
+    return int(float(kv[-1]) * MIB), int(compute * MIB)

@@ -134,3 +134,18 @@ def test_available_ram_reads_memavailable(tmp_path: Path) -> None:
     assert memory_budget(vram=5 * MiB) == 5 * MiB
     real = available_ram()
     assert real is None or real > 0
+
+
+def test_the_allocation_is_read_from_the_last_load_in_the_log() -> None:
+    from chat.models.memory import allocated_from_log
+
+    log = (
+        "llama_kv_cache: size =   10.00 MiB (  512 cells, ...)\n"
+        "sched_reserve:        CPU compute buffer size =   20.00 MiB\n"
+        "llama_kv_cache: size =  137.81 MiB (  8192 cells,  30 layers,  1/1 seqs)\n"
+        "sched_reserve:        CPU compute buffer size =   165.28 MiB\n"
+    )
+    kv, compute = allocated_from_log(log) or (0, 0)
+    assert kv / MiB == pytest.approx(137.81, abs=0.01)
+    assert compute / MiB == pytest.approx(165.28, abs=0.01)
+    assert allocated_from_log("no model was loaded") is None
