@@ -187,7 +187,12 @@ class ModelSettings:
         1000,
         special=((-1, "all layers"),),
     )
-    flash_attn: bool = _setting(False, "bool", "Flash attention: faster and leaner on most GPUs.")
+    flash_attn: bool = _setting(
+        False,
+        "bool",
+        "Flash attention: faster and leaner on most GPUs; on the CPU, replies are reproducible "
+        "however the prompt was evaluated (~10-15 % slower prompts).",
+    )
     n_threads: int | None = _setting(
         None,
         "optional_int",
