@@ -127,3 +127,39 @@ async def test_a_server_that_is_down_says_so_then_reconnects(tmp_path: Path) -> 
             assert screen.engine.info.kind == "llama-server"
             assert not notice.display
             await turn(screen, pilot, "Hello?")
+
+
+@pytest.mark.model
+async def test_the_settings_pane_connects_to_a_server_and_back(
+    server: RunningServer, demo_model: Path
+) -> None:
+    """Server URL in the settings pane, Apply: the chat goes on with the served
+    model; settings the server ignores are marked; a blank URL goes back."""
+    from chat.ui.screens.settings import SettingsScreen
+    from tests.ui.test_settings_pane import open_pane, set_field
+
+    settings = Settings()
+    settings.sampling.max_tokens = 24
+    app = ChatApp(Launch(settings, ModelCandidate(demo_model, demo_model.stat().st_size, "demo")))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.chat_screen
+        await wait_for(lambda: screen.engine is not None, pilot, timeout=60)
+        pane = await open_pane(app, pilot)
+        await set_field(pane, pilot, "server.url", server.url)
+        await pilot.click("#apply")
+        await wait_for(lambda: not isinstance(app.screen, SettingsScreen), pilot)
+        await wait_for(
+            lambda: screen.engine is not None and screen.engine.info.kind == "llama-server",
+            pilot,
+            timeout=60,
+        )
+        await turn(screen, pilot, "Hi there")
+        assert screen.conversation.messages[-1].stats is not None
+        pane = await open_pane(app, pilot)
+        await set_field(pane, pilot, "server.url", "")
+        await pilot.click("#apply")
+        await wait_for(
+            lambda: screen.engine is not None and screen.engine.info.kind == "local",
+            pilot,
+            timeout=60,
+        )
