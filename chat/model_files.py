@@ -182,29 +182,3 @@ def _resolved(path: Path) -> Path:
         return path.expanduser().resolve()
     except (OSError, RuntimeError):
         return path
-
-
-def model_choices(loaded: Path | None, setting: str | None) -> list[tuple[str, str]]:
-    """The model file options of the settings pane, as (label, value): find one
-    automatically, the current setting, then every GGUF found, the loaded one
-    marked. Walks download caches: call it off the UI thread."""
-    options: list[tuple[str, str]] = [("Find one automatically", "")]
-    seen: list[Path] = []
-
-    def is_loaded(path: Path) -> bool:
-        return loaded is not None and same_path(path, loaded)
-
-    if setting:
-        mark = " (loaded)" if is_loaded(Path(setting)) else " (current setting)"
-        options.append((setting + mark, setting))
-        seen.append(Path(setting))
-    for candidate in list_models():
-        if any(same_path(candidate.path, other) for other in seen):
-            continue
-        seen.append(candidate.path)
-        mark = " · loaded" if is_loaded(candidate.path) else ""
-        label = f"{candidate.name}  ({human_size(candidate.size)}, {candidate.source}){mark}"
-        options.append((label, str(candidate.path)))
-    if loaded is not None and not any(same_path(loaded, other) for other in seen):
-        options.append((f"{loaded} (loaded)", str(loaded)))
-    return options

@@ -15,8 +15,6 @@ from chat.errors import ConfigError, KvchatError, ModelError
 from chat.model_files import (
     ModelCandidate,
     how_to_get_a_model,
-    human_size,
-    list_models,
     pick_model,
 )
 from chat.settings.effective import format_effective
@@ -155,15 +153,6 @@ def _resolve(args: argparse.Namespace) -> ResolvedSettings:
     cli = {key: getattr(args, flag) for flag, key in SETTING_FLAGS.items()}
     flags = {key: "--" + flag.replace("_", "-") for flag, key in SETTING_FLAGS.items()}
     return resolve_settings(config_path, cli, os.environ, cli_flags=flags)
-
-
-def _print_models(config_model: str | None) -> None:
-    found = list_models(config_model)
-    if not found:
-        print(how_to_get_a_model())
-        return
-    for candidate in found:
-        print(f"{human_size(candidate.size):>9}  {candidate.path}  ({candidate.source})")
 
 
 def _warn_theme_problems(problems: Sequence[ThemeProblem]) -> None:

@@ -34,6 +34,8 @@ def print_models(settings: ModelSettings, *, as_json: bool, out: TextIO) -> int:
         print("  ".join([*cells, line[-1]]).rstrip(), file=out)
         if row is not None:
             print(f"    {row.entry.path}", file=out)
+            if row.problem:
+                print(f"    cannot be used: {row.problem}", file=out)
     budget = rows[0].budget
     if budget is not None:
         print(f"\nFree memory now: {human_bytes(budget)}.", file=out)
@@ -43,17 +45,8 @@ def print_models(settings: ModelSettings, *, as_json: bool, out: TextIO) -> int:
 def _cells(row: ModelRow) -> tuple[str, ...]:
     meta = row.metadata
     if meta is None:
-        problem = row.problem or "unreadable"
-        return (
-            row.entry.name,
-            "",
-            "",
-            human_bytes(row.entry.size),
-            "",
-            "",
-            problem,
-            row.entry.source,
-        )
+        size = human_bytes(row.entry.size)
+        return (row.entry.name, "", "", size, "", "", "cannot be used", row.entry.source)
     return (
         row.entry.name,
         meta.parameters_text,

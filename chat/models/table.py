@@ -122,3 +122,36 @@ def same_model(row: ModelRow, path: Path) -> bool:
         return row.entry.path.resolve() == path.resolve()
     except OSError:
         return False
+
+
+def model_choices(loaded: Path | None, setting: str | None) -> list[tuple[str, str]]:
+    """The model file options of the settings pane, as (label, value): find one
+    automatically, the current setting, then every GGUF found (as the model
+    picker lists them), the loaded one marked. Walks download caches: call it
+    off the UI thread."""
+    options: list[tuple[str, str]] = [("Find one automatically", "")]
+    seen: list[Path] = []
+
+    def same(path: Path, other: Path) -> bool:
+        try:
+            return path.resolve() == other.resolve()
+        except OSError:
+            return path == other
+
+    def is_loaded(path: Path) -> bool:
+        return loaded is not None and same(path, loaded)
+
+    if setting:
+        mark = " (loaded)" if is_loaded(Path(setting)) else " (current setting)"
+        options.append((setting + mark, setting))
+        seen.append(Path(setting))
+    for entry in find_models():
+        if entry.problem or any(same(entry.path, other) for other in seen):
+            continue
+        seen.append(entry.path)
+        mark = " · loaded" if is_loaded(entry.path) else ""
+        label = f"{entry.name}  ({human_bytes(entry.size)}, {entry.source}){mark}"
+        options.append((label, str(entry.path)))
+    if loaded is not None and not any(same(loaded, other) for other in seen):
+        options.append((f"{loaded} (loaded)", str(loaded)))
+    return options

@@ -190,8 +190,8 @@ class ModelSettings:
     flash_attn: bool = _setting(
         False,
         "bool",
-        "Flash attention: faster and leaner on most GPUs; on the CPU, replies are reproducible "
-        "however the prompt was evaluated (~10-15 % slower prompts).",
+        "Flash attention: faster and leaner on most GPUs. On the CPU: seeded replies repeat "
+        "exactly even from scratch, but long chats are slower.",
     )
     n_threads: int | None = _setting(
         None,

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from textual.app import App
 
 from chat.errors import ConfigError, ModelError
-from chat.model_files import model_choices
+from chat.models.table import model_choices
 from chat.session.background import in_thread
 from chat.session.model_loader import (
     ModelBusyError,

