@@ -105,7 +105,7 @@ def test_probabilities_are_recorded(engine: RemoteEngine) -> None:
 
 def test_cancel_stops_at_once_and_frees_the_slot(engine: RemoteEngine) -> None:
     cancel = threading.Event()
-    long = SamplingSettings(temperature=0.8, max_tokens=2000)
+    long = SamplingSettings(temperature=0.8, max_tokens=3500)
     story = [SYSTEM, {"role": "user", "content": "Write a very long story about a ship."}]
     stream = engine.stream_reply(story, long, cancel)
     seen = [next(stream) for _ in range(5)]
@@ -116,10 +116,11 @@ def test_cancel_stops_at_once_and_frees_the_slot(engine: RemoteEngine) -> None:
     finished = rest[-1]
     assert isinstance(finished, Finished) and finished.stats.finish_reason == "stopped"
     assert finished.text.startswith("".join(t.text for t in seen if isinstance(t, TokenEvent)))
-    # The slot is free: the next request is answered at once, not after 2,000 tokens.
+    # The slot is free: the next request is answered, not after 3,500 tokens
+    # (over a minute here; a loaded machine answers this in a few seconds).
     began = time.monotonic()
     _, after = run_reply(engine, [SYSTEM, ASK], SamplingSettings(temperature=0, max_tokens=4))
-    assert after.stats.finish_reason == "max_tokens" and time.monotonic() - began < 10
+    assert after.stats.finish_reason == "max_tokens" and time.monotonic() - began < 30
 
 
 def test_prefill_warms_the_slot(engine: RemoteEngine) -> None:
