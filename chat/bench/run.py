@@ -14,6 +14,7 @@ import chat.bench
 from chat.bench.decode import decode_rows
 from chat.bench.memory import memory_rows
 from chat.bench.paste import paste_rows
+from chat.bench.remote import remote_rows
 from chat.bench.responsiveness import responsiveness_rows
 from chat.bench.resume import resume_rows
 from chat.bench.rows import Options, Row, print_table, write_json
@@ -38,6 +39,7 @@ def run(options: Options) -> list[Row]:
         rows += paste_rows(options)
         rows += storage_rows(options)
         rows += startup_rows(options)
+        rows += remote_rows(options)
     finally:
         engine.close()
     return rows

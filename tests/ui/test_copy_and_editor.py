@@ -71,9 +71,10 @@ async def test_the_message_copy_button_shows_on_hover_and_copies() -> None:
         screen = await ready(app, pilot)
         await _chat(pilot, screen, "Hi")
         reply = next(v for v in screen.query(MessageView) if v.message.role == "assistant")
-        button = reply.query_one(CopyButton)
-        assert not button.display
+        assert not reply.query(CopyButton)  # mounted on first need
         await pilot.hover(reply, offset=(5, 0))  # over its header
+        await wait_for(lambda: bool(reply.query(CopyButton)), pilot)
+        button = reply.query_one(CopyButton)
         await wait_for(lambda: button.display, pilot)
         await pilot.click(button)
         assert app.clipboard == "Hello there."

@@ -691,6 +691,7 @@ class ChatScreen(Screen[None]):
         for other in self.query_one(ConversationView).message_views():
             other.set_class(other is view, "selected")
         if view is not None:
+            view.show_copy_button()
             view.scroll_visible(animate=False)
 
     @on(MessageView.Selected)

@@ -154,8 +154,6 @@ class MessageView(Vertical):
             switch = BranchSwitch(self.message)
             switch.show_position(*self._branch)
             yield switch
-            if self.message.role != "system":
-                yield CopyButton(self._content, self.what(), classes="message-copy")
 
     def _content(self) -> str:
         return self.message.content
@@ -179,6 +177,16 @@ class MessageView(Vertical):
 
     def on_enter(self) -> None:
         self.add_class("pointer-over")
+        self.show_copy_button()
+
+    def show_copy_button(self) -> None:
+        """Mount the copy button on first need (the pointer comes over the
+        message, or it is selected): opening a long conversation does not pay
+        for a widget per message that most never show."""
+        if self.message.role == "system" or self.query(".message-copy"):
+            return
+        row = self.query_one(".message-header-row", Horizontal)
+        row.mount(CopyButton(self._content, self.what(), classes="message-copy"))
 
     def on_leave(self) -> None:
         # From one part to another, the pointer is still over the message.
