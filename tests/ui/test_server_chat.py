@@ -163,3 +163,30 @@ async def test_the_settings_pane_connects_to_a_server_and_back(
             pilot,
             timeout=60,
         )
+
+
+@pytest.mark.model
+async def test_a_server_killed_mid_reply_keeps_and_saves_the_partial_reply(
+    tmp_path: Path,
+) -> None:
+    with llama_server(tmp_path) as doomed:
+        app = server_app(doomed.url)
+        app.settings.sampling.max_tokens = 2000
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = app.chat_screen
+            await wait_for(lambda: screen.engine is not None, pilot, timeout=60)
+            await send(pilot, "Write a very long story about a ship.")
+            await wait_for(lambda: screen.generating, pilot, timeout=30)
+            await pilot.pause(2.0)  # some of the story streams
+            doomed.kill()
+            await wait_for(lambda: not screen.generating, pilot, timeout=30)
+            reply = screen.conversation.messages[-1]
+            assert reply.stats is not None and reply.stats.finish_reason == "error"
+            notices = [str(n.message) for n in app._notifications]
+            assert any(doomed.url in n and "kept" in n for n in notices), notices
+            kept, conv_id = reply.content, screen.conversation.id
+    assert conv_id is not None and kept
+    with Store() as store:
+        saved = store.get_conversation(conv_id).messages[-1]
+    assert saved.content == kept and saved.stats is not None
+    assert saved.stats.finish_reason == "error"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -140,6 +141,13 @@ class ServerHttp:
                 f"The server at {self.url} did not accept a connection within "
                 f"{self.config.connect_timeout_s:g} s. Is it running?"
             )
+        if isinstance(error, httpx.ConnectError) and _certificate_refused(error):
+            return ServerError(
+                f"The server at {self.url} presented a TLS certificate that could not be "
+                "verified, so kvchat did not send anything to it. If it is yours with a "
+                "private certificate authority, point SSL_CERT_FILE at that authority's "
+                "certificate."
+            )
         if isinstance(error, httpx.ConnectError):
             return ServerUnreachableError(
                 f"Nothing answers at {self.url}. Start the server, or check the URL."
@@ -251,3 +259,15 @@ def _shut_down_on_cancel(
                 with contextlib.suppress(Exception):
                     response.close()
             return
+
+
+def _certificate_refused(error: BaseException) -> bool:
+    """Whether a failed connection was TLS refusing the server's certificate."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(
+            seen
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

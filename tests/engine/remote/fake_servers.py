@@ -10,6 +10,7 @@ made to break: a malformed or oversized line, or a dropped connection.
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -53,6 +54,8 @@ class FakeServer:
     seen: list[Seen] = field(default_factory=list)
     stream_closed: threading.Event = field(default_factory=threading.Event)
     """Set when a client went away mid-stream (a write failed)."""
+    tls: ssl.SSLContext | None = None
+    """Serve HTTPS with this context."""
 
     def start(self) -> None:
         server = self
@@ -117,6 +120,8 @@ class FakeServer:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        if self.tls is not None:
+            self._server.socket = self.tls.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(
             target=self._server.serve_forever, args=(0.05,), daemon=True
         )
@@ -125,7 +130,7 @@ class FakeServer:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{port}"
 
     def stop(self) -> None:
         self._server.shutdown()
