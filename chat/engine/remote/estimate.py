@@ -17,7 +17,14 @@ import math
 import threading
 
 from chat.engine.base import ChatMessages
-from chat.engine.remote.engine import PLACEHOLDER_TOKEN_ID
+from chat.engine.remote.engine import (
+    PLACEHOLDER_TOKEN_ID,
+    RemoteEngine,
+    Request,
+    Summary,
+    chat_messages,
+)
+from chat.settings.schema import SamplingSettings
 
 CHARS_PER_TOKEN = 4.0
 """English prose in common tokenizers; code and other scripts differ, which
@@ -65,3 +72,25 @@ class TokenEstimate:
             low, high = _RATIO_LIMITS
             with self._lock:
                 self._ratio = min(high, max(low, reported / raw))
+
+
+class EstimatingEngine(RemoteEngine):
+    """A server that does not tokenize for clients (Ollama, generic OpenAI-
+    compatible ones): counts are `TokenEstimate`s, messages are sent as chat
+    messages, and each reply's reported prompt size corrects the estimate.
+    Subclasses set `self.estimate = TokenEstimate()` with `info`."""
+
+    estimate: TokenEstimate
+
+    def tokenize_chat(
+        self, messages: ChatMessages, add_generation_prompt: bool = True
+    ) -> list[int]:
+        return self.estimate.tokens(messages, add_generation_prompt)
+
+    def _prepare(self, messages: ChatMessages, sampling: SamplingSettings) -> Request:
+        # No refusal here on an estimate: the server knows whether it fits.
+        return Request(self.tokenize_chat(messages), chat_messages(messages))
+
+    def _reply_done(self, request: Request, summary: Summary) -> None:
+        if summary.prompt_tokens is not None:
+            self.estimate.learn(request.messages, summary.prompt_tokens)

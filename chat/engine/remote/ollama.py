@@ -20,16 +20,13 @@ from collections.abc import Generator
 from typing import Any
 
 from chat.conversations.conversation import FinishReason
-from chat.engine.base import ChatMessages
 from chat.engine.remote.engine import (
     Piece,
-    RemoteEngine,
     Request,
     Summary,
-    chat_messages,
     server_model_info,
 )
-from chat.engine.remote.estimate import TokenEstimate
+from chat.engine.remote.estimate import EstimatingEngine, TokenEstimate
 from chat.engine.remote.http import ServerHttp, parse_json_line
 from chat.engine.remote.openai import choose_model
 from chat.engine.remote.probs import token_choice
@@ -73,7 +70,7 @@ def context_length(show: dict[str, Any]) -> int | None:
     return None
 
 
-class OllamaEngine(RemoteEngine):
+class OllamaEngine(EstimatingEngine):
     # Ollama's engine has no Mirostat (its API docs no longer list it).
     ignored_settings = frozenset({"mirostat_mode", "mirostat_tau", "mirostat_eta"})
 
@@ -108,14 +105,6 @@ class OllamaEngine(RemoteEngine):
             count_exact=False,
         )
         self.estimate = TokenEstimate()
-
-    def tokenize_chat(
-        self, messages: ChatMessages, add_generation_prompt: bool = True
-    ) -> list[int]:
-        return self.estimate.tokens(messages, add_generation_prompt)
-
-    def _prepare(self, messages: ChatMessages, sampling: SamplingSettings) -> Request:
-        return Request(self.tokenize_chat(messages), chat_messages(messages))
 
     def _options(self, sampling: SamplingSettings) -> dict[str, Any]:
         options: dict[str, Any] = {
@@ -171,10 +160,6 @@ class OllamaEngine(RemoteEngine):
                     return
         if not cancel.is_set():
             raise ServerError(f"The Ollama server at {url} ended the reply unfinished.")
-
-    def _reply_done(self, request: Request, summary: Summary) -> None:
-        if summary.prompt_tokens is not None:
-            self.estimate.learn(request.messages, summary.prompt_tokens)
 
 
 def _summary(event: dict[str, Any]) -> Summary:

@@ -16,18 +16,15 @@ from collections.abc import Generator, Iterator
 from typing import Any
 
 from chat.conversations.conversation import FinishReason
-from chat.engine.base import ChatMessages
 from chat.engine.remote import ServerConfig
 from chat.engine.remote.engine import (
     Piece,
-    RemoteEngine,
     Request,
     Summary,
-    chat_messages,
     served_models,
     server_model_info,
 )
-from chat.engine.remote.estimate import TokenEstimate
+from chat.engine.remote.estimate import EstimatingEngine, TokenEstimate
 from chat.engine.remote.http import ServerHttp, parse_json_line, sse_data
 from chat.engine.remote.probs import token_choice
 from chat.engine.token_probs import TOP_N
@@ -131,7 +128,7 @@ def finish_of(choice: dict[str, Any], summary: Summary) -> None:
         summary.clean_ids = False
 
 
-class OpenAIEngine(RemoteEngine):
+class OpenAIEngine(EstimatingEngine):
     """Chat completions (`POST /v1/chat/completions`), counts estimated."""
 
     ignored_settings = OPENAI_IGNORED
@@ -153,15 +150,6 @@ class OpenAIEngine(RemoteEngine):
             count_exact=False,
         )
         self.estimate = TokenEstimate()
-
-    def tokenize_chat(
-        self, messages: ChatMessages, add_generation_prompt: bool = True
-    ) -> list[int]:
-        return self.estimate.tokens(messages, add_generation_prompt)
-
-    def _prepare(self, messages: ChatMessages, sampling: SamplingSettings) -> Request:
-        # No refusal here on an estimate: the server knows whether it fits.
-        return Request(self.tokenize_chat(messages), chat_messages(messages))
 
     def _pieces(
         self,
@@ -197,10 +185,6 @@ class OpenAIEngine(RemoteEngine):
             yield summary
         elif not cancel.is_set():
             raise ServerError(f"The server at {self._http.url} ended the reply unfinished.")
-
-    def _reply_done(self, request: Request, summary: Summary) -> None:
-        if summary.prompt_tokens is not None:
-            self.estimate.learn(request.messages, summary.prompt_tokens)
 
 
 def _chat_logprobs(logprobs: Any) -> list[dict[str, Any]]:
