@@ -22,7 +22,7 @@ FOLDER_ENV_NAMES = (CONFIG_DIR_ENV, DATA_DIR_ENV, STATE_DIR_ENV, CACHE_DIR_ENV)
 
 
 def config_dir() -> Path:
-    """Folder of `config.toml` and user themes."""
+    """Folder of `config.toml`, user themes and user presets."""
     override = os.environ.get(CONFIG_DIR_ENV)
     return Path(override) if override else Path(platformdirs.user_config_dir(APP_NAME))
 
@@ -56,6 +56,11 @@ def config_file() -> Path:
 
 def user_themes_dir() -> Path:
     return config_dir() / "themes"
+
+
+def user_presets_dir() -> Path:
+    """The user's presets (chat.settings.presets), one TOML file each."""
+    return config_dir() / "presets"
 
 
 def models_dir() -> Path:

@@ -8,12 +8,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from chat.conversations.conversation import FinishReason, ReplyStats, TokenChoice
-from chat.engine.base import ChatMessages, EngineEvent, Finished, ModelInfo, TokenEvent
+from chat.engine.base import (
+    ChatMessages,
+    EngineEvent,
+    Finished,
+    ModelInfo,
+    PromptProgress,
+    TokenEvent,
+)
 from chat.engine.kv_state import KvState, StateIdentity, common_prefix
 from chat.engine.reply_text import ReplyText
 from chat.errors import EngineBusyError, PromptTooLongError
@@ -63,6 +70,11 @@ class ScriptedEngine:
     `scripted_choice(chunk, index)`. `on_reply` is called as each reply starts,
     `on_token` with each token's text, both in the reply's thread.
 
+    With `prompt_batches`, the prompt is "read" in that many batches first,
+    each followed by a `PromptProgress`; with `prompt_hold_after` too, reading
+    stalls after that many batches until `release` (a stop ends it there, with
+    no tokens). Each call's `continue_last` is recorded in `continued`.
+
     Its "KV cache" is the last prompt sent: `save_state` returns those tokens
     (with made-up state bytes), `restore_state` puts a state's tokens back and
     records the state in `restored`.
@@ -76,8 +88,13 @@ class ScriptedEngine:
         hold_after: int | None = None,
         on_reply: Callable[[], object] | None = None,
         on_token: Callable[[str], object] | None = None,
+        prompt_batches: int = 0,
+        prompt_hold_after: int | None = None,
     ) -> None:
         self.replies = [list(r) for r in replies]
+        self.prompt_batches = prompt_batches
+        self.prompt_hold_after = prompt_hold_after
+        self.continued: list[bool] = []
         self.delay = delay
         self.hold_after = hold_after
         self.on_reply = on_reply
@@ -113,6 +130,7 @@ class ScriptedEngine:
         sampling: SamplingSettings,
         cancel: threading.Event,
         record_probs: bool = False,
+        continue_last: bool = False,
     ) -> Iterator[EngineEvent]:
         if not self._lock.acquire(blocking=False):
             raise EngineBusyError("busy")
@@ -123,6 +141,7 @@ class ScriptedEngine:
                     f"The prompt is {len(prompt)} tokens; the window holds {self.info.n_ctx}."
                 )
             self.calls.append(([dict(m) for m in messages], sampling))
+            self.continued.append(continue_last)
             self.cached = tuple(prompt)
             if self.on_reply is not None:
                 self.on_reply()
@@ -134,6 +153,12 @@ class ScriptedEngine:
             finish: FinishReason = "done"
             generated = 0
             choices: list[TokenChoice] = []
+            if self.prompt_batches:
+                read = yield from self._read_prompt(len(prompt), cancel)
+                if not read:
+                    stats = ReplyStats(len(prompt), 0, 0, 0.01, 0.0, "stopped", seed=1234)
+                    yield Finished("", stats, (), ())
+                    return
             for chunk in script:
                 if generated == self.hold_after:
                     self.holding.set()
@@ -167,6 +192,23 @@ class ScriptedEngine:
             yield Finished(reply.text, stats, tuple(choices))
         finally:
             self._lock.release()
+
+    def _read_prompt(
+        self, total: int, cancel: threading.Event
+    ) -> Generator[PromptProgress, None, bool]:
+        yield PromptProgress(0, total, 0.0)
+        for batch in range(1, self.prompt_batches + 1):
+            if batch - 1 == self.prompt_hold_after:
+                self.holding.set()
+                while not self.release.wait(0.01) and not cancel.is_set():
+                    pass
+                self.holding.clear()
+            if cancel.is_set():
+                return False
+            time.sleep(self.delay)
+            done = total * batch // self.prompt_batches
+            yield PromptProgress(done, total, batch * 0.5)
+        return True
 
     def prefill(self, messages: ChatMessages, add_generation_prompt: bool = True) -> bool:
         """Records message prefills in `prefills`, conversation ones in `history_prefills`."""

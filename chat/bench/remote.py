@@ -71,7 +71,7 @@ def _measure(engine: Engine, options: Options) -> list[Row]:
     for event in engine.stream_reply(story, sampling, threading.Event()):
         if isinstance(event, TokenEvent):
             times.append(time.perf_counter())
-        else:
+        elif isinstance(event, Finished):
             finished = event
     if finished is None or len(times) < 2:
         return [Row("remote: decode through kvchat (llama-server)", None, "tok/s")]

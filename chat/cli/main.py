@@ -107,6 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--list-themes", action="store_true", help="list the colour themes, built-in and yours"
     )
     parser.add_argument(
+        "--list-presets",
+        action="store_true",
+        help="list the presets (a system prompt with sampling settings), built-in and yours",
+    )
+    parser.add_argument(
         "--config", metavar="PATH", help="use this config file instead of the default"
     )
     parser.add_argument(
@@ -275,8 +280,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.theme is not None:
         _check_theme(args.theme)
     problems = [str(problem) for problem in resolved.problems]
-    if args.print_config or args.list_models or args.list_themes:
+    if args.print_config or args.list_models or args.list_themes or args.list_presets:
         _warn(problems)
+        if args.list_presets:
+            from chat.cli.presets import print_presets
+
+            return print_presets()
         if args.print_config:
             print(format_effective(resolved))
         elif args.list_models:

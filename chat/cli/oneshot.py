@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, TextIO
 
 from chat import paths
 from chat.conversations.conversation import ReplyStats
-from chat.engine.base import Engine, Finished, TokenEvent
+from chat.engine.base import Engine, Finished, PromptProgress, TokenEvent
 from chat.errors import KvchatError, ServerError
 from chat.model_files import ModelCandidate
+from chat.session.prompt_progress import SHOW_AFTER_S, progress_text
 from chat.settings.schema import Settings
 from chat.settings.server import public_url
 
@@ -34,6 +35,60 @@ def stats_dict(stats: ReplyStats) -> dict[str, object]:
     data = dataclasses.asdict(stats)
     data["prompt_reused"] = stats.prompt_reused
     return data
+
+
+class _ProgressLine:
+    """Prompt progress on stderr when it is a terminal: one line, written over
+    as batches are evaluated, and erased before the reply starts. It appears
+    only once evaluation has taken `SHOW_AFTER_S` (a timer draws it then), so
+    a short prompt prints nothing. Never anything on a pipe or a file."""
+
+    _ERASE = "\r\x1b[2K"
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._on = stream.isatty()
+        self._lock = threading.Lock()
+        self._latest: PromptProgress | None = None
+        self._timer: threading.Timer | None = None
+        self._shown = False
+
+    def update(self, progress: PromptProgress) -> None:
+        if not self._on:
+            return
+        if progress.done >= progress.total:
+            self.end()  # the reply starts now
+            return
+        with self._lock:
+            self._latest = progress
+            if self._shown:
+                self._draw()
+            elif self._timer is None:
+                self._timer = threading.Timer(SHOW_AFTER_S, self._show)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _show(self) -> None:
+        with self._lock:
+            if self._latest is not None:
+                self._shown = True
+                self._draw()
+
+    def _draw(self) -> None:
+        assert self._latest is not None
+        self._stream.write(f"{self._ERASE}{progress_text(self._latest)} · Ctrl+C stops")
+        self._stream.flush()
+
+    def end(self) -> None:
+        """Erase the line, if shown; nothing more is drawn."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._latest = None
+            if self._shown:
+                self._shown = False
+                self._stream.write(self._ERASE)
+                self._stream.flush()
 
 
 @contextlib.contextmanager
@@ -113,9 +168,12 @@ def _reply(
     cancel = threading.Event()
     finished: Finished | None = None
     line_open = False  # text written since the last newline
+    progress = _ProgressLine(sys.stderr)
     try:
         for event in engine.stream_reply(messages, settings.sampling, cancel):
-            if isinstance(event, TokenEvent):
+            if isinstance(event, PromptProgress):
+                progress.update(event)
+            elif isinstance(event, TokenEvent):
                 if not as_json and event.text:
                     out.write(event.text)
                     out.flush()
@@ -130,6 +188,7 @@ def _reply(
             out.flush()
         raise
     finally:
+        progress.end()
         engine.close()
     assert finished is not None
     if as_json:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from chat.conversations.attachments import Attachment, prompt_text
 from chat.conversations.tree import MessageTree
 from chat.settings.schema import SERVER_KINDS
 
@@ -125,12 +126,20 @@ class Message:
     token_ids: list[int] | None = None
     """For replies: the token ids the model sampled, end-of-turn token excluded,
     so that the reply is sent again exactly as it was sampled."""
+    attachments: Sequence[Attachment] = ()
+    """For the user's messages: text files attached (chat.conversations.attachments),
+    sent after `content`; `content` is what the user typed."""
+
+    @property
+    def prompt_content(self) -> str:
+        """The text the model is sent: `content`, then the attachments."""
+        return prompt_text(self.content, self.attachments)
 
     def as_chat_dict(self) -> dict[str, Any]:
         """The OpenAI-style `{"role", "content"}` form that chat templates take,
         plus `"token_ids"` when the reply has them (the engine sends those instead
         of re-tokenizing the text)."""
-        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        data: dict[str, Any] = {"role": self.role, "content": self.prompt_content}
         if self.token_ids is not None:
             data["token_ids"] = self.token_ids
         return data
@@ -165,6 +174,9 @@ class Conversation:
     server_url: str = ""
     """For a server: its URL, with no user name, password or query (never a key);
     "" for a local model. The store strips such parts again before saving."""
+    preset: str = ""
+    """The name of the preset (chat.settings.presets) the conversation was
+    given, "" for none; its system prompt and sampling are what it uses."""
 
     @property
     def made_on_server(self) -> bool:
@@ -234,6 +246,7 @@ class Conversation:
             model_name=self.model_name,
             backend=self.backend,
             server_url=self.server_url,
+            preset=self.preset,
         )
 
     def chat_messages(self, upto: int | None = None) -> list[dict[str, str]]:

@@ -60,6 +60,8 @@ class ConversationSettings:
     backend: str = "local"
     """"local", or the kind of model server (`Conversation.backend`)."""
     server_url: str = ""
+    preset: str = ""
+    """The preset's name (`Conversation.preset`)."""
 
 
 def restore_sampling(saved: Mapping[str, Any], base: SamplingSettings) -> SamplingSettings:
@@ -188,6 +190,7 @@ class ConversationSaver:
             conversation.model_name = settings.model_name
             conversation.backend = settings.backend
             conversation.server_url = settings.server_url
+            conversation.preset = settings.preset
             store.create_conversation(conversation, settings.sampling)
         else:
             if self._saved_settings != (conversation.id, settings):
@@ -199,6 +202,7 @@ class ConversationSaver:
                     settings.model_name,
                     backend=settings.backend,
                     server_url=settings.server_url,
+                    preset=settings.preset,
                 )
             written = False
             for message in conversation.tree:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from chat import paths
+from chat.conversations.attachments import Attachment
 from chat.conversations.conversation import (
     BACKENDS,
     LOCAL_BACKEND,
@@ -282,12 +283,40 @@ def _migrate_5(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE conversations ADD COLUMN server_url TEXT NOT NULL DEFAULT ''")
 
 
+def _migrate_6(conn: sqlite3.Connection) -> None:
+    # The preset (chat.settings.presets) a conversation was given, by name, to
+    # show it again when the conversation reopens; '' for none. Its system
+    # prompt and sampling are in their own columns already.
+    conn.execute("ALTER TABLE conversations ADD COLUMN preset TEXT NOT NULL DEFAULT ''")
+
+
+def _migrate_7(conn: sqlite3.Connection) -> None:
+    # Text files attached to a message (chat.conversations.attachments), in
+    # order: the name shown and the text sent after the message's own. A row of
+    # its own rather than in `content`, so that the message shows as typed, and
+    # the prompt is rebuilt byte for byte (the KV cache of a reopened
+    # conversation still matches). Deleted with their message.
+    conn.execute(
+        """
+        CREATE TABLE attachments (
+            message_id INTEGER NOT NULL REFERENCES messages (id) ON DELETE CASCADE,
+            position   INTEGER NOT NULL,
+            name       TEXT NOT NULL,
+            text       TEXT NOT NULL,
+            PRIMARY KEY (message_id, position)
+        )
+        """
+    )
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_1,
     _migrate_2,
     _migrate_3,
     _migrate_4,
     _migrate_5,
+    _migrate_6,
+    _migrate_7,
 ]
 """Forward migrations; after running MIGRATIONS[:n], `PRAGMA user_version` is n."""
 
@@ -477,6 +506,17 @@ def _message_tree(
         message.parent = None if parent_id is None else by_id.get(parent_id)
         by_id[row[0]] = message
         tree.add(message)
+    attached: dict[int, list[Attachment]] = {}
+    for message_id, name, text in conn.execute(
+        "SELECT a.message_id, a.name, a.text FROM attachments a "
+        "JOIN messages m ON m.id = a.message_id WHERE m.conversation_id = ? "
+        "ORDER BY a.message_id, a.position",
+        (conv_id,),
+    ):
+        attached.setdefault(message_id, []).append(Attachment(name, text))
+    for message_id, attachments in attached.items():
+        if message_id in by_id:
+            by_id[message_id].attachments = tuple(attachments)
     return tree, by_id
 
 
@@ -779,6 +819,13 @@ class Store:
                 ),
             )
             message.id = cursor.lastrowid
+            conn.executemany(
+                "INSERT INTO attachments (message_id, position, name, text) VALUES (?, ?, ?, ?)",
+                [
+                    (message.id, position, attachment.name, attachment.text)
+                    for position, attachment in enumerate(message.attachments)
+                ],
+            )
 
     def _insert_conversation(
         self, conn: sqlite3.Connection, conv: Conversation, sampling: Mapping[str, Any] | None
@@ -786,7 +833,8 @@ class Store:
         conv.link_shown()
         cursor = conn.execute(
             "INSERT INTO conversations (title, created, updated, model_path, model_name, "
-            "system_prompt, sampling, backend, server_url) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "system_prompt, sampling, backend, server_url, preset) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 conv.title,
                 conv.created,
@@ -797,6 +845,7 @@ class Store:
                 _sampling_json(sampling),
                 _backend_value(conv.backend),
                 _server_url_value(conv.server_url),
+                conv.preset,
             ),
         )
         conv_id = cursor.lastrowid
@@ -967,10 +1016,11 @@ class Store:
         *,
         backend: str | None = None,
         server_url: str | None = None,
+        preset: str | None = None,
     ) -> None:
         """Record the conversation's own settings and what it is continued with.
-        `backend` and `server_url` (see `Conversation`) stay as they are when
-        not given."""
+        `backend`, `server_url` and `preset` (see `Conversation`) stay as they
+        are when not given."""
         assignments = "system_prompt = ?, sampling = ?, model_path = ?, model_name = ?"
         params: list[Any] = [system_prompt, _sampling_json(sampling), model_path, model_name]
         if backend is not None:
@@ -979,6 +1029,9 @@ class Store:
         if server_url is not None:
             assignments += ", server_url = ?"
             params.append(_server_url_value(server_url))
+        if preset is not None:
+            assignments += ", preset = ?"
+            params.append(preset)
         with self._write() as conn:
             cursor = conn.execute(
                 f"UPDATE conversations SET {assignments} WHERE id = ?", (*params, conv_id)
@@ -1000,14 +1053,14 @@ class Store:
         with self._read() as conn:
             row = conn.execute(
                 "SELECT title, created, updated, model_path, model_name, system_prompt, "
-                "shown_leaf, backend, server_url FROM conversations WHERE id = ?",
+                "shown_leaf, backend, server_url, preset FROM conversations WHERE id = ?",
                 (conv_id,),
             ).fetchone()
             if row is None:
                 raise self._missing(conv_id)
             tree, by_id = _message_tree(conn, conv_id)
         title, created, updated, model_path, model_name, system_prompt, shown_leaf = row[:7]
-        backend, server_url = row[7:]
+        backend, server_url, preset = row[7:10]
         shown = by_id.get(shown_leaf) if shown_leaf is not None else None
         leaf = tree.latest_leaf(shown) if shown is not None else tree.newest_leaf()
         return Conversation(
@@ -1022,6 +1075,7 @@ class Store:
             tree=tree,
             backend=backend,
             server_url=server_url,
+            preset=preset,
         )
 
     def get_sampling(self, conv_id: int) -> dict[str, Any]:

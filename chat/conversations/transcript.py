@@ -5,8 +5,8 @@ prompt first: the branch shown) so other tools can read it, plus a `"kvchat"`
 object with what only kvchat knows: title, times, model (and, for a
 conversation made with a model server, its kind and URL: never a key or a
 password), sampling settings, and the whole tree (`"tree"`: every message of
-every branch, oldest first, each with an id and its parent's id, its stats and
-sampled tokens; `"shown"`: the id of the last message of the branch shown).
+every branch, oldest first, each with an id and its parent's id, its stats,
+sampled tokens and attached files; `"shown"`: the id of the last message of the branch shown).
 Import also takes kvchat's earlier format (one branch with per-message
 metadata), plain OpenAI-style files and bare lists of messages. Markdown is for
 people: the branch shown, or every branch one after the other. No I/O besides
@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
+from chat.conversations.attachments import Attachment, attachment_block, display_name
 from chat.conversations.conversation import (
     BACKENDS,
     FINISH_REASONS,
@@ -123,6 +124,8 @@ def _messages_markdown(messages: list[Message], heading: str) -> list[str]:
     lines: list[str] = []
     for message in messages:
         lines += [f"{heading} {message.role.capitalize()}", "", message.content, ""]
+        for attachment in message.attachments:
+            lines += [attachment_block(attachment), ""]
         if message.stats is not None:
             lines += [f"*{_stats_line(message.stats)}*", ""]
         if message.state != "complete":
@@ -153,7 +156,8 @@ def to_json(conv: Conversation, sampling: Mapping[str, Any]) -> str:
     shown = numbers[id(conv.messages[-1])] if conv.messages else None
     data = {
         "messages": system_messages(conv.system_prompt)
-        + [{"role": m.role, "content": m.content} for m in conv.messages],
+        # What the model was sent: a message's text, then its attached files.
+        + [{"role": m.role, "content": m.prompt_content} for m in conv.messages],
         "kvchat": {
             "format": FORMAT_VERSION,
             "title": conv.title,
@@ -194,6 +198,8 @@ def _tree_entry(message: Message, numbers: dict[int, int]) -> dict[str, Any]:
     }
     if message.token_ids is not None:
         entry["token_ids"] = message.token_ids
+    if message.attachments:
+        entry["attachments"] = [{"name": a.name, "text": a.text} for a in message.attachments]
     return entry
 
 
@@ -308,6 +314,22 @@ def _parse_token_ids(number: int, value: object) -> list[int] | None:
     return list(value)
 
 
+def _parse_attachments(number: int, value: object) -> tuple[Attachment, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(
+        isinstance(item, dict)
+        and isinstance(item.get("name"), str)
+        and isinstance(item.get("text"), str)
+        for item in value
+    ):
+        raise ImportFormatError(
+            f'message {number} has "attachments" that are not a list of {{"name", "text"}}'
+        )
+    # The name is shown and sent: one line, no escape sequences, as when attached.
+    return tuple(Attachment(display_name(item["name"]), item["text"]) for item in value)
+
+
 def _parse_tree(entries: object, shown_key: object) -> tuple[MessageTree[Message], Message]:
     """The messages of "kvchat.tree" and the last message of the branch to show."""
     if not isinstance(entries, list):
@@ -336,6 +358,7 @@ def _parse_tree(entries: object, shown_key: object) -> tuple[MessageTree[Message
             message.parent = by_key[parent_key]
         _apply_entry(message, entry, number)
         message.token_ids = _parse_token_ids(number, entry.get("token_ids"))
+        message.attachments = _parse_attachments(number, entry.get("attachments"))
         by_key[key] = message
         tree.add(message)
     if shown_key is None:

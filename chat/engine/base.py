@@ -103,7 +103,29 @@ class Finished:
     model server's connection dropped mid-reply): `text` is what came before."""
 
 
-EngineEvent = TokenEvent | Finished
+@dataclass(frozen=True)
+class PromptProgress:
+    """The prompt is being evaluated: `done` of the `total` tokens to evaluate
+    (those the KV cache did not hold), `elapsed_s` seconds after evaluation began.
+    Sent before the first batch (done 0) and after each, so the last one has
+    done == total; an engine that cannot tell sends none."""
+
+    done: int
+    total: int
+    elapsed_s: float
+
+    @property
+    def rate(self) -> float | None:
+        """Tokens evaluated per second so far (None before the first batch ends)."""
+        return self.done / self.elapsed_s if self.done and self.elapsed_s > 0 else None
+
+    @property
+    def seconds_left(self) -> float | None:
+        rate = self.rate
+        return (self.total - self.done) / rate if rate else None
+
+
+EngineEvent = TokenEvent | PromptProgress | Finished
 
 
 class Engine(Protocol):
@@ -124,16 +146,24 @@ class Engine(Protocol):
         sampling: SamplingSettings,
         cancel: threading.Event,
         record_probs: bool = False,
+        continue_last: bool = False,
     ) -> Iterator[EngineEvent]:
-        """Generate the assistant's next message: `TokenEvent`s, then one `Finished`.
+        """Generate the assistant's next message: `PromptProgress` while the
+        prompt is evaluated (if the engine can tell), `TokenEvent`s, then one
+        `Finished`.
 
         With `record_probs`, each token carries the distribution it was
-        sampled from (`TokenChoice`).
+        sampled from (`TokenChoice`). With `continue_last`, the last message
+        is an assistant reply that was cut short (max tokens, Esc): the model
+        goes on writing it, and the events carry only the new text.
 
-        Setting `cancel` ends the reply after the current token, with finish
-        reason "stopped". Raises `PromptTooLongError` before any event if the
-        prompt does not fit, `EngineBusyError` if another reply is being
-        generated (a prefill in progress is waited for).
+        Setting `cancel` ends the reply after the current token, or while the
+        prompt is evaluated after the current batch (then with no tokens; what
+        was evaluated stays in the KV cache), with finish reason "stopped".
+        Raises `PromptTooLongError` before any event if the prompt does not
+        fit, `EngineBusyError` if another reply is being generated (a prefill
+        in progress is waited for), `KvchatError` if the engine cannot
+        continue a reply.
         """
         ...
 

@@ -16,7 +16,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from chat.engine.base import (
     EngineEvent,
     Finished,
     ModelInfo,
+    PromptProgress,
     TokenEvent,
 )
 from chat.engine.kv_state import KvState, StateIdentity, common_prefix, model_fingerprint
@@ -43,7 +44,13 @@ from chat.engine.prompt_tokens import (
 )
 from chat.engine.reply_text import ReplyText
 from chat.engine.token_probs import Logits, ProbabilityRecorder
-from chat.errors import EngineBusyError, EngineClosedError, ModelError, PromptTooLongError
+from chat.errors import (
+    EngineBusyError,
+    EngineClosedError,
+    KvchatError,
+    ModelError,
+    PromptTooLongError,
+)
 from chat.model_files import check_gguf
 from chat.sanitize import sanitize
 from chat.settings.schema import ModelSettings, SamplingSettings
@@ -184,6 +191,15 @@ def _reply_placeholder(index: int) -> str:
     return f"\ue000kvchat reply {index}\ue001"
 
 
+def _cut_at(parts: Sequence[PromptPart], marker: bytes) -> list[PromptPart] | None:
+    """`parts` up to where `marker` first appears in a text part (the marker
+    and what follows left out); None when no text part holds it."""
+    for index, part in enumerate(parts):
+        if isinstance(part, bytes) and marker in part:
+            return [*parts[:index], part[: part.index(marker)]]
+    return None
+
+
 class LlamaEngine:
     """One loaded model. Calls that use the llama.cpp context are serialized;
     `close` frees the model only once no call uses it."""
@@ -223,6 +239,8 @@ class LlamaEngine:
         self._batches: list[tuple[int, int]] = []
         """Where the prompt batches evaluated so far begin and end in the KV cache."""
         self._prefilling = False
+        self._reply_waiting = False
+        """A reply waits for the lock: a prefill stops at its next batch."""
         # llama-cpp-python 0.3.36 samples a fully cached prompt from the logits of
         # its last decode (`_requires_eval` says whether they are live); versions
         # without that attribute evaluate the last prompt token again, so there
@@ -309,9 +327,16 @@ class LlamaEngine:
             return self._tokenize_chat(messages, True, self._prompt_tokenizer)
 
     def _tokenize_chat(
-        self, messages: ChatMessages, add_generation_prompt: bool, tokenize: TokenizeParts
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool,
+        tokenize: TokenizeParts,
+        open_last: bool = False,
     ) -> list[int]:
-        parts, add_bos = self._prompt_parts(messages, add_generation_prompt)
+        if open_last:
+            parts, add_bos = self._open_reply_parts(messages)
+        else:
+            parts, add_bos = self._prompt_parts(messages, add_generation_prompt)
         return tokenize(parts, add_bos)
 
     def _tokenize_whole(self, parts: Sequence[PromptPart], add_bos: bool) -> list[int]:
@@ -357,6 +382,41 @@ class LlamaEngine:
         if spelled + layout != text:
             return [text], add_bos
         return parts, add_bos
+
+    def _open_reply_parts(self, messages: ChatMessages) -> tuple[list[PromptPart], bool]:
+        """The prompt that goes on with the last message, a reply cut short: the
+        conversation rendered as history, cut right after that reply's text, so
+        that no end-of-turn token closes it. The reply goes in as its sampled
+        tokens when it has them (the KV cache still holds them: only the last
+        one is evaluated), else as text. Raises `KvchatError` when the template
+        does not write the reply's text as it is."""
+        if not messages or messages[-1].get("role") != "assistant":
+            raise KvchatError("Only a reply can be continued.")
+        last = len(messages) - 1
+        head = [*messages[:last], {"role": "assistant", "content": _reply_placeholder(last)}]
+        # The history before the reply, as a reply's prompt sends it (sampled
+        # tokens and all): the text before the placeholder.
+        parts, add_bos = self._prompt_parts(head, False)
+        marker = _reply_placeholder(last).encode("utf-8")
+        before = _cut_at(parts, marker)
+        shown = [{k: v for k, v in m.items() if k != "token_ids"} for m in messages]
+        full = self._formatters[False](messages=shown).prompt.encode("utf-8")  # type: ignore[arg-type]
+        content = str(messages[last].get("content", "")).encode("utf-8")
+        spelled = b"".join(p if isinstance(p, bytes) else self._spell(p) for p in before or [])
+        if before is None or not full.startswith(spelled + content):
+            raise KvchatError(
+                "This model's chat template changes a reply's text, so a reply "
+                "cannot be continued with it."
+            )
+        ids = self._reply_tokens(messages[last])
+        if ids is not None and before and isinstance(before[-1], bytes):
+            opening = self._reply_opening
+            if opening is not None and before[-1].endswith(opening):
+                return [*before, ids], add_bos
+        # As text, with the opening before it, as the whole prompt would tokenize.
+        if before and isinstance(before[-1], bytes):
+            return [*before[:-1], before[-1] + content], add_bos
+        return [*before, content], add_bos
 
     def _reply_tokens(self, message: ChatMessage | Mapping[str, str]) -> list[int] | None:
         """A reply's sampled tokens, when they can stand for its text: every id
@@ -438,6 +498,7 @@ class LlamaEngine:
         sampling: SamplingSettings,
         cancel: threading.Event,
         record_probs: bool = False,
+        continue_last: bool = False,
     ) -> Iterator[EngineEvent]:
         # The wait for the first token starts here: finishing a prefill, rendering
         # and tokenizing the whole conversation are part of it.
@@ -445,7 +506,9 @@ class LlamaEngine:
         self._acquire_for_reply()
         try:
             # Only the holder of the lock uses the piece tokenizer.
-            prompt = self._tokenize_chat(messages, True, self._prompt_tokenizer)
+            prompt = self._tokenize_chat(
+                messages, not continue_last, self._prompt_tokenizer, open_last=continue_last
+            )
             n_ctx = self.info.n_ctx
             if len(prompt) >= n_ctx:
                 raise PromptTooLongError(
@@ -457,16 +520,24 @@ class LlamaEngine:
             self._lock.release()
 
     def _acquire_for_reply(self) -> None:
-        """Take the lock. A prefill in progress is waited for: it is at most one
-        batch, and usually the very prompt this reply needs. A reply is not."""
+        """Take the lock. A prefill in progress is waited for: a message's is
+        one batch, usually the very prompt this reply needs; a conversation's
+        stops after its current batch (what it evaluated is kept), and the reply
+        evaluates the rest itself, with progress, stoppable. A reply is not
+        waited for."""
         # `prefill` clears the flag only after releasing the lock, so a prefill
         # that ends meanwhile is still seen here.
-        if not self._lock.acquire(blocking=False) and not (
-            self._prefilling and self._lock.acquire(timeout=PREFILL_WAIT_S)
-        ):
-            raise EngineBusyError(
-                "A reply is already being generated; wait for it or press Escape."
-            )
+        if not self._lock.acquire(blocking=False):
+            if not self._prefilling:
+                raise EngineBusyError(
+                    "A reply is already being generated; wait for it or press Escape."
+                )
+            self._reply_waiting = True
+            try:
+                if not self._lock.acquire(timeout=PREFILL_WAIT_S):
+                    raise EngineBusyError("The model is busy; try again in a moment.")
+            finally:
+                self._reply_waiting = False
         if self._closing:
             self._lock.release()
             raise EngineClosedError(_CLOSED)
@@ -502,9 +573,12 @@ class LlamaEngine:
             if start < end:
                 self._start_batch(start, end)
                 # One batch at a time (as eval() would split them): `close`
-                # waits for one batch at most.
+                # and a reply sent meanwhile wait for one batch at most. (A
+                # message's prefill is one batch: the reply waits for it.)
                 for first in range(start, end, n_batch):
-                    if self._closing:
+                    if self._closing or (self._reply_waiting and not add_generation_prompt):
+                        self._end_batch_early(start, first)
+                        llama_cpp.llama_synchronize(self._llm.ctx)  # see below
                         return False
                     self._llm.eval(prompt[first : min(end, first + n_batch)])
                 # Done here, not at the next sampling: llama.cpp's timings
@@ -534,6 +608,15 @@ class LlamaEngine:
         start, end = self._prompt_span(prompt)
         if start < end:
             self._start_batch(start, end)
+            # Evaluated here rather than in generate(), in the same batches, so
+            # that progress is reported and a cancel heard between batches;
+            # generate() then samples from the last batch's logits at once.
+            # (Older llama-cpp-python would evaluate the last token again.)
+            if self._samples_cached_prompts:
+                read = yield from self._evaluate_prompt(prompt, start, end, cancel)
+                if not read:
+                    yield self._stopped_reading(prompt, seed, started)
+                    return
         first_token_at: float | None = None
         evaluated = 0
         generated = 0
@@ -606,6 +689,50 @@ class LlamaEngine:
         )
         token_ids = self._spelling_tokens(sampled, reply.text)
         yield Finished(reply.text, stats, tuple(choices), token_ids)
+
+    def _evaluate_prompt(
+        self, prompt: list[int], start: int, end: int, cancel: threading.Event
+    ) -> Generator[PromptProgress, None, bool]:
+        """Evaluate `prompt[start:end]` one batch at a time, as `Llama.eval`
+        splits it (the same batches, so the same logits), with progress after
+        each. Stops between batches when `cancel` is set or the engine closes:
+        the batches evaluated stay in the KV cache, and the same prompt sent
+        again resumes after them. Returns whether all of it was evaluated."""
+        n_batch = int(self._llm.n_batch)
+        total = end - start
+        began = time.perf_counter()
+        yield PromptProgress(0, total, 0.0)
+        for first in range(start, end, n_batch):
+            if cancel.is_set() or self._closing:
+                self._end_batch_early(start, first)
+                return False
+            last = min(end, first + n_batch)
+            self._llm.eval(prompt[first:last])
+            yield PromptProgress(last - start, total, time.perf_counter() - began)
+        return True
+
+    def _end_batch_early(self, start: int, reached: int) -> None:
+        """The prompt batch that began at `start` was evaluated only up to
+        `reached`: that is what the KV cache holds of it."""
+        self._batches.pop()
+        if reached > start:
+            self._batches.append((start, reached))
+
+    def _stopped_reading(self, prompt: list[int], seed: int, started: float) -> Finished:
+        """The end of a reply stopped while its prompt was evaluated: no text."""
+        llama_cpp.llama_synchronize(self._llm.ctx)  # settles llama.cpp's timings
+        ended = time.perf_counter()
+        stats = ReplyStats(
+            prompt_tokens=len(prompt),
+            prompt_evaluated=_prompt_tokens_evaluated(self._llm.ctx),
+            generated_tokens=0,
+            ttft_s=ended - started,
+            decode_tps=0.0,
+            finish_reason="stopped",
+            seed=seed,
+            total_s=ended - started,
+        )
+        return Finished("", stats, (), ())
 
     def _spelling_tokens(self, sampled: list[int], text: str) -> tuple[int, ...] | None:
         """The first of the `sampled` tokens, as many as spell `text` exactly:
@@ -757,10 +884,10 @@ class LlamaEngine:
 
     def close(self) -> None:
         """Free the model once no call uses it: a reply under way ends after its
-        current token, a prefill after its current batch, a tokenizing call when
-        done; later calls are refused (EngineClosedError). A prompt being
-        evaluated cannot be interrupted: this may wait for it (run it in a thread
-        to bound the wait; the model is freed when the call ends)."""
+        current token (or prompt batch), a prefill after its current batch, a
+        tokenizing call when done; later calls are refused (EngineClosedError).
+        A batch being evaluated cannot be interrupted: this may wait for it (run
+        it in a thread to bound the wait; the model is freed when the call ends)."""
         self._closing = True
         with self._lock, self._tokenizing_changed:
             self._tokenizing_changed.wait_for(lambda: self._tokenizing == 0)

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from chat import paths
-from chat.conversations.conversation import Conversation, Message
+from chat.conversations.attachments import Attachment
+from chat.conversations.conversation import Conversation, FinishReason, Message
 from chat.conversations.saver import ConversationSaver, ConversationSettings, restore_sampling
 from chat.conversations.tree import index_of
 from chat.engine.base import ChatMessages, Engine, Finished, ModelInfo
@@ -31,10 +32,14 @@ from chat.session.context_window import (
 )
 from chat.session.model_loader import ModelLoader
 from chat.session.resume import Resumer, conversation_key
+from chat.settings.presets import Preset
 from chat.settings.schema import Settings
 from chat.settings.server import public_url
 
 MIB = 1024 * 1024
+
+CONTINUABLE: tuple[FinishReason, ...] = ("max_tokens", "stopped")
+"""Why a reply ended, when it can be continued: cut short, not finished by the model."""
 
 
 class ChatSession:
@@ -167,15 +172,20 @@ class ChatSession:
 
     # One turn.
 
-    def add_user_message(self, text: str, plan: WindowPlan) -> Message:
+    def add_user_message(
+        self, text: str, plan: WindowPlan, attachments: Sequence[Attachment] = ()
+    ) -> Message:
         """The user's message joins the conversation and is saved at once, before
-        the reply starts: a crash mid-reply never loses the question."""
+        the reply starts: a crash mid-reply never loses the question. `plan`
+        was made for the text with its attachments (`prompt_text`)."""
         assert self.budget is not None
         messages = self.conversation.messages
         opening = self.budget.generation_prompt_tokens(
             self.conversation.system_prompt, messages[0] if messages else None
         )
-        message = Message("user", text, token_count=plan.new - opening)
+        message = Message(
+            "user", text, token_count=plan.new - opening, attachments=tuple(attachments)
+        )
         self.conversation.append(message)
         self.saver.save_messages(self.conversation, self.conversation_settings())
         return message
@@ -197,6 +207,52 @@ class ChatSession:
         reply.token_ids = list(finished.token_ids) if finished.token_ids is not None else None
         self.conversation.append(reply)
         self.saver.finish_reply(finished.text, finished.stats, reply.token_ids)
+
+    def continuable_reply(self) -> Message | None:
+        """The last reply, when it was cut short (max tokens, Esc, or kvchat
+        stopped while writing it) and can be continued."""
+        reply = self.last_reply()
+        if reply is None or not reply.content:
+            return None
+        if reply.state == "interrupted":
+            return reply
+        if reply.stats is not None and reply.stats.finish_reason in CONTINUABLE:
+            return reply
+        return None
+
+    def begin_continue(self, reply: Message, plan: WindowPlan) -> None:
+        """`reply` (the last message) is continued: its row is written as it grows."""
+        self.mark_window(plan)
+        self.saver.start_reply(self.conversation, self.conversation_settings(), reply)
+
+    def end_continue(self, reply: Message, finished: Finished) -> None:
+        """The continuation is complete: appended to `reply`, which is saved.
+        Its figures add up the two parts' tokens and times; the prompt's are
+        the continuation's (how much of it the KV cache held)."""
+        new = finished.stats
+        old = reply.stats
+        if old is not None:
+            new = replace(
+                new,
+                generated_tokens=old.generated_tokens + new.generated_tokens,
+                total_s=old.total_s + new.total_s,
+            )
+        old_ids, new_ids = reply.token_ids, finished.token_ids
+        reply.token_ids = [*old_ids, *new_ids] if old_ids and new_ids is not None else None
+        old_probs = reply.token_probs
+        # One entry per token or none: probabilities of only a part would not line up.
+        reply.token_probs = (
+            [*old_probs, *finished.choices] if old_probs and finished.choices else None
+        )
+        reply.content += finished.text
+        reply.stats = new
+        reply.state = "complete"
+        self.saver.finish_reply(reply.content, reply.stats, reply.token_ids)
+
+    def end_continue_failed(self, reply: Message) -> None:
+        """The continuation failed before any of it was kept: `reply` stays as
+        it was (written again as it was, should progress have been saved)."""
+        self.saver.finish_reply(reply.content, reply.stats, reply.token_ids)
 
     def drop_reply(self, reply: Message) -> None:
         """A reply that failed: gone from the database too."""
@@ -354,8 +410,22 @@ class ChatSession:
                 conversation.model_name,
                 conversation.backend,
                 conversation.server_url,
+                conversation.preset,
             ),
         )
+
+    def use_preset(self, preset: Preset) -> None:
+        """Continue this conversation with `preset`'s system prompt and sampling
+        (on top of the defaults, for this conversation only), and record its
+        name; saved at once when the conversation is. The whole prompt changes
+        with the system prompt: the next reply evaluates it all again."""
+        defaults = self.defaults
+        self.settings = replace(defaults, sampling=preset.sampling_for(defaults.sampling))
+        self.conversation.system_prompt = preset.system_prompt_for(defaults.chat.system_prompt)
+        self.conversation.preset = preset.name
+        self._outside_window = set()
+        if self.conversation.messages:
+            self.saver.save_messages(self.conversation, self.conversation_settings())
 
     def defaults_changed(self) -> None:
         """The settings pane changed the defaults' sampling, chat and UI settings:
@@ -376,6 +446,7 @@ class ChatSession:
             model_name=info.name if info else self.conversation.model_name,
             backend=info.kind if info else self.conversation.backend,
             server_url=(info.server_url or "") if info else self.conversation.server_url,
+            preset=self.conversation.preset,
         )
 
     def made_on_another_server(self) -> str | None:

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from chat.conversations.attachments import Attachment, attachment_block
 from chat.conversations.conversation import Conversation, Message, system_messages
 
 TokenizeChat = Callable[[Sequence[dict[str, str]], bool], list[int]]
@@ -98,7 +99,7 @@ class ContextBudget:
             system_prompt,
             head[0]["content"] if head and not system_prompt else "",
             message.role,
-            message.content,
+            message.prompt_content,  # with its attachments
             # A reply is sent as its sampled tokens, which may count differently.
             tuple(message.token_ids or ()),
         )
@@ -122,6 +123,19 @@ class ContextBudget:
         head = _head(system_prompt, anchor)
         typed = {"role": "user", "content": text}
         return self._count([*head, typed], True) - self._head_tokens(head)
+
+    def attachment_tokens(self, attachment: Attachment) -> int:
+        """About what `attachment` adds to a message (its block counted in a
+        message of its own: the meter's plan counts the message exactly)."""
+        block = attachment_block(attachment)
+        key = ("\0attachment", "", "", block, ())
+        return self._cached(
+            key,
+            lambda: (
+                self._count([{"role": "user", "content": block}], False)
+                - self._count([{"role": "user", "content": ""}], False)
+            ),
+        )
 
     def generation_prompt_tokens(self, system_prompt: str, anchor: Message | None) -> int:
         head = _head(system_prompt, anchor)

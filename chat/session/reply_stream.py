@@ -7,6 +7,9 @@ Tokens that arrive within one frame (`frame_s`) of the last delivery travel
 together: the screen cannot show them apart anyway, and every delivery costs
 the UI a Markdown update, which competes with the engine for the CPU.
 
+While the prompt is evaluated, the engine's `PromptProgress` events go to
+`deliver` as they come (one per batch, not per token).
+
 The save cadence lives here too: a chunk is marked `save_due` when the reply's
 text was last marked more than `save_interval_s` ago, so that a killed process
 loses at most that much of a reply (the text of the whole reply so far is
@@ -22,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from chat.conversations.saver import SAVE_INTERVAL_S
-from chat.engine.base import ChatMessages, Engine, Finished, TokenEvent
+from chat.engine.base import ChatMessages, Engine, Finished, PromptProgress, TokenEvent
 from chat.errors import KvchatError, PromptTooLongError
 from chat.session.background import start_thread
 from chat.settings.schema import SamplingSettings
@@ -57,7 +60,7 @@ class ReplyFailed:
     prompt_too_long: bool = False
 
 
-ReplyEvent = ReplyChunk | ReplyEnded | ReplyFailed
+ReplyEvent = ReplyChunk | PromptProgress | ReplyEnded | ReplyFailed
 
 
 class ReplyStream:
@@ -72,10 +75,14 @@ class ReplyStream:
         frame_s: float = FRAME_S,
         save_interval_s: float = SAVE_INTERVAL_S,
         before: Callable[[], object] | None = None,
+        continue_text: str | None = None,
     ) -> None:
         """`before`: run in the reply's thread before the prompt is evaluated
-        (putting back a saved KV cache); its failure is ignored."""
+        (putting back a saved KV cache); its failure is ignored.
+        `continue_text`: the last message of `messages` is this reply, cut
+        short, and the model goes on writing it (chunks carry only new text)."""
         self._before = before
+        self._continue_text = continue_text
         self._engine = engine
         self._messages = list(messages)
         self._sampling = sampling
@@ -89,15 +96,17 @@ class ReplyStream:
 
     @property
     def text(self) -> str:
-        """The reply so far (every token delivered, or about to be)."""
-        return "".join(self._parts)
+        """The reply so far (every token delivered, or about to be), with the
+        text it continues."""
+        return (self._continue_text or "") + "".join(self._parts)
 
     def start(self) -> None:
         self._thread = start_thread("generate", self._run)
 
     def cancel(self) -> None:
-        """End the reply after the current token; it ends with `ReplyEnded`
-        (finish reason "stopped")."""
+        """End the reply after the current token (or, while the prompt is
+        evaluated, after the current batch, with no text); it ends with
+        `ReplyEnded` (finish reason "stopped")."""
         self._cancel.set()
 
     def join(self, timeout: float | None = None) -> bool:
@@ -114,9 +123,18 @@ class ReplyStream:
                 self._before()
         delivered_at = saved_at = time.monotonic()
         try:
-            events = self._engine.stream_reply(
-                self._messages, self._sampling, self._cancel, self._record_probs
-            )
+            if self._continue_text is None:
+                events = self._engine.stream_reply(
+                    self._messages, self._sampling, self._cancel, self._record_probs
+                )
+            else:
+                events = self._engine.stream_reply(
+                    self._messages,
+                    self._sampling,
+                    self._cancel,
+                    self._record_probs,
+                    continue_last=True,
+                )
             for event in events:
                 if isinstance(event, TokenEvent):
                     text += event.text
@@ -128,6 +146,8 @@ class ReplyStream:
                         saved_at = now if save_due else saved_at
                         self._deliver(ReplyChunk(text, tokens, save_due))
                         text, tokens, delivered_at = "", 0, now
+                elif isinstance(event, PromptProgress):
+                    self._deliver(event)
                 elif isinstance(event, Finished):
                     if text or tokens:
                         self._deliver(ReplyChunk(text, tokens))

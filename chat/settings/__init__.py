@@ -7,6 +7,8 @@
 - `resolve`: CLI flag > environment > config file > default;
 - `effective`: the `--print-config` listing;
 - `server_url`: a server's URL as it may be saved or shown (no password).
+- `presets`: named system prompts with sampling settings, built-in
+  (`builtin_presets`) and the user's files.
 
 Who reads which section: `model` the model loader (chat.session.model_loader)
 and the engine; `server` the CLI and the model loader, through

@@ -38,6 +38,7 @@ from chat.session.model_loader import (
     load_llama,
 )
 from chat.settings.config_file import update_config
+from chat.settings.presets import load_presets, preset_problem_notices
 from chat.settings.run_overrides import RunOverrides
 from chat.settings.schema import Settings
 from chat.ui.commands import ThemeCommands
@@ -118,7 +119,8 @@ class ChatApp(App[None]):
         self.models = ModelLoader(
             lambda outcome: self.post_message(ModelLoadFinished(outcome)), engine_factory
         )
-        self.chat_screen = ChatScreen(self.settings, self.models)
+        presets, self._preset_problems = load_presets()
+        self.chat_screen = ChatScreen(self.settings, self.models, presets)
         self.settings_flow = SettingsFlow(
             self,
             self.settings,
@@ -246,6 +248,10 @@ class ChatApp(App[None]):
         for text in theme_problem_notices(self._theme_problems):
             self.notify(
                 text, title="Theme file skipped", severity="warning", timeout=15, markup=False
+            )
+        for text in preset_problem_notices(self._preset_problems):
+            self.notify(
+                text, title="Preset file skipped", severity="warning", timeout=15, markup=False
             )
         model = self.launch.model
         if model is None:

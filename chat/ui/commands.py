@@ -1,6 +1,6 @@
 """Command palette (Ctrl+P) entries: conversations, the token view and the seed
-on the chat screen, kvchat's themes; and `ListedCommands`, the shape every
-kvchat palette provider has."""
+on the chat screen, presets, kvchat's themes; and `ListedCommands`, the shape
+every kvchat palette provider has."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from functools import partial
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.markup import escape
 
+from chat.settings.presets import Preset
 from chat.ui.clipboard import CodeBlock
 from chat.ui.themes import KvchatTheme
 
@@ -86,6 +87,12 @@ CHAT_SCREEN_ACTIONS = (
         "regenerate",
     ),
     ScreenAction(
+        "Continue the last reply",
+        "Ctrl+L: the reply cut short by max tokens or Esc goes on in the same message",
+        "continue_reply",
+        other_names=("Continue reply", "Go on"),
+    ),
+    ScreenAction(
         "Previous alternative",
         "alt+←: show the previous version of the selected message (else the newest with versions)",
         "switch_branch(-1)",
@@ -121,6 +128,25 @@ CHAT_SCREEN_ACTIONS = (
         other_names=("Copy reply",),
     ),
     ScreenAction(
+        "Find in the conversation",
+        "Ctrl+F: highlight a text in the messages shown; Enter/↑ earlier match, ↓ later",
+        "find",
+        other_names=("Search the conversation",),
+    ),
+    ScreenAction(
+        "Attach a file…",
+        "Attach a text file to the message you are writing (or type @path in the box; "
+        "Tab completes)",
+        "attach_file",
+        other_names=("Attach text file", "Add file"),
+    ),
+    ScreenAction(
+        "Remove attachments",
+        "Take every attached file off the message you are writing",
+        "remove_attachments",
+        other_names=("Detach files",),
+    ),
+    ScreenAction(
         "Compose in editor",
         "Ctrl+G: write the message in your editor ($VISUAL or $EDITOR)",
         "compose_in_editor",
@@ -131,6 +157,12 @@ CHAT_SCREEN_ACTIONS = (
         "F1: how the context window and the KV cache work",
         "context_help",
         other_names=("Help",),
+    ),
+    ScreenAction(
+        "Choose preset",
+        "F9: a system prompt with sampling settings (a persona) for this conversation",
+        "choose_preset",
+        other_names=("Persona",),
     ),
     ScreenAction(
         "Pin last seed",
@@ -161,6 +193,33 @@ class ChatScreenCommands(ListedCommands):
                     escape(f"{block.describe()} · from the selected reply, else the last"),
                     partial(run, f"copy_code({index})"),
                 )
+            )
+        return entries
+
+
+class PresetCommands(ListedCommands):
+    """ "Use preset: NAME" for each of the screen's `presets`, with what it is and
+    changes; choosing one calls the screen's `use_preset(name)`."""
+
+    def entries(self) -> list[PaletteEntry]:
+        screen = self.screen
+        presets: list[Preset] = getattr(screen, "presets", [])
+        use = getattr(screen, "use_preset", None)
+        if use is None:
+            return []
+        in_use: str = getattr(screen, "preset_in_use", "")
+        entries: list[PaletteEntry] = []
+        for preset in presets:
+            notes = [preset.description, preset.summary()]
+            if not preset.builtin:
+                notes.append(f"yours: {preset.path}")
+            if preset.name == in_use:
+                notes.append("in use")
+            # Names and descriptions come from the user's files: never markup.
+            help_text = escape(" · ".join(note for note in notes if note))
+            name = escape(f"Use preset: {preset.name}")
+            entries.append(
+                PaletteEntry(name, help_text, partial(use, preset.name), (escape(preset.name),))
             )
         return entries
 

@@ -113,10 +113,13 @@ def test_migrating_a_schema_4_database_keeps_every_row_as_made_locally(db_path: 
             (2, "local", ""),
         ]
     after = _all_rows(db_path)
-    assert SCHEMA_VERSION == 5
-    # Every old value is where it was; the two new columns follow.
-    assert [row[:-2] for row in after["conversations"]] == before["conversations"]
-    assert [row[-2:] for row in after["conversations"]] == [("local", ""), ("local", "")]
+    assert SCHEMA_VERSION >= 5
+    # Every old value is where it was; the two new columns follow (and those of
+    # later migrations after them).
+    width = len(before["conversations"][0])
+    assert [row[:width] for row in after["conversations"]] == before["conversations"]
+    new_columns = [row[width : width + 2] for row in after["conversations"]]
+    assert new_columns == [("local", ""), ("local", "")]
     assert after["messages"] == before["messages"]
     with sqlite3.connect(db_path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.command import CommandList, CommandPalette
 from textual.pilot import Pilot
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Markdown, TextArea
@@ -488,3 +489,108 @@ def test_changed_in_another_window(
         await steady(pilot)
 
     assert snap_compare(chat_app(database=database), terminal_size=size, run_before=run_before)
+
+
+# -- presets ------------------------------------------------------------------------
+
+
+def test_preset_in_the_status_bar(snap_compare: Any) -> None:
+    """The coder preset chosen: its system prompt on top, its name in the status bar."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, ChatApp)
+        screen = await ready(app, pilot)
+        await screen.use_preset("coder")
+        await one_reply(pilot)
+        app.set_focus(None)
+        await steady(pilot)
+
+    assert snap_compare(chat_app(), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_preset_picker(snap_compare: Any) -> None:
+    """F9: the presets, each with what it is and what it changes."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, ChatApp)
+        await ready(app, pilot)
+        await pilot.press("f9")
+        palette = await on_top(pilot, CommandPalette)
+        listed = palette.query_one(CommandList)
+        await wait_for(lambda: listed.option_count == 4, pilot)
+        await steady(pilot)
+
+    assert snap_compare(chat_app(), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_attachment_strip(
+    snap_compare: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files attached: a sent message's names (📎), the strip above the prompt
+    box with each file's tokens, and `@no` listing what Tab completes it to."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("Lists: slicing copies, reverse() works in place.\n")
+    (tmp_path / "notebook.md").write_text("# Notebook\n")
+    (tmp_path / "plan.md").write_text("1. Read the docs\n2. Try it\n")
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, ChatApp)
+        screen = await ready(app, pilot)
+        await send(pilot, "Check my notes @notes.txt")
+        await turn_done(screen, pilot, 2)
+        screen.draft.pick("plan.md")
+        box = app.query_one(TextArea)
+        box.focus()
+        await pilot.press(*"And @no")
+        await wait_for(lambda: bool(app.query("AttachmentChip")), pilot)
+        screen.refresh_meter()
+        await pilot.pause()
+        await steady(pilot)
+
+    assert snap_compare(chat_app(), terminal_size=SIZE, run_before=run_before)
+
+
+# -- find in the conversation -------------------------------------------------------
+
+
+@SIZES
+def test_find_bar(size: tuple[int, int], snap_compare: Any) -> None:
+    """Ctrl+F, "list": every match highlighted in the question and both replies
+    (the code block too), the newest current, the counter, the keys."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, ChatApp)
+        await hold_a_conversation(pilot)
+        await pilot.press("ctrl+f", *"list")
+        await wait_for(lambda: app.chat_screen.query(".find-highlighted"), pilot)
+        await pilot.press("enter")  # the one before the newest
+        await steady(pilot)
+
+    assert snap_compare(chat_app(), terminal_size=size, run_before=run_before)
+
+
+# -- prompt progress ------------------------------------------------------------------
+
+
+def test_prompt_progress(snap_compare: Any) -> None:
+    """A message whose prompt is being read, half of it done: the status bar
+    counts the tokens read, the rate and the time left."""
+    settings = Settings()
+    settings.chat.system_prompt = TUTOR
+    engine = ScriptedEngine(replies=[as_tokens(REPLIES[0])], prompt_batches=4, prompt_hold_after=2)
+    app = ChatApp(Launch(settings, MODEL), engine_factory=scripted_factory(engine))
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await ready(app, pilot)
+        await send(pilot, QUESTION)
+        await wait_for(engine.holding.is_set, pilot)
+        status = app.chat_screen.query_one("#status")
+        await wait_for(lambda: "Reading prompt" in str(status.render()), pilot)
+        app.set_focus(None)
+        await steady(pilot)
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)

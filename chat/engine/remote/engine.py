@@ -29,7 +29,13 @@ from chat.engine.base import ChatMessages, EngineEvent, Finished, ModelInfo, Tok
 from chat.engine.kv_state import KvState, StateIdentity
 from chat.engine.remote.http import ServerHttp
 from chat.engine.reply_text import ReplyText
-from chat.errors import EngineBusyError, EngineClosedError, PromptTooLongError, ServerError
+from chat.errors import (
+    EngineBusyError,
+    EngineClosedError,
+    KvchatError,
+    PromptTooLongError,
+    ServerError,
+)
 from chat.settings.schema import SamplingSettings
 
 PREFILL_WAIT_S = 60.0
@@ -179,7 +185,15 @@ class RemoteEngine:
         sampling: SamplingSettings,
         cancel: threading.Event,
         record_probs: bool = False,
+        continue_last: bool = False,
     ) -> Iterator[EngineEvent]:
+        if continue_last:
+            # A chat API always closes the last message: the model would start a
+            # new reply, not go on with this one.
+            raise KvchatError(
+                "A reply can be continued only with a model loaded in kvchat, not on a "
+                "model server."
+            )
         started = time.perf_counter()
         self._acquire_for_reply()
         try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
@@ -33,20 +34,24 @@ from textual.timer import Timer
 from textual.widgets import Footer, LoadingIndicator, Static
 from textual.worker import Worker
 
+from chat.conversations.attachments import Attachment, AttachmentError, prompt_text
 from chat.conversations.conversation import Conversation, Message
 from chat.conversations.saver import ConversationSaver
 from chat.conversations.store import Store
 from chat.conversations.tree import index_of
-from chat.engine.base import Engine
+from chat.engine.base import Engine, PromptProgress
 from chat.errors import KvchatError
 from chat.session.background import in_thread, start_thread
 from chat.session.chat_session import ChatSession
 from chat.session.context_window import ContextBudget, WindowPlan
+from chat.session.draft_attachments import Attached, DraftAttachments, without_mention
 from chat.session.model_loader import ModelLoader
 from chat.session.reply_stream import ReplyChunk, ReplyEnded, ReplyFailed, ReplyStream
+from chat.settings.presets import Preset, find_preset
 from chat.settings.schema import Settings
-from chat.ui.commands import ChatScreenCommands
+from chat.ui.commands import ChatScreenCommands, PresetCommands
 from chat.ui.messages import ReplyUpdate, SwitchModelRequested, SwitchServerRequested
+from chat.ui.widgets.attachment_strip import AttachmentChip, AttachmentStrip
 from chat.ui.widgets.context_meter import HELP as CONTEXT_HELP
 from chat.ui.widgets.context_meter import ContextMeter, MeterState
 from chat.ui.widgets.conversation_view import ConversationView
@@ -69,6 +74,7 @@ if TYPE_CHECKING:
 
     from chat.ui.clipboard import CodeBlock
     from chat.ui.screens.conversations import OpenChoice
+    from chat.ui.widgets.find_bar import FindBar
 
 
 class ChatScreen(Screen[None]):
@@ -105,6 +111,14 @@ class ChatScreen(Screen[None]):
             "f5", "copy_message", "Copy", tooltip="Copy the selected message (else the last reply)"
         ),
         Binding("f8", "pick_model", "Models", tooltip="Switch model, or download one", show=False),
+        # Not F6/F7: the prompt box (a TextArea) takes those to select text.
+        Binding(
+            "ctrl+l",
+            "continue_reply",
+            "Continue",
+            tooltip="Continue the last reply where it was cut short (L: longer)",
+            show=False,
+        ),
         Binding(
             "ctrl+g",
             "compose_in_editor",
@@ -112,8 +126,12 @@ class ChatScreen(Screen[None]):
             tooltip="Write the message in $VISUAL/$EDITOR",
             show=False,
         ),
+        Binding(
+            "f9", "choose_preset", "Preset", tooltip="A persona for this conversation", show=False
+        ),
+        Binding("ctrl+f", "find", "Find", tooltip="Find in the conversation", show=False),
     ]
-    COMMANDS = {ChatScreenCommands}
+    COMMANDS = {ChatScreenCommands, PresetCommands}
 
     # Typing updates the meter after this pause, not on every keystroke.
     METER_DEBOUNCE_S = 0.15
@@ -129,8 +147,12 @@ class ChatScreen(Screen[None]):
     DRAFT_IN_THREAD_ABOVE = 20_000
     """Characters."""
 
-    def __init__(self, defaults: Settings, models: ModelLoader) -> None:
+    def __init__(
+        self, defaults: Settings, models: ModelLoader, presets: Sequence[Preset] = ()
+    ) -> None:
         super().__init__()
+        self.presets = list(presets)
+        """What "Use preset" (F9, the palette) offers (chat.settings.presets)."""
         self.session = ChatSession(
             defaults,
             models,
@@ -141,6 +163,8 @@ class ChatScreen(Screen[None]):
         self._save_retry: Timer | None = None
         self._reply_view: AssistantMessageView | None = None
         self._stream: ReplyStream | None = None
+        self._continuing = False
+        """The reply streaming is the continuation of the last one (Ctrl+L)."""
         self._meter_timer: Timer | None = None
         self._prefill_timer: Timer | None = None
         self._count_worker: Worker[None] | None = None
@@ -153,6 +177,12 @@ class ChatScreen(Screen[None]):
         """A message sent while the model loads, shown until the model is ready."""
         self._editing: tuple[Message, str] | None = None
         """The message being edited in the prompt box, and the draft it replaced there."""
+        self._find_bar: FindBar | None = None
+        """Mounted the first time Ctrl+F opens it."""
+        self.draft = DraftAttachments()
+        """The files attached to the message being written (chat.session.draft_attachments)."""
+        self._picked_before_edit: list[Attachment] = []
+        """The draft's picked files while a message of yours is edited."""
 
     @property
     def conversation(self) -> Conversation:
@@ -162,6 +192,11 @@ class ChatScreen(Screen[None]):
     def settings(self) -> Settings:
         """This conversation's settings (see chat.session.chat_session)."""
         return self.session.settings
+
+    @property
+    def preset_in_use(self) -> str:
+        """The conversation's preset ("" for none)."""
+        return self.conversation.preset
 
     @property
     def saver(self) -> ConversationSaver:
@@ -200,6 +235,7 @@ class ChatScreen(Screen[None]):
         yield Static("", id="notice", markup=False)
         yield ContextMeter(id="meter")
         yield Static("", id="editing", markup=False)
+        yield AttachmentStrip(id="attachments")
         yield PromptBox(id="prompt")
         yield StatusBar(id="status")
         # Compact (styled in app.tcss): every key of the chat screen fits on one
@@ -298,11 +334,15 @@ class ChatScreen(Screen[None]):
         if self._editing is not None:
             await self._send_edited(text, event.prompt_box)
             return
-        plan = self._plan_to_send(text)
+        attached = self._attached(text)
+        if attached is None:
+            return
+        plan = self._plan_to_send(prompt_text(text, attached.attachments))
         if plan is None:
             return
         event.prompt_box.clear()
-        await self._send(text, plan)
+        self.draft.clear()  # sent: the next message starts with none
+        await self._send(text, plan, attached.attachments)
 
     def _plan_to_send(self, text: str) -> WindowPlan | None:
         """How sending `text` would fill the window; None when it cannot be sent
@@ -314,9 +354,12 @@ class ChatScreen(Screen[None]):
             return None
         return plan
 
-    async def _send(self, text: str, plan: WindowPlan) -> None:
+    async def _send(
+        self, text: str, plan: WindowPlan, attachments: list[Attachment] | None = None
+    ) -> None:
+        """`plan`: for `text` with `attachments` (`prompt_text`)."""
         self._select(None)  # a new turn: the keys apply to the newest messages again
-        message = self.session.add_user_message(text, plan)
+        message = self.session.add_user_message(text, plan, attachments or [])
         view = await self.query_one(ConversationView).add_message(message)
         self._mark_branches([view])
         await self._start_reply(plan)
@@ -353,11 +396,15 @@ class ChatScreen(Screen[None]):
         if waiting is None:
             return
         await waiting.remove()
-        plan = None if self.generating else self._plan_to_send(waiting.text)
-        if plan is None:
+        attached = None if self.generating else self._attached(waiting.text)
+        plan = None
+        if attached is not None:
+            plan = self._plan_to_send(prompt_text(waiting.text, attached.attachments))
+        if plan is None or attached is None:
             self._put_back_in_box(waiting.text)
             return
-        await self._send(waiting.text, plan)
+        self.draft.picked = []  # sent with it
+        await self._send(waiting.text, plan, attached.attachments)
 
     def _take_back_waiting(self) -> bool:
         """Put the waiting message back into the prompt box; False if none waits."""
@@ -376,6 +423,93 @@ class ChatScreen(Screen[None]):
         box.text = f"{text}\n{typed}" if typed.strip() else text
         box.move_cursor(box.document.end)
 
+    # Files attached to the message being written: `@path` in its text, or
+    # picked (chat.session.draft_attachments); sent after its text.
+
+    def _draft_text(self, text: str | None = None) -> str:
+        """What sending the prompt box's text (or `text`) would send the model:
+        the text, then the files attached. The meter and the prefill plan it."""
+        if text is None:
+            text = self.query_one(PromptBox).text
+        return prompt_text(text, self.draft.resolve(text).attachments)
+
+    def _attached(self, text: str) -> Attached | None:
+        """The files a message with `text` is sent with; None, and the user is
+        told why, when a file it names cannot be attached (nothing is sent)."""
+        attached = self.draft.resolve(text)
+        if attached.problems:
+            self.notify(
+                " ".join(attached.problems)
+                + " Take the @ off its name to send the name as text; your message "
+                "stays in the box.",
+                title="Cannot attach",
+                severity="error",
+                timeout=12,
+                markup=False,
+            )
+            return None
+        return attached
+
+    async def _show_attachments(self) -> None:
+        """The strip above the prompt box: each file attached, with its tokens."""
+        attached = self.draft.resolve(self.query_one(PromptBox).text)
+        budget = self.session.budget
+        await self.query_one(AttachmentStrip).show(
+            [
+                (attachment, budget.attachment_tokens(attachment) if budget else None)
+                for attachment in attached.attachments
+            ],
+            attached.problems,
+        )
+
+    def action_attach_file(self) -> None:
+        """The palette's "Attach a file…": a file picker; the file chosen is
+        attached to the message being written."""
+        from chat.ui.screens.attach_file import AttachFileScreen
+
+        def chosen(path: str | None) -> None:
+            if path is None:
+                return
+            try:
+                attachment = self.draft.pick(path)
+            except AttachmentError as error:
+                self.notify(str(error), title="Cannot attach", severity="error", markup=False)
+                return
+            self.notify(f"Attached {attachment.name}", markup=False)
+            self.refresh_meter()
+            self.query_one(PromptBox).focus()
+
+        self.app.push_screen(AttachFileScreen(self.draft.base), chosen)
+
+    @on(AttachmentChip.Removed)
+    def _on_attachment_removed(self, event: AttachmentChip.Removed) -> None:
+        """A click on an attachment takes it off: a picked file is dropped, a
+        file named with `@` loses the `@` (its name stays, as text)."""
+        event.stop()
+        self.draft.remove(event.attachment)
+        box = self.query_one(PromptBox)
+        text = without_mention(box.text, event.attachment.name)
+        if text != box.text:
+            box.text = text
+            box.move_cursor(box.document.end)
+        self.refresh_meter()
+
+    def action_remove_attachments(self) -> None:
+        """Take every file off the message being written."""
+        box = self.query_one(PromptBox)
+        attached = self.draft.resolve(box.text)
+        if not attached.attachments:
+            self.notify("No file is attached to the message.", severity="warning")
+            return
+        self.draft.clear()
+        text = box.text
+        for name in attached.mentioned:
+            text = without_mention(text, name)
+        if text != box.text:
+            box.text = text
+            box.move_cursor(box.document.end)
+        self.refresh_meter()
+
     def _mark_views(self, views: list[MessageView]) -> None:
         """Show each view's token count and window state as of the last turn."""
         outside = self.session.window_states([view.message for view in views])
@@ -387,6 +521,7 @@ class ChatScreen(Screen[None]):
         self._mark_branches(event.views)
         if self.session.budget is not None and self.session.has_messages_outside:
             self._mark_views(event.views)
+        self._find_changed()
 
     def refresh_meter(self) -> None:
         """Show how sending the text in the prompt box would fill the window.
@@ -394,9 +529,10 @@ class ChatScreen(Screen[None]):
         Planned here when that is quick. With a long conversation or a long draft
         it is planned in a thread and the meter follows; while the conversation
         is being counted, the count refreshes the meter when it ends."""
+        self.call_later(self._show_attachments)
         if self.generating or self.session.budget is None or self._counting_messages():
             return
-        text = self.query_one(PromptBox).text
+        text = self._draft_text()
         long_draft = len(text) > self.DRAFT_IN_THREAD_ABOVE
         if len(self.conversation.messages) <= self.COUNT_IN_THREAD_ABOVE and not long_draft:
             self._show_plan(self.session.plan(text))
@@ -413,7 +549,7 @@ class ChatScreen(Screen[None]):
     async def _plan_in_thread(self, text: str) -> None:
         conversation = self.conversation
         plan = await in_thread("plan", self.session.plan, text)
-        if self.conversation is conversation and self.query_one(PromptBox).text == text:
+        if self.conversation is conversation and self._draft_text() == text:
             self._show_plan(plan)
 
     def _show_plan(self, plan: WindowPlan | None) -> None:
@@ -514,7 +650,7 @@ class ChatScreen(Screen[None]):
             return  # planning would count them too; done, the count schedules this again
         if not (self.settings.chat.prefill or self.session.resume_pending):
             return  # nothing to evaluate ahead and no saved KV cache to put back
-        text = self.query_one(PromptBox).text.strip("\n")
+        text = self._draft_text(self.query_one(PromptBox).text.strip("\n"))
         # Planned in the thread too: with a long conversation or draft, planning
         # takes longer than a keystroke may.
         start_thread(
@@ -525,6 +661,28 @@ class ChatScreen(Screen[None]):
         """Whether the conversation's messages are being counted (`recount_meter`)."""
         worker = self._count_worker
         return worker is not None and not worker.is_finished
+
+    async def action_find(self) -> None:
+        """Ctrl+F: find in the messages of the branch shown (chat.ui.widgets.find_bar)."""
+        if self._find_bar is None:
+            from chat.ui.widgets.find_bar import FindBar
+
+            view = self.query_one(ConversationView)
+            self._find_bar = FindBar(view, lambda: self.conversation.messages)
+            await self.mount(self._find_bar, after=view)
+        self._find_bar.open()
+
+    def _find_changed(self) -> None:
+        """The messages shown changed: an open find bar searches them again."""
+        if self._find_bar is not None:
+            self._find_bar.messages_changed()
+
+    def on_markdown_table_of_contents_updated(self, event: Markdown.TableOfContentsUpdated) -> None:
+        # A reply was drawn anew: it ended, or another branch or conversation is
+        # shown. (Not one streaming: find leaves it out until it ends.)
+        parent = event.markdown.parent
+        if parent is None or not parent.has_class("streaming"):
+            self._find_changed()
 
     def action_token_view(self) -> None:
         from chat.ui.screens.token_view import open_token_view
@@ -561,6 +719,9 @@ class ChatScreen(Screen[None]):
         event = message.event
         if isinstance(event, ReplyChunk):
             await self._show_chunk(event)
+        elif isinstance(event, PromptProgress):
+            if self._reply_view is not None:
+                self.query_one(StatusBar).show_prompt_progress(event)
         elif isinstance(event, ReplyEnded):
             await self._finish_reply(event)
         else:
@@ -583,8 +744,16 @@ class ChatScreen(Screen[None]):
         if view is None:
             return
         finished = ended.finished
-        self.session.end_reply(view.message, finished)
-        await view.finish(finished.text, finished.stats)
+        if self._continuing:
+            self._continuing = False
+            self.session.end_continue(view.message, finished)
+            await view.finish(view.message.content, view.message.stats)
+        elif finished.stats.finish_reason == "stopped" and not finished.stats.generated_tokens:
+            await self._stopped_reading(view)
+            return
+        else:
+            self.session.end_reply(view.message, finished)
+            await view.finish(finished.text, finished.stats)
         self._mark_branches([view])
         self._reply_view = self._stream = None
         self.refresh_bindings()
@@ -606,10 +775,34 @@ class ChatScreen(Screen[None]):
                 severity="warning",
             )
 
+    async def _stopped_reading(self, view: AssistantMessageView) -> None:
+        """Esc while the prompt was evaluated: no reply, and none is kept (the
+        user's message is; what was evaluated stays in the KV cache)."""
+        self._reply_view = self._stream = None
+        self.refresh_bindings()
+        self.session.drop_reply(view.message)
+        await view.finish("", None)
+        await view.remove()
+        self.query_one(StatusBar).show_stopped_reading()
+        self.notify(
+            "Stopped while reading the prompt. Your message is kept; Ctrl+L answers it, "
+            "reading only what was not read yet.",
+            timeout=8,
+        )
+        # No prefill: it would read the rest in the background, which Esc declined.
+
     async def _reply_failed(self, failed: ReplyFailed) -> None:
         view = self._reply_view
         self._reply_view = self._stream = None
         self.refresh_bindings()
+        if view is not None and self._continuing:
+            # The reply stays as it was: nothing of it is dropped.
+            self._continuing = False
+            self.session.end_continue_failed(view.message)
+            await view.finish(view.message.content, view.message.stats)
+            self.notify(failed.error, severity="error", timeout=10, markup=False)
+            self.query_one(StatusBar).show_no_reply()
+            return
         if view is not None:
             self.session.drop_reply(view.message)
             await view.finish("", None)
@@ -623,7 +816,9 @@ class ChatScreen(Screen[None]):
             box = self.query_one(PromptBox)
             if last is not None and not box.text.strip():
                 box.text = last.content
+                self.draft.put_back(last.attachments, last.content)
         self.notify(failed.error, severity="error", timeout=10)
+        self.query_one(StatusBar).show_no_reply()
         if self.engine is not None:
             self.query_one(StatusBar).show_model(self.engine.info)
 
@@ -667,6 +862,69 @@ class ChatScreen(Screen[None]):
             return
         await self.query_one(ConversationView).follow_branch(self.conversation.messages)
         await self._start_reply(plan)
+
+    async def action_continue_reply(self) -> None:
+        """Ctrl+L: the last reply goes on where it was cut short (max tokens, Esc),
+        in the same message, the KV cache that holds it reused. When the last
+        message is the user's (its reply stopped while the prompt was read), it
+        is answered, reading only what was not read yet."""
+        if self.generating:
+            self.notify(
+                "Wait for the reply to finish, or press Esc to stop it.", severity="warning"
+            )
+            return
+        engine = self.engine
+        if engine is None:
+            self.notify("No model is loaded.", severity="warning")
+            return
+        messages = self.conversation.messages
+        reply = self.session.continuable_reply()
+        answering = bool(messages) and messages[-1].role == "user"
+        if reply is None and not answering:
+            self.notify(
+                "Only a reply cut short (by max tokens or Esc) can be continued.",
+                severity="warning",
+            )
+            return
+        if reply is not None and self.conversation.tree.children(reply):
+            self.notify(
+                "This reply has messages after it in another branch; regenerate it "
+                "(Ctrl+R) instead.",
+                severity="warning",
+            )
+            return
+        plan = self.session.plan(None)
+        if plan is None or plan.problem:
+            self.notify(plan.problem or "" if plan else "No model is loaded.", severity="error")
+            return
+        self._select(None)
+        if reply is None:
+            await self._start_reply(plan)
+            return
+        views = self.query_one(ConversationView).message_views()
+        view = views[-1] if views else None
+        if not isinstance(view, AssistantMessageView) or view.message is not reply:
+            return  # not shown: nothing to stream into
+        self.session.begin_continue(reply, plan)
+        self._mark_views(views)
+        self.query_one(ContextMeter).show(MeterState.from_plan(plan))
+        view.start_stream()
+        self.query_one(ConversationView).anchor()
+        self._reply_view = view
+        self._continuing = True
+        self.query_one(StatusBar).show_generating()
+        self.refresh_bindings()
+        prompt = self.session.reply_prompt(plan)
+        self._stream = ReplyStream(
+            engine,
+            prompt,
+            replace(self.settings.sampling),
+            lambda event: self.post_message(ReplyUpdate(event)),
+            record_probs=self.settings.chat.record_token_probs,
+            before=partial(self.session.resume_before_reply, engine, prompt),
+            continue_text=reply.content,
+        )
+        self._stream.start()
 
     # Branches: alternatives of a message, editing, forking.
 
@@ -876,6 +1134,11 @@ class ChatScreen(Screen[None]):
             return
         box = self.query_one(PromptBox)
         draft = self._editing[1] if self._editing is not None else box.text
+        if self._editing is None:
+            self._picked_before_edit = self.draft.picked
+        # The message's own files come with it (those its text names come again).
+        self.draft.picked = []
+        self.draft.put_back(message.attachments, message.content)
         self._editing = (message, draft)
         box.text = message.content
         box.move_cursor(box.document.end)
@@ -896,6 +1159,7 @@ class ChatScreen(Screen[None]):
             return
         _, draft = self._editing
         self._editing = None
+        self.draft.picked = self._picked_before_edit
         self.query_one("#editing").display = False
         self.refresh_bindings()
         box = self.query_one(PromptBox)
@@ -911,18 +1175,22 @@ class ChatScreen(Screen[None]):
             self.query_one("#editing").display = False
             self.notify("The message being edited is no longer shown.", severity="warning")
             return
+        attached = self._attached(text)
+        if attached is None:
+            return
         shown = self.session.cut_before(original)
-        plan = self._plan_to_send(text)
+        plan = self._plan_to_send(prompt_text(text, attached.attachments))
         if plan is None:
             self.session.restore_branch(shown)
             return
         self._editing = None
+        self.draft.picked = self._picked_before_edit
         self.query_one("#editing").display = False
         self.refresh_bindings()
         box.text = draft
         box.move_cursor(box.document.end)
         await self.query_one(ConversationView).follow_branch(self.conversation.messages)
-        await self._send(text, plan)
+        await self._send(text, plan, attached.attachments)
 
     def _edit_reply(self, reply: Message) -> None:
         from chat.ui.screens.dialogs import EditReplyScreen
@@ -983,6 +1251,47 @@ class ChatScreen(Screen[None]):
         """The settings pane changed the defaults (see `ChatSession.defaults_changed`)."""
         self.session.defaults_changed()
 
+    # Presets: a system prompt with sampling settings, for this conversation.
+
+    def action_choose_preset(self) -> None:
+        """F9: the presets, in the command palette."""
+        from textual.command import CommandPalette
+
+        self.app.push_screen(
+            CommandPalette(providers=[PresetCommands], placeholder="Search for presets…")
+        )
+
+    async def use_preset(self, name: str) -> None:
+        """Continue this conversation with the preset called `name` (see
+        `ChatSession.use_preset`); the view shows its system prompt, the meter
+        counts it."""
+        preset = find_preset(self.presets, name)
+        if preset is None:
+            self.notify(f"There is no preset called {name!r}.", severity="warning", markup=False)
+            return
+        if self._busy():
+            return
+        self._stop_editing()
+        before = self.conversation.system_prompt
+        self.session.use_preset(preset)
+        self._show_preset()
+        system = self.conversation.system_prompt
+        if system != before:
+            view = self.query_one(ConversationView)
+            await view.show_messages(
+                Message("system", system) if system else None, self.conversation.messages
+            )
+            self._mark_branches(view.message_views())
+        self.recount_meter()
+        self._schedule_prefill()
+        text = f"Preset {preset.name}" + (f": {preset.summary()}" if preset.summary() else ".")
+        if system != before and self.conversation.messages:
+            text += " The next reply reads the whole conversation again, with the new prompt."
+        self.notify(text, timeout=6, markup=False)
+
+    def _show_preset(self) -> None:
+        self.query_one(StatusBar).show_preset(self.conversation.preset)
+
     # Conversations: new, saved, opened, exported.
 
     async def action_new_conversation(self) -> None:
@@ -992,11 +1301,13 @@ class ChatScreen(Screen[None]):
         self._take_back_waiting()  # it was for the conversation that goes
         self._stop_editing()
         self.session.new_conversation()
+        self._show_preset()
         await self.query_one(ConversationView).clear()
         await self._show_system_prompt()
         self.refresh_bindings()
         self.query_one(PromptBox).focus()
         self.refresh_meter()
+        self._find_changed()
 
     # Saving: problems, retries, another window.
 
@@ -1094,6 +1405,7 @@ class ChatScreen(Screen[None]):
                 self.notify(str(error), severity="error", timeout=10, markup=False)
                 return False
         self.session.open(conversation, sampling)
+        self._show_preset()
         system = conversation.system_prompt
         await self.query_one(ConversationView).show_messages(
             Message("system", system) if system else None, conversation.messages

@@ -11,6 +11,7 @@ the user scrolls up. The line at the top says how many are left (click: more).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -76,6 +77,8 @@ class ConversationView(VerticalScroll):
         self._earlier: list[Message] = []
         """Messages older than the oldest mounted view, oldest first."""
         self._mounting_earlier = False
+        # Pages are mounted one at a time: scrolling up and find (`reveal`) both mount them.
+        self._earlier_lock = asyncio.Lock()
 
     @property
     def earlier_count(self) -> int:
@@ -118,9 +121,17 @@ class ConversationView(VerticalScroll):
         """Mount the next PAGE older messages above the oldest one shown, keeping
         what the user is looking at in place."""
         try:
-            await self._mount_earlier()
+            async with self._earlier_lock:
+                await self._mount_earlier()
         finally:
             self._mounting_earlier = False
+
+    async def reveal(self, message: Message) -> MessageView | None:
+        """The view of `message`, once the older pages down to it are mounted;
+        None when it is not shown."""
+        while any(older is message for older in self._earlier):
+            await self.show_earlier()
+        return next((view for view in self.message_views() if view.message is message), None)
 
     async def _mount_earlier(self) -> None:
         if not self._earlier:

@@ -228,6 +228,10 @@ class UserMessageView(MessageView):
         yield from super().compose()
         # sanitize: a saved or imported message may hold escape sequences.
         yield Static(Content(sanitize(self.message.content)), classes="message-body", markup=False)
+        if self.message.attachments:
+            # The names only: the files' text is sent to the model, not shown.
+            names = "  ".join(f"📎 {sanitize(a.name)}" for a in self.message.attachments)
+            yield Static(Content(names), classes="message-attachments", markup=False)
 
 
 class SystemMessageView(UserMessageView):

@@ -7,20 +7,38 @@ per key costs time quadratic in the paste's length (20,000 characters took a
 minute). What is waiting in the queue together (keys, and the runs of
 chat.ui.terminal_input) goes in with one insert, so a paste costs time linear
 in its length; a key typed alone still appears at once.
+
+`@path` attaches a file (chat.session.draft_attachments). While the cursor
+ends an `@path`, the box's top border lists the files it may complete to, and
+Tab completes it (to what the matches share, then to each match in turn);
+elsewhere Tab moves the focus as usual.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.containers import Lines
 from rich.text import Text
 from textual import events
+from textual.content import Content
 from textual.message import Message
 from textual.widgets import TextArea
 
+from chat.session.draft_attachments import (
+    complete_path,
+    mention_before,
+    mention_text,
+    shared_prefix,
+)
 from chat.ui.terminal_input import TakesTypedText, TypedText
+
+# The most matches the border lists (Tab still cycles through all of them).
+SHOWN_COMPLETIONS = 6
+# How far back from the cursor an `@path` being typed may start.
+MENTION_LOOKBACK = 1000
 
 
 class PromptBox(TakesTypedText, TextArea):
@@ -38,6 +56,11 @@ class PromptBox(TakesTypedText, TextArea):
         """Text typed and not inserted yet (see the module docstring)."""
         self._last_division: tuple[tuple[object, ...], Lines] | None = None
         """The rows of the last long line drawn (see `get_line`)."""
+        self._cycle: tuple[list[str], int, str] | None = None
+        """While Tab steps through matches: the matches, the index inserted last,
+        and the `@path` text it inserted."""
+        self.completion_base: Path | None = None
+        """The folder relative paths start from (None: the working folder)."""
 
     async def on_event(self, event: events.Event) -> None:
         # Whatever comes after typed text (Enter, Backspace, a paste, a click)
@@ -62,6 +85,11 @@ class PromptBox(TakesTypedText, TextArea):
             if self.text.strip():
                 self.post_message(self.Submitted(self, self.text))
             return
+        if event.key == "tab" and self.complete_mention():
+            event.stop()
+            event.prevent_default()
+            return
+        self._cycle = None
         # Other keys go on to TextArea's own handler and bindings.
 
     def _type(self, text: str) -> None:
@@ -69,6 +97,83 @@ class PromptBox(TakesTypedText, TextArea):
         if len(self._typed) == 1:
             # After the events queued now: the text among them joins this insert.
             self.call_later(self.insert_typed)
+
+    # Completing `@path`.
+
+    def _mention_at_cursor(self) -> tuple[int, int, str] | None:
+        """The `@path` the cursor ends: its row, the column of its `@`, its path."""
+        if self.selection.start != self.selection.end:
+            return None
+        row, column = self.cursor_location
+        # Only the end of a long line: a paste of one long line stays cheap.
+        skip = max(0, column - MENTION_LOOKBACK)
+        mention = mention_before(self.document.get_line(row)[skip:], column - skip)
+        return None if mention is None else (row, skip + mention.start, mention.path)
+
+    def completions(self) -> list[str]:
+        """The paths the `@path` at the cursor may complete to (none elsewhere,
+        nor once it is complete)."""
+        mention = self._mention_at_cursor()
+        if mention is None:
+            return []
+        matches = complete_path(mention[2], self.completion_base)
+        return [] if matches == [mention[2]] else matches
+
+    def complete_mention(self) -> bool:
+        """Tab: extend the `@path` at the cursor. False when there is none to
+        extend (Tab then does what it does elsewhere)."""
+        mention = self._mention_at_cursor()
+        if mention is None:
+            return False
+        row, start, path = mention
+        end = self.cursor_location
+        cycle = self._cycle
+        current = self.document.get_line(row)[start : end[1]]
+        if cycle is not None and cycle[2] == current:
+            matches, index = cycle[0], (cycle[1] + 1) % len(cycle[0])
+        else:
+            matches = complete_path(path, self.completion_base)
+            if not matches:
+                return False
+            shared = shared_prefix(matches)
+            if len(matches) == 1 or len(shared) > len(path):
+                # A file completed is followed by a space: the next word can start.
+                done = len(matches) == 1 and not shared.endswith("/")
+                self._insert_mention(row, start, end, shared, done)
+                self._cycle = None
+                return True
+            index = 0
+        inserted = self._insert_mention(row, start, end, matches[index], False)
+        self._cycle = (matches, index, inserted)
+        return True
+
+    def _insert_mention(
+        self, row: int, start: int, end: tuple[int, int], path: str, done: bool
+    ) -> str:
+        text = mention_text(path) if done or not path.endswith("/") else f"@{path}"
+        if " " in path and not done:
+            text = f'@"{path}'  # still open: the closing quote comes with the file
+        self.replace(
+            text + (" " if done else ""), (row, start), end, maintain_selection_offset=False
+        )
+        return text
+
+    def on_text_area_selection_changed(self) -> None:
+        # The cursor moved (typing moves it too): list what it may complete to.
+        self._show_completions()
+
+    def _show_completions(self) -> None:
+        matches = self.completions()
+        if not matches:
+            self.border_title = None
+            return
+        names = [
+            match.rstrip("/").rpartition("/")[2] + ("/" if match.endswith("/") else "")
+            for match in matches
+        ]
+        listed = "  ".join(names[:SHOWN_COMPLETIONS])
+        more = f"  +{len(names) - SHOWN_COMPLETIONS}" if len(names) > SHOWN_COMPLETIONS else ""
+        self.border_title = Content(f"Tab: {listed}{more}")
 
     def get_line(self, line_index: int) -> Text:
         # TextArea draws each row of a wrapped line by dividing the whole line

@@ -1,12 +1,16 @@
-"""The status bar: model, where it runs, and the last reply's figures."""
+"""The status bar: model, the conversation's preset, where the model runs, and
+the last reply's figures."""
 
 from __future__ import annotations
 
 from textual.content import Content
+from textual.timer import Timer
 from textual.widgets import Static
 
 from chat.conversations.conversation import ReplyStats
-from chat.engine.base import ModelInfo
+from chat.engine.base import ModelInfo, PromptProgress
+from chat.sanitize import sanitize
+from chat.session.prompt_progress import SHOW_AFTER_S, progress_text
 from chat.ui.widgets.message_view import FINISH_NOTES, reply_summary
 
 
@@ -17,6 +21,11 @@ class StatusBar(Static):
         self._device = ""
         self._reply = ""
         self._not_saving = ""
+        self._progress: PromptProgress | None = None
+        """The prompt being evaluated, while it is."""
+        self._progress_due = False
+        self._progress_timer: Timer | None = None
+        self._preset = ""
 
     def show_loading(self, doing: str) -> None:
         """`doing`: "Loading model NAME" or "Connecting to SERVER"."""
@@ -33,6 +42,7 @@ class StatusBar(Static):
     def show_model(self, info: ModelInfo) -> None:
         self._model = f"{info.name} · {info.n_ctx:,} ctx"
         self._device = info.device_text()
+        self._end_progress()  # after a failed reply too
         self._render_bar()
 
     def show_no_model(self, text: str = "no model") -> None:
@@ -42,11 +52,57 @@ class StatusBar(Static):
 
     def show_generating(self) -> None:
         self._reply = "generating… (Esc to stop)"
+        self._end_progress()
+        self._render_bar()
+
+    def show_prompt_progress(self, progress: PromptProgress) -> None:
+        """The prompt is being evaluated: shown in place of "generating…" once
+        that has taken `SHOW_AFTER_S` (a short prompt shows nothing), until its
+        last batch is done."""
+        reading = progress.done < progress.total
+        if reading and self._progress is None:
+            self._progress_due = False
+            # Drawn then if no batch ends before: on a CPU one batch takes seconds.
+            self._progress_timer = self.set_timer(SHOW_AFTER_S, self._progress_is_due)
+        if reading:
+            self._progress = progress
+        else:
+            self._end_progress()
+        self._render_bar()
+
+    def _end_progress(self) -> None:
+        self._progress = None
+        if self._progress_timer is not None:
+            self._progress_timer.stop()
+            self._progress_timer = None
+
+    def _progress_is_due(self) -> None:
+        self._progress_due = True
+        self._render_bar()
+
+    def show_no_reply(self) -> None:
+        """The reply failed: neither "generating…" nor its progress stays."""
+        self._end_progress()
+        self._reply = ""
+        self._render_bar()
+
+    def show_stopped_reading(self) -> None:
+        """Esc while the prompt was read: no reply; what was read stays in the cache."""
+        self._end_progress()
+        self._reply = "stopped while reading the prompt · Ctrl+L answers the message"
         self._render_bar()
 
     def show_reply(self, stats: ReplyStats) -> None:
         note = FINISH_NOTES[stats.finish_reason]
         self._reply = "last: " + reply_summary(stats) + (f" · {note}" if note else "")
+        self._end_progress()
+        self._render_bar()
+
+    def show_preset(self, name: str) -> None:
+        """The conversation's preset ("" for none)."""
+        # A name read back from a database: one line, never a control character.
+        shown = " ".join(sanitize(name).split())
+        self._preset = f"preset {shown}" if shown else ""
         self._render_bar()
 
     def show_not_saving(self, reason: str | None) -> None:
@@ -55,7 +111,18 @@ class StatusBar(Static):
         self.set_class(bool(reason), "not-saving")
         self._render_bar()
 
+    def _progress_text(self) -> str:
+        progress = self._progress
+        if progress is None or not self._progress_due:
+            return ""
+        return f"{progress_text(progress)} · Esc stops"
+
     def _render_bar(self) -> None:
         # Model names come from GGUF metadata: plain Content, never markup.
-        parts = [p for p in (self._not_saving, self._model, self._device, self._reply) if p]
+        shown = (self._not_saving, self._model, self._preset, self._device, self._reply)
+        reading = self._progress_text()
+        if reading:
+            # First, where a narrow terminal does not cut it off; "generating…" goes.
+            shown = (reading, *shown[:-1])
+        parts = [p for p in shown if p]
         self.update(Content("  │  ".join(parts)))

@@ -1,0 +1,83 @@
+"""The files attached to the message being written, above the prompt box:
+`📎 notes.txt · 312 tokens ✕` for each (a click removes it), and a warning
+for a file named with `@` that cannot be attached. Hidden when there is
+neither. File names are untrusted: shown as plain text, never as markup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from textual.containers import HorizontalGroup
+from textual.content import Content
+from textual.message import Message
+from textual.widgets import Static
+
+from chat.conversations.attachments import Attachment
+
+
+class AttachmentChip(Static):
+    """One attachment: its name and token count; a click removes it."""
+
+    @dataclass
+    class Removed(Message):
+        """The user clicked `attachment` off the message being written."""
+
+        attachment: Attachment
+
+    def __init__(self, attachment: Attachment, tokens: int | None) -> None:
+        counted = "" if tokens is None else f" · {tokens:,} tokens"
+        super().__init__(
+            Content(f"📎 {attachment.name}{counted} ✕"), markup=False, classes="attachment"
+        )
+        self.attachment = attachment
+        self.tooltip = "Click to remove this attachment"
+
+    def on_click(self) -> None:
+        self.post_message(self.Removed(self.attachment))
+
+
+class AttachmentStrip(HorizontalGroup):
+    DEFAULT_CSS = """
+    AttachmentStrip {
+        height: auto;
+        margin: 0 1;
+        display: none;
+    }
+    AttachmentStrip .attachment {
+        width: auto;
+        margin-right: 2;
+        color: $text-accent;
+    }
+    AttachmentStrip .attachment:hover {
+        background: $boost;
+    }
+    AttachmentStrip .attachment-problem {
+        width: auto;
+        color: $text-warning;
+    }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._shown: tuple[object, ...] = ()
+
+    async def show(
+        self, attachments: Sequence[tuple[Attachment, int | None]], problems: Sequence[str]
+    ) -> None:
+        """Show each attachment with its token count (None: not counted yet)
+        and each problem."""
+        shown = (tuple(attachments), tuple(problems))
+        if shown == self._shown:
+            return  # unchanged: called at every pause in typing
+        self._shown = shown
+        await self.remove_children()
+        await self.mount_all(
+            [AttachmentChip(attachment, tokens) for attachment, tokens in attachments]
+            + [
+                Static(Content(f"⚠ {problem}"), markup=False, classes="attachment-problem")
+                for problem in problems
+            ]
+        )
+        self.display = bool(attachments or problems)

@@ -1,0 +1,109 @@
+"""Continuing a cut reply with the real demo model: the model goes on from the
+reply's last token, with no end-of-turn token between, and the KV cache that
+holds the reply is reused (only the last sampled token is evaluated)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import pytest
+
+from chat.engine.base import ChatMessage, Finished, TokenEvent
+from chat.engine.llama import LlamaEngine
+from chat.errors import KvchatError
+from chat.settings.schema import SamplingSettings
+
+pytestmark = pytest.mark.model
+
+GREEDY = SamplingSettings(temperature=0.0, max_tokens=12)
+QUESTION: list[ChatMessage] = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Describe the water cycle in a few sentences."},
+]
+
+
+def reply(
+    engine: LlamaEngine,
+    messages: list[ChatMessage],
+    sampling: SamplingSettings = GREEDY,
+    *,
+    continue_last: bool = False,
+) -> tuple[str, Finished]:
+    cancel = threading.Event()
+    text = ""
+    finished = None
+    for event in engine.stream_reply(messages, sampling, cancel, continue_last=continue_last):
+        if isinstance(event, TokenEvent):
+            text += event.text
+        elif isinstance(event, Finished):
+            finished = event
+    assert finished is not None
+    return text, finished
+
+
+def test_continuing_evaluates_only_the_new_tokens_and_goes_on(engine: LlamaEngine) -> None:
+    engine.reset()
+    _, cut = reply(engine, QUESTION)
+    assert cut.stats.finish_reason == "max_tokens"
+    assert cut.token_ids is not None
+    cut_reply: ChatMessage = {
+        "role": "assistant",
+        "content": cut.text,
+        "token_ids": list(cut.token_ids),
+    }
+    streamed, more = reply(engine, [*QUESTION, cut_reply], continue_last=True)
+    assert streamed == more.text and more.text
+    # Only the reply's last token (sampled, never evaluated) is new to the cache.
+    assert more.stats.prompt_evaluated == 1
+    assert more.stats.prompt_tokens == cut.stats.prompt_tokens + cut.stats.generated_tokens
+    # The same words as one reply twice as long: greedy, from the same cache.
+    engine.reset()
+    _, whole = reply(engine, QUESTION, replace(GREEDY, max_tokens=24))
+    assert cut.text + more.text == whole.text
+    # Together their tokens spell the whole, to be sent as one reply next turn.
+    assert more.token_ids is not None
+    assert (*cut.token_ids, *more.token_ids) == whole.token_ids
+
+
+def test_the_prompt_leaves_the_reply_open(engine: LlamaEngine) -> None:
+    cut_reply: ChatMessage = {"role": "assistant", "content": "The water cycle is"}
+    messages = [*QUESTION, cut_reply]
+    closed = engine.tokenize_chat(messages, add_generation_prompt=False)
+    text = bytes(engine._llm.detokenize(closed, special=True)).decode()
+    assert text.endswith("The water cycle is<|im_end|>\n")
+    engine.reset()
+    _, more = reply(engine, messages, continue_last=True)
+    # No end-of-turn token: the model goes on with the sentence, not a new turn.
+    assert more.text and not more.text.startswith("<|im_start|>")
+    # A reply without its sampled tokens goes as text, which the cache does not hold yet.
+    assert more.stats.prompt_evaluated == more.stats.prompt_tokens
+    assert more.stats.prompt_tokens == len(closed) - 2  # without "<|im_end|>", "\n"
+
+
+def test_a_stopped_reply_continues_too(engine: LlamaEngine) -> None:
+    engine.reset()
+    cancel = threading.Event()
+    finished = None
+    for count, event in enumerate(
+        engine.stream_reply(QUESTION, replace(GREEDY, max_tokens=40), cancel)
+    ):
+        if isinstance(event, TokenEvent) and count >= 5:
+            cancel.set()
+        if isinstance(event, Finished):
+            finished = event
+    assert finished is not None and finished.stats.finish_reason == "stopped"
+    assert finished.token_ids is not None
+    cut_reply: ChatMessage = {
+        "role": "assistant",
+        "content": finished.text,
+        "token_ids": list(finished.token_ids),
+    }
+    _, more = reply(engine, [*QUESTION, cut_reply], continue_last=True)
+    assert more.stats.prompt_evaluated == 1
+    assert more.text
+
+
+def test_only_a_reply_can_be_continued(engine: LlamaEngine) -> None:
+    with pytest.raises(KvchatError, match="Only a reply"):
+        reply(engine, QUESTION, continue_last=True)
