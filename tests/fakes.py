@@ -161,11 +161,7 @@ class ScriptedEngine:
                     return
             for chunk in script:
                 if generated == self.hold_after:
-                    self.holding.set()
-                    # Stalled until released; a stop still ends it within a token.
-                    while not self.release.wait(0.01) and not cancel.is_set():
-                        pass
-                    self.holding.clear()
+                    self._stall(cancel)
                 if self.delay:
                     time.sleep(self.delay)  # the simulated time to generate this token
                 choice = scripted_choice(chunk, generated) if record_probs else None
@@ -193,16 +189,20 @@ class ScriptedEngine:
         finally:
             self._lock.release()
 
+    def _stall(self, cancel: threading.Event) -> None:
+        """Hold (`holding` set) until released; a stop still ends it within a token."""
+        self.holding.set()
+        while not self.release.wait(0.01) and not cancel.is_set():
+            pass
+        self.holding.clear()
+
     def _read_prompt(
         self, total: int, cancel: threading.Event
     ) -> Generator[PromptProgress, None, bool]:
         yield PromptProgress(0, total, 0.0)
         for batch in range(1, self.prompt_batches + 1):
             if batch - 1 == self.prompt_hold_after:
-                self.holding.set()
-                while not self.release.wait(0.01) and not cancel.is_set():
-                    pass
-                self.holding.clear()
+                self._stall(cancel)
             if cancel.is_set():
                 return False
             time.sleep(self.delay)

@@ -20,8 +20,8 @@ from chat.model_files import (
 from chat.settings.effective import format_effective
 from chat.settings.resolve import ResolvedSettings, resolve_settings
 
-if TYPE_CHECKING:  # chat.ui.themes imports Textual: only the branches that need it import it
-    from chat.ui.themes import ThemeProblem
+if TYPE_CHECKING:
+    from chat.settings.user_files import FileProblem
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -160,7 +160,7 @@ def _resolve(args: argparse.Namespace) -> ResolvedSettings:
     return resolve_settings(config_path, cli, os.environ, cli_flags=flags)
 
 
-def _warn_theme_problems(problems: Sequence[ThemeProblem]) -> None:
+def _warn_theme_problems(problems: Sequence[FileProblem]) -> None:
     for problem in problems:
         # A problem reads "<file>: field 'x': what is wrong."
         print(f"chat: warning: skipped theme file {problem}", file=sys.stderr)

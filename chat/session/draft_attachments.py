@@ -42,12 +42,13 @@ class Mention:
     path: str
 
 
+def _mention(match: re.Match[str]) -> Mention:
+    path = match[1] if match[1] is not None else match[2]  # quoted, or not
+    return Mention(match.start(), match.end(), path)
+
+
 def find_mentions(text: str) -> list[Mention]:
-    return [
-        Mention(match.start(), match.end(), match[1] if match[1] is not None else match[2])
-        for match in _MENTION.finditer(text)
-        if (match[1] if match[1] is not None else match[2])
-    ]
+    return [mention for match in _MENTION.finditer(text) if (mention := _mention(match)).path]
 
 
 def mention_before(line: str, column: int) -> Mention | None:
@@ -55,8 +56,7 @@ def mention_before(line: str, column: int) -> Mention | None:
     `column` of `line`: the one being typed, which completion extends."""
     for match in _MENTION.finditer(line[:column]):
         if match.end() == column:
-            path = match[1] if match[1] is not None else match[2]
-            return Mention(match.start(), match.end(), path)
+            return _mention(match)
     return None
 
 

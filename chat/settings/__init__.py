@@ -8,7 +8,9 @@
 - `effective`: the `--print-config` listing;
 - `server_url`: a server's URL as it may be saved or shown (no password).
 - `presets`: named system prompts with sampling settings, built-in
-  (`builtin_presets`) and the user's files.
+  (`builtin_presets`) and the user's files;
+- `user_files`: reading the user's TOML files (presets, themes) and reporting
+  their mistakes.
 
 Who reads which section: `model` the model loader (chat.session.model_loader)
 and the engine; `server` the CLI and the model loader, through

@@ -16,16 +16,15 @@ folder beside config.toml:
 
 Every mistake in a file is reported with the file, the field and what is
 wrong, and that file is skipped; the other presets still load (as bad theme
-files are, chat.ui.themes). Values are checked by the same rules as the config
-file's `[sampling]` (chat.settings.values). No Textual here.
+files are: chat.settings.user_files serves both). Values are checked by the
+same rules as the config file's `[sampling]` (chat.settings.values). No
+Textual here.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,13 +34,15 @@ from chat import paths
 from chat.errors import ConfigError
 from chat.settings.builtin_presets import BUILTIN_PRESETS
 from chat.settings.schema import SamplingSettings
+from chat.settings.user_files import (
+    FileProblem,
+    UserFileError,
+    did_you_mean,
+    load_user_files,
+    read_toml_file,
+    toml_type_name,
+)
 from chat.settings.values import ValueRefused, format_value, parse_value
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 only
-    # mypy checks this branch (python_version = 3.10) whether or not tomli is installed.
-    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
 KNOWN_FIELDS: tuple[str, ...] = ("name", "description", "system_prompt", "sampling")
 SAMPLING_NAMES: tuple[str, ...] = tuple(item.name for item in dataclasses.fields(SamplingSettings))
@@ -87,116 +88,64 @@ class Preset:
         return " · ".join(parts)
 
 
-@dataclass(frozen=True)
-class PresetProblem:
-    """One mistake in one preset file; `field` is None for file-wide problems."""
-
-    path: Path
-    field: str | None
-    message: str
-
-    @property
-    def detail(self) -> str:
-        """The problem without the file: "field 'sampling.temperature': 9 is out of range ..."."""
-        if self.field is None:
-            return self.message
-        return f"field '{self.field}': {self.message}"
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.detail}"
-
-
-class PresetError(ConfigError):
-    """A preset file cannot be used; `problems` lists every mistake found in it."""
-
-    def __init__(self, problems: list[PresetProblem]) -> None:
-        self.problems = problems
-        super().__init__("\n".join(str(problem) for problem in problems))
-
-
-# TOML's names for its types, not Python's: the user wrote TOML. bool first:
-# it is a subclass of int.
-_TOML_TYPE_NAMES: tuple[tuple[type, str], ...] = (
-    (bool, "true/false"),
-    (int, "a whole number"),
-    (float, "a number"),
-    (str, "a string"),
-    (list, "a list"),
-    (dict, "a table"),
-)
-
-
-def _type_name(value: object) -> str:
-    for kind, name in _TOML_TYPE_NAMES:
-        if isinstance(value, kind):
-            return name
-    return "a date or time"
-
-
-def _did_you_mean(name: str, choices: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(name, choices, n=1)
-    return f"; did you mean '{close[0]}'?" if close else "."
-
-
 def _one_line_problem(value: object, what: str) -> str | None:
     """Why `value` cannot be a name or description (shown on one line), or None."""
     if not isinstance(value, str):
-        return f"must be a string, not {_type_name(value)}."
+        return f"must be a string, not {toml_type_name(value)}."
     if not value.isprintable():  # a line break, a tab, an escape sequence
         return f"must be one line of printable text; it is shown in {what}."
     return None
 
 
-def _check_sampling(path: Path, table: object, problems: list[PresetProblem]) -> dict[str, Any]:
+def _check_sampling(path: Path, table: object, problems: list[FileProblem]) -> dict[str, Any]:
     if not isinstance(table, dict):
-        problems.append(
-            PresetProblem(path, "sampling", f"must be a [sampling] table, not {_type_name(table)}.")
-        )
+        message = f"must be a [sampling] table, not {toml_type_name(table)}."
+        problems.append(FileProblem(path, "sampling", message))
         return {}
     values: dict[str, Any] = {}
     for name, raw in table.items():
         where = f"sampling.{name}"
         if name not in SAMPLING_NAMES:
-            hint = _did_you_mean(name, SAMPLING_NAMES)
-            problems.append(PresetProblem(path, where, f"is not a sampling setting{hint}"))
+            hint = did_you_mean(name, SAMPLING_NAMES)
+            problems.append(FileProblem(path, where, f"is not a sampling setting{hint}"))
             continue
         try:
             values[name] = parse_value(where, raw)
         except ValueRefused as error:
             # "9 is out of range: allowed 0 – 5.", as the config file says it.
-            problems.append(PresetProblem(path, where, error.worded("").strip()))
+            problems.append(FileProblem(path, where, error.worded("").strip()))
         except ConfigError as error:
-            problems.append(PresetProblem(path, where, str(error)))
+            problems.append(FileProblem(path, where, str(error)))
     return values
 
 
 def preset_from_document(document: Mapping[str, Any], path: Path | None = None) -> Preset:
     """Check a parsed preset (a file's TOML, or a built-in's dict).
 
-    Raises `PresetError` listing every problem: an unknown field, a missing or
+    Raises `UserFileError` listing every problem: an unknown field, a missing or
     bad name, a value of the wrong type, a sampling setting that does not exist
     or a value out of its range."""
     where = path if path is not None else Path("<built-in>")
-    problems: list[PresetProblem] = []
+    problems: list[FileProblem] = []
     for key in document:
         if key in KNOWN_FIELDS:
             continue
         if key in SAMPLING_NAMES:
             message = "is a sampling setting; put it in the [sampling] table at the end."
         else:
-            message = "is not a preset field" + _did_you_mean(key, KNOWN_FIELDS)
-        problems.append(PresetProblem(where, key, message))
+            message = "is not a preset field" + did_you_mean(key, KNOWN_FIELDS)
+        problems.append(FileProblem(where, key, message))
 
     name = document.get("name")
     if "name" not in document:
-        problems.append(PresetProblem(where, "name", "is missing; every preset has a name."))
+        problems.append(FileProblem(where, "name", "is missing; every preset has a name."))
     elif (problem := _one_line_problem(name, "the status bar")) is not None:
-        problems.append(PresetProblem(where, "name", problem))
+        problems.append(FileProblem(where, "name", problem))
     elif isinstance(name, str) and (
         not name.strip() or name != name.strip() or len(name) > NAME_MAX
     ):
         problems.append(
-            PresetProblem(
+            FileProblem(
                 where,
                 "name",
                 f"{name!r} cannot be a preset name (1 to {NAME_MAX} characters, "
@@ -205,38 +154,27 @@ def preset_from_document(document: Mapping[str, Any], path: Path | None = None) 
         )
     description = document.get("description", "")
     if (problem := _one_line_problem(description, "lists")) is not None:
-        problems.append(PresetProblem(where, "description", problem))
+        problems.append(FileProblem(where, "description", problem))
     system_prompt = document.get("system_prompt")
     if "system_prompt" in document and not isinstance(system_prompt, str):
         problems.append(
-            PresetProblem(
-                where, "system_prompt", f"must be a string, not {_type_name(system_prompt)}."
+            FileProblem(
+                where, "system_prompt", f"must be a string, not {toml_type_name(system_prompt)}."
             )
         )
     sampling = _check_sampling(where, document.get("sampling", {}), problems)
     if problems:
-        raise PresetError(problems)
+        raise UserFileError(problems)
     assert isinstance(name, str) and isinstance(description, str)
     assert system_prompt is None or isinstance(system_prompt, str)
     return Preset(name, description, system_prompt, sampling, path)
 
 
 def load_preset_file(path: Path | str) -> Preset:
-    """Read one preset file; raises `PresetError` (see `preset_from_document`),
+    """Read one preset file; raises `UserFileError` (see `preset_from_document`),
     also for a file that cannot be read or is not TOML."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise PresetError([PresetProblem(path, None, "is not UTF-8 text.")]) from None
-    except OSError as error:
-        reason = error.strerror or str(error)
-        raise PresetError([PresetProblem(path, None, f"cannot be read: {reason}.")]) from None
-    try:
-        document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        # The message ends with "(at line L, column C)".
-        raise PresetError([PresetProblem(path, None, f"is not valid TOML: {error}.")]) from None
+    document = read_toml_file(path)
     return preset_from_document(document, path)
 
 
@@ -244,63 +182,19 @@ def builtin_presets() -> list[Preset]:
     return [preset_from_document(document) for document in BUILTIN_PRESETS]
 
 
-def load_presets(user_dir: Path | None = None) -> tuple[list[Preset], list[PresetProblem]]:
-    """The built-in presets, then the user's `*.toml` files in `user_dir`.
-
-    `user_dir` defaults to `chat.paths.user_presets_dir()`; a folder that does
-    not exist adds nothing. A bad file is reported in the problems and skipped.
-    A user preset with a built-in one's name replaces it in its place; two user
-    files with the same name: the first in file-name order wins, the second is
-    reported.
-    """
-    presets = builtin_presets()
-    problems: list[PresetProblem] = []
+def load_presets(user_dir: Path | None = None) -> tuple[list[Preset], list[FileProblem]]:
+    """The built-in presets, then the user's `*.toml` files in `user_dir`
+    (default: `chat.paths.user_presets_dir()`), with the problems of the files
+    skipped; a user preset with a built-in one's name replaces it
+    (`chat.settings.user_files.load_user_files`)."""
     directory = paths.user_presets_dir() if user_dir is None else user_dir
-    if directory.exists() and not directory.is_dir():
-        problems.append(PresetProblem(directory, None, "should be a folder of preset files."))
-        return presets, problems
-    builtin_names = [preset.name for preset in presets]
-    user_files: dict[str, Path] = {}
-    for file in sorted(directory.glob("*.toml")) if directory.is_dir() else []:
-        try:
-            preset = load_preset_file(file)
-        except PresetError as error:
-            problems.extend(error.problems)
-            continue
-        if preset.name in user_files:
-            problems.append(
-                PresetProblem(
-                    file,
-                    "name",
-                    f"{preset.name!r} is already the name of {user_files[preset.name]}; "
-                    "this file is skipped.",
-                )
-            )
-            continue
-        user_files[preset.name] = file
-        if preset.name in builtin_names:
-            presets[builtin_names.index(preset.name)] = preset
-        else:
-            presets.append(preset)
-    return presets, problems
+    return load_user_files(
+        directory, "preset", builtin_presets(), load_preset_file, lambda preset: preset.name
+    )
 
 
 def find_preset(presets: list[Preset], name: str) -> Preset | None:
     return next((preset for preset in presets if preset.name == name), None)
-
-
-def preset_problem_notices(problems: list[PresetProblem], most: int = 3) -> list[str]:
-    """One notice per bad preset file: the file, then up to `most` of its problems."""
-    by_file: dict[Path, list[str]] = {}
-    for problem in problems:
-        by_file.setdefault(problem.path, []).append(problem.detail)
-    notices = []
-    for path, details in by_file.items():
-        lines = [f"{path}:", *details[:most]]
-        if len(details) > most:
-            lines.append(f"… and {len(details) - most} more (`chat --list-presets` lists them).")
-        notices.append("\n".join(lines))
-    return notices
 
 
 _EXAMPLE_PRESET = """\

@@ -38,9 +38,10 @@ from chat.session.model_loader import (
     load_llama,
 )
 from chat.settings.config_file import update_config
-from chat.settings.presets import load_presets, preset_problem_notices
+from chat.settings.presets import load_presets
 from chat.settings.run_overrides import RunOverrides
 from chat.settings.schema import Settings
+from chat.settings.user_files import FileProblem, problem_notices
 from chat.ui.commands import ThemeCommands
 from chat.ui.database_flow import DatabaseFlow
 from chat.ui.messages import ModelLoadFinished, SwitchModelRequested, SwitchServerRequested
@@ -49,7 +50,6 @@ from chat.ui.settings_flow import SettingsFlow
 from chat.ui.terminal_input import TerminalGone, TypedText, deliver_typed_text, typing_driver
 from chat.ui.themes import (
     DEFAULT_THEME,
-    ThemeProblem,
     app_variable_defaults,
     load_themes,
     unknown_theme_message,
@@ -89,20 +89,6 @@ QUIT_WAIT_S = 1.0
 model to be free of every call, before the app leaves without waiting."""
 
 
-def theme_problem_notices(problems: Sequence[ThemeProblem], most: int = 3) -> list[str]:
-    """One notice per bad theme file: the file, then up to `most` of its problems."""
-    by_file: dict[Path, list[str]] = {}
-    for problem in problems:
-        by_file.setdefault(problem.path, []).append(problem.detail)
-    notices = []
-    for path, details in by_file.items():
-        lines = [f"{path}:", *details[:most]]
-        if len(details) > most:
-            lines.append(f"… and {len(details) - most} more (`chat --list-themes` lists them).")
-        notices.append("\n".join(lines))
-    return notices
-
-
 class ChatApp(App[None]):
     TITLE = "kvchat"
     CSS_PATH = "app.tcss"
@@ -133,7 +119,7 @@ class ChatApp(App[None]):
         self.database = launch.database if launch.database is not None else paths.database_file()
         self.store: Store | None = None
         self._startup_problems = list(launch.startup_problems)
-        self._theme_problems: list[ThemeProblem] = []
+        self._theme_problems: list[FileProblem] = []
         self._quit_by: float | None = None
         """When quitting must be done waiting (see QUIT_WAIT_S); None: not quitting."""
         self._use_kvchat_themes(self.settings.ui.theme)
@@ -245,14 +231,13 @@ class ChatApp(App[None]):
         for problem in self._startup_problems:
             # Not markup: problems quote the user's text, and "[model]" is a section.
             self.notify(problem, severity="warning", timeout=15, markup=False)
-        for text in theme_problem_notices(self._theme_problems):
-            self.notify(
-                text, title="Theme file skipped", severity="warning", timeout=15, markup=False
-            )
-        for text in preset_problem_notices(self._preset_problems):
-            self.notify(
-                text, title="Preset file skipped", severity="warning", timeout=15, markup=False
-            )
+        skipped_files = (
+            ("Theme file skipped", "chat --list-themes", self._theme_problems),
+            ("Preset file skipped", "chat --list-presets", self._preset_problems),
+        )
+        for title, list_command, problems in skipped_files:
+            for text in problem_notices(problems, list_command):
+                self.notify(text, title=title, severity="warning", timeout=15, markup=False)
         model = self.launch.model
         if model is None:
             error = self.launch.model_error

@@ -13,10 +13,8 @@ and a bad user file is skipped rather than stopping the app.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import re
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,13 +25,14 @@ from textual.theme import Theme
 
 import chat
 from chat import paths
-from chat.errors import KvchatError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 only
-    # mypy checks this branch (python_version = 3.10) whether or not tomli is installed.
-    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+from chat.settings.user_files import (
+    FileProblem,
+    UserFileError,
+    did_you_mean,
+    load_user_files,
+    read_toml_file,
+    toml_type_name,
+)
 
 DEFAULT_THEME = "kvchat-dark"
 # The light theme user themes with `dark = false` take missing variables from.
@@ -93,33 +92,6 @@ class KvchatTheme(Theme):
     builtin: bool = False
 
 
-@dataclass
-class ThemeProblem:
-    """One mistake in one theme file; `field` is None for file-wide problems."""
-
-    path: Path
-    field: str | None
-    message: str
-
-    @property
-    def detail(self) -> str:
-        """The problem without the file: "field 'primary': 'blurple' is not a colour ..."."""
-        if self.field is None:
-            return self.message
-        return f"field '{self.field}': {self.message}"
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.detail}"
-
-
-class ThemeError(KvchatError):
-    """A theme file cannot be used; `problems` lists every mistake found in it."""
-
-    def __init__(self, problems: list[ThemeProblem]) -> None:
-        self.problems = problems
-        super().__init__("\n".join(str(problem) for problem in problems))
-
-
 def builtin_themes_dir() -> Path:
     """Folder of the built-in theme files.
 
@@ -131,34 +103,10 @@ def builtin_themes_dir() -> Path:
     return installed if installed.is_dir() else package_dir.parent / "themes"
 
 
-# TOML's names for its types, not Python's: the user wrote TOML. bool first:
-# it is a subclass of int.
-_TOML_TYPE_NAMES: tuple[tuple[type, str], ...] = (
-    (bool, "true/false"),
-    (int, "a whole number"),
-    (float, "a number"),
-    (str, "a string"),
-    (list, "a list"),
-    (dict, "a table"),
-)
-
-
-def _type_name(value: object) -> str:
-    for kind, name in _TOML_TYPE_NAMES:
-        if isinstance(value, kind):
-            return name
-    return "a date or time"
-
-
-def _did_you_mean(name: str, choices: tuple[str, ...] | frozenset[str]) -> str:
-    close = difflib.get_close_matches(name, sorted(choices), n=1)
-    return f"; did you mean '{close[0]}'?" if close else "."
-
-
 def _colour_problem(value: object) -> str | None:
     """Why `value` is not a colour for a theme field, or None when it is one."""
     if not isinstance(value, str):
-        return f"must be a colour in quotes, not {_type_name(value)} {_COLOUR_HINT}."
+        return f"must be a colour in quotes, not {toml_type_name(value)} {_COLOUR_HINT}."
     try:
         Color.parse(value)
     except ColorParseError:
@@ -179,7 +127,7 @@ def textual_variables() -> dict[str, str]:
 def _textual_variable_problem(name: str, value: object) -> str | None:
     """Check a value for one of Textual's variables the way its CSS reads it."""
     if not isinstance(value, str):
-        return f"must be a string, not {_type_name(value)}."
+        return f"must be a string, not {toml_type_name(value)}."
     tokens = value.split()
     if "style" in name:
         # `block-cursor-text-style = "bold reverse"`, `link-style = "underline"`.
@@ -204,11 +152,11 @@ def _textual_variable_problem(name: str, value: object) -> str | None:
     return f"{value!r} is not a colour {_COLOUR_HINT}, optionally followed by an opacity like 80%."
 
 
-def _check_variables(path: Path, table: object, problems: list[ThemeProblem]) -> dict[str, str]:
+def _check_variables(path: Path, table: object, problems: list[FileProblem]) -> dict[str, str]:
     if not isinstance(table, dict):
         problems.append(
-            ThemeProblem(
-                path, "variables", f"must be a [variables] table, not {_type_name(table)}."
+            FileProblem(
+                path, "variables", f"must be a [variables] table, not {toml_type_name(table)}."
             )
         )
         return {}
@@ -227,9 +175,9 @@ def _check_variables(path: Path, table: object, problems: list[ThemeProblem]) ->
             problem = _textual_variable_problem(name, value)
         else:
             known = frozenset(APP_VARIABLES) | frozenset(textual_names)
-            problem = "is not a variable kvchat or Textual knows" + _did_you_mean(name, known)
+            problem = "is not a variable kvchat or Textual knows" + did_you_mean(name, known)
         if problem is not None:
-            problems.append(ThemeProblem(path, field, problem))
+            problems.append(FileProblem(path, field, problem))
         elif isinstance(value, str):
             variables[name] = value
     return variables
@@ -242,25 +190,14 @@ def load_theme_file(path: Path | str, *, require_all_variables: bool = False) ->
     name in `APP_VARIABLES`; user themes get the missing ones from the
     built-in light or dark theme.
 
-    Raises `ThemeError` listing every problem found: a file that cannot be
+    Raises `UserFileError` listing every problem found: a file that cannot be
     read or is not TOML, an unknown or missing field, a value of the wrong
     type, a colour that does not parse, an unknown `[variables]` name.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ThemeError([ThemeProblem(path, None, "is not UTF-8 text.")]) from None
-    except OSError as error:
-        reason = error.strerror or str(error)
-        raise ThemeError([ThemeProblem(path, None, f"cannot be read: {reason}.")]) from None
-    try:
-        document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        # The message ends with "(at line L, column C)".
-        raise ThemeError([ThemeProblem(path, None, f"is not valid TOML: {error}.")]) from None
+    document = read_toml_file(path)
 
-    problems: list[ThemeProblem] = []
+    problems: list[FileProblem] = []
     textual_names = textual_variables()
     for key in document:
         if key in KNOWN_FIELDS:
@@ -268,22 +205,22 @@ def load_theme_file(path: Path | str, *, require_all_variables: bool = False) ->
         if key in APP_VARIABLES or key in textual_names:
             message = "is a variable; put it in the [variables] table at the end of the file."
         else:
-            message = "is not a theme field" + _did_you_mean(key, KNOWN_FIELDS)
-        problems.append(ThemeProblem(path, key, message))
+            message = "is not a theme field" + did_you_mean(key, KNOWN_FIELDS)
+        problems.append(FileProblem(path, key, message))
     for key in REQUIRED_FIELDS:
         if key not in document:
-            problems.append(ThemeProblem(path, key, "is missing; every theme sets it."))
+            problems.append(FileProblem(path, key, "is missing; every theme sets it."))
 
     name = document.get("name")
     if "name" in document:
         if not isinstance(name, str):
             problems.append(
-                ThemeProblem(path, "name", f"must be a string, not {_type_name(name)}.")
+                FileProblem(path, "name", f"must be a string, not {toml_type_name(name)}.")
             )
         elif not name.strip() or name != name.strip() or "," in name:
             # Textual reads "a, b" as a list of theme names to try in turn.
             problems.append(
-                ThemeProblem(
+                FileProblem(
                     path,
                     "name",
                     f"{name!r} cannot be a theme name (use letters, digits and dashes).",
@@ -292,32 +229,29 @@ def load_theme_file(path: Path | str, *, require_all_variables: bool = False) ->
     dark = document.get("dark")
     if "dark" in document and not isinstance(dark, bool):
         problems.append(
-            ThemeProblem(path, "dark", f"must be true or false, not {_type_name(dark)}.")
+            FileProblem(path, "dark", f"must be true or false, not {toml_type_name(dark)}.")
         )
     description = document.get("description", "")
     if not isinstance(description, str):
-        problems.append(
-            ThemeProblem(path, "description", f"must be a string, not {_type_name(description)}.")
-        )
+        message = f"must be a string, not {toml_type_name(description)}."
+        problems.append(FileProblem(path, "description", message))
     elif "\n" in description:
-        problems.append(
-            ThemeProblem(path, "description", "must be one line; it is shown in lists.")
-        )
+        problems.append(FileProblem(path, "description", "must be one line; it is shown in lists."))
     for key in COLOUR_FIELDS:
         if key in document and (problem := _colour_problem(document[key])) is not None:
-            problems.append(ThemeProblem(path, key, problem))
+            problems.append(FileProblem(path, key, problem))
     variables = _check_variables(path, document.get("variables", {}), problems)
 
     missing = [var for var in APP_VARIABLES if var not in variables]
     if require_all_variables:
         for variable in missing:
             problems.append(
-                ThemeProblem(
+                FileProblem(
                     path, f"variables.{variable}", "is missing; built-in themes set every one."
                 )
             )
     if problems:
-        raise ThemeError(problems)
+        raise UserFileError(problems)
     assert isinstance(name, str) and isinstance(dark, bool) and isinstance(description, str)
     if missing:
         fallback = app_variable_defaults(dark)
@@ -364,7 +298,7 @@ def unknown_theme_message(name: str, available: Iterable[str]) -> str:
 
 def load_themes(
     user_dir: Path | None = None,
-) -> tuple[list[KvchatTheme], list[ThemeProblem]]:
+) -> tuple[list[KvchatTheme], list[FileProblem]]:
     """The built-in themes, then the user's `*.toml` files in `user_dir`.
 
     `user_dir` defaults to `chat.paths.user_themes_dir()`; a folder that does
@@ -374,7 +308,7 @@ def load_themes(
     how a user adjusts a built-in theme. Two user files with the same theme
     name: the first in file-name order wins and the second is reported.
     """
-    problems: list[ThemeProblem] = []
+    problems: list[FileProblem] = []
     themes: list[KvchatTheme] = []
     builtin_files = sorted(
         builtin_themes_dir().glob("*.toml"),
@@ -384,41 +318,17 @@ def load_themes(
     for file in builtin_files:
         try:
             theme = load_theme_file(file, require_all_variables=True)
-        except ThemeError as error:
+        except UserFileError as error:
             problems.extend(error.problems)
             continue
         theme.builtin = True
         themes.append(theme)
 
     directory = paths.user_themes_dir() if user_dir is None else user_dir
-    if directory.exists() and not directory.is_dir():
-        problems.append(ThemeProblem(directory, None, "should be a folder of theme files."))
-        return themes, problems
-    builtin_names = {theme.name for theme in themes}
-    user_files: dict[str, Path] = {}
-    for file in sorted(directory.glob("*.toml")) if directory.is_dir() else []:
-        try:
-            theme = load_theme_file(file)
-        except ThemeError as error:
-            problems.extend(error.problems)
-            continue
-        if theme.name in user_files:
-            problems.append(
-                ThemeProblem(
-                    file,
-                    "name",
-                    f"{theme.name!r} is already the name of {user_files[theme.name]}; "
-                    "this file is skipped.",
-                )
-            )
-            continue
-        user_files[theme.name] = file
-        if theme.name in builtin_names:
-            index = next(i for i, old in enumerate(themes) if old.name == theme.name)
-            themes[index] = theme
-        else:
-            themes.append(theme)
-    return themes, problems
+    themes, user_problems = load_user_files(
+        directory, "theme", themes, load_theme_file, lambda theme: theme.name
+    )
+    return themes, problems + user_problems
 
 
 def _relative_luminance(colour: Color) -> float:

@@ -28,11 +28,6 @@ NOTE = "interrupted: kvchat stopped while writing this reply"
 SETTINGS = ConversationSettings("", {}, "/models/demo.gguf", "demo")
 
 
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "data" / "conversations.db"
-
-
 def question(store: Store) -> int:
     """A saved conversation holding one question; its id."""
     return store.create_conversation(Conversation(messages=[Message("user", "Count to ten")]))

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,19 +25,9 @@ from chat.conversations.store import (
     Store,
     move_aside,
 )
+from tests.conversations.conftest import old_database
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "data" / "conversations.db"
-
-
-@pytest.fixture
-def store(db_path: Path) -> Iterator[Store]:
-    with Store(db_path) as opened:
-        yield opened
 
 
 def stats(**overrides: object) -> ReplyStats:
@@ -401,11 +390,7 @@ def _schema_3_database(path: Path) -> dict[str, int]:
     did: regenerated replies superseded (`replaced_by` the reply that took their
     place, twice in a row once), one superseded without a replacement. The ids
     of its messages by text."""
-    path.parent.mkdir(parents=True)
-    conn = sqlite3.connect(path, isolation_level=None)
-    for migrate in store_module.MIGRATIONS[:3]:
-        migrate(conn)
-    conn.execute("PRAGMA user_version = 3")
+    conn = old_database(path, 3)
     ids: dict[str, int] = {}
     conn.execute(
         "INSERT INTO conversations (id, title, created, updated, sampling) "

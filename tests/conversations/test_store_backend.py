@@ -6,28 +6,16 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-import chat.conversations.store as store_module
 from chat.conversations.conversation import BACKENDS, Conversation, Message, ReplyStats
 from chat.conversations.store import SCHEMA_VERSION, Store
 from chat.conversations.transcript import ImportFormatError, parse_import, to_json, to_markdown
+from tests.conversations.conftest import old_database
 
 SECRETS = ("hunter2", "token=abc", "sk-test")
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "data" / "conversations.db"
-
-
-@pytest.fixture
-def store(db_path: Path) -> Iterator[Store]:
-    with Store(db_path) as opened:
-        yield opened
 
 
 def on_server(url: str = "http://me:hunter2@gpu-box:8000/v1?token=abc") -> Conversation:
@@ -62,11 +50,7 @@ def raw_row(path: Path, conv_id: int) -> tuple[str, str]:
 def _schema_4_database(path: Path) -> None:
     """A database as schema 4's kvchat left it: two conversations (a tree with a
     regenerated reply, and an empty one), every column filled."""
-    path.parent.mkdir(parents=True)
-    conn = sqlite3.connect(path, isolation_level=None)
-    for migrate in store_module.MIGRATIONS[:4]:
-        migrate(conn)
-    conn.execute("PRAGMA user_version = 4")
+    conn = old_database(path, 4)
     conn.execute(
         "INSERT INTO conversations (id, title, created, updated, model_path, model_name, "
         "system_prompt, sampling, shown_leaf) VALUES "

@@ -4,26 +4,14 @@ changed, kept by forks, and added to older databases as "none"."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-import chat.conversations.store as store_module
 from chat.conversations.conversation import Conversation, Message
 from chat.conversations.saver import ConversationSaver, ConversationSettings
 from chat.conversations.store import SCHEMA_VERSION, Store
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "data" / "conversations.db"
-
-
-@pytest.fixture
-def store(db_path: Path) -> Iterator[Store]:
-    with Store(db_path) as opened:
-        yield opened
+from tests.conversations.conftest import old_database
 
 
 def coder_chat() -> Conversation:
@@ -75,11 +63,7 @@ def test_the_saver_records_a_preset_chosen_later(store: Store) -> None:
 
 
 def _schema_5_database(path: Path) -> None:
-    path.parent.mkdir(parents=True)
-    conn = sqlite3.connect(path, isolation_level=None)
-    for migrate in store_module.MIGRATIONS[:5]:
-        migrate(conn)
-    conn.execute("PRAGMA user_version = 5")
+    conn = old_database(path, 5)
     conn.execute(
         "INSERT INTO conversations (id, title, created, updated, model_path, model_name, "
         "system_prompt, sampling, backend, server_url) VALUES "

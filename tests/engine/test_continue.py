@@ -42,17 +42,19 @@ def reply(
     return text, finished
 
 
+def as_cut_reply(finished: Finished) -> ChatMessage:
+    """The reply `finished` ended, as the last message of a prompt, with the
+    tokens it was sampled as."""
+    assert finished.token_ids is not None
+    return {"role": "assistant", "content": finished.text, "token_ids": list(finished.token_ids)}
+
+
 def test_continuing_evaluates_only_the_new_tokens_and_goes_on(engine: LlamaEngine) -> None:
     engine.reset()
     _, cut = reply(engine, QUESTION)
     assert cut.stats.finish_reason == "max_tokens"
     assert cut.token_ids is not None
-    cut_reply: ChatMessage = {
-        "role": "assistant",
-        "content": cut.text,
-        "token_ids": list(cut.token_ids),
-    }
-    streamed, more = reply(engine, [*QUESTION, cut_reply], continue_last=True)
+    streamed, more = reply(engine, [*QUESTION, as_cut_reply(cut)], continue_last=True)
     assert streamed == more.text and more.text
     # Only the reply's last token (sampled, never evaluated) is new to the cache.
     assert more.stats.prompt_evaluated == 1
@@ -93,13 +95,7 @@ def test_a_stopped_reply_continues_too(engine: LlamaEngine) -> None:
         if isinstance(event, Finished):
             finished = event
     assert finished is not None and finished.stats.finish_reason == "stopped"
-    assert finished.token_ids is not None
-    cut_reply: ChatMessage = {
-        "role": "assistant",
-        "content": finished.text,
-        "token_ids": list(finished.token_ids),
-    }
-    _, more = reply(engine, [*QUESTION, cut_reply], continue_last=True)
+    _, more = reply(engine, [*QUESTION, as_cut_reply(finished)], continue_last=True)
     assert more.stats.prompt_evaluated == 1
     assert more.text
 

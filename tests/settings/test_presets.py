@@ -13,16 +13,15 @@ from chat.cli.presets import print_presets
 from chat.settings.builtin_presets import BUILTIN_PRESETS, DEFAULT_PRESET
 from chat.settings.presets import (
     Preset,
-    PresetError,
     builtin_presets,
     example_preset_toml,
     find_preset,
     load_preset_file,
     load_presets,
     preset_from_document,
-    preset_problem_notices,
 )
 from chat.settings.schema import SamplingSettings
+from chat.settings.user_files import UserFileError, problem_notices
 from tests.conftest import write
 
 if sys.version_info >= (3, 11):
@@ -32,7 +31,7 @@ else:  # pragma: no cover - Python 3.10 only
 
 
 def problems_of(path: Path) -> list[str]:
-    with pytest.raises(PresetError) as caught:
+    with pytest.raises(UserFileError) as caught:
         load_preset_file(path)
     return [problem.detail for problem in caught.value.problems]
 
@@ -172,9 +171,9 @@ def test_problem_notices_one_per_file(tmp_path: Path) -> None:
         "bad.toml",
         {"nam": 1, "x": 2, "y": 3, "z": 4, "sampling": {"temperature": 7}},
     )
-    with pytest.raises(PresetError) as caught:
+    with pytest.raises(UserFileError) as caught:
         load_preset_file(file)
-    [notice] = preset_problem_notices(caught.value.problems)
+    [notice] = problem_notices(caught.value.problems, "chat --list-presets")
     lines = notice.splitlines()
     assert lines[0] == f"{file}:"
     assert len(lines) == 5

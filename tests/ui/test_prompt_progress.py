@@ -50,7 +50,7 @@ async def test_a_quick_prompt_shows_no_progress() -> None:
     assert not any("Reading prompt" in text for text in seen)
 
 
-async def test_escape_while_reading_keeps_the_message_and_f7_answers_it() -> None:
+async def test_escape_while_reading_keeps_the_message_and_ctrl_l_answers_it() -> None:
     engine = ScriptedEngine(replies=[["Answer", "."]], prompt_batches=3, prompt_hold_after=1)
     app = make_app(engine)
     async with app.run_test() as pilot:

@@ -21,13 +21,12 @@ from textual.widgets import Static
 import chat
 from chat import paths
 from chat.errors import KvchatError
+from chat.settings.user_files import FileProblem, UserFileError
 from chat.ui.themes import (
     APP_VARIABLES,
     DEFAULT_THEME,
     REQUIRED_FIELDS,
     KvchatTheme,
-    ThemeError,
-    ThemeProblem,
     builtin_themes_dir,
     contrast_ratio,
     example_theme_toml,
@@ -343,7 +342,7 @@ def test_bad_user_file_is_reported_and_skipped(tmp_path: Path, kind: str) -> Non
 
 
 def test_problem_text_names_file_and_field() -> None:
-    problem = ThemeProblem(
+    problem = FileProblem(
         Path("/x/themes/mine.toml"),
         "primary",
         "'blurple' is not a colour (use #rrggbb or a colour name).",
@@ -352,14 +351,14 @@ def test_problem_text_names_file_and_field() -> None:
         "/x/themes/mine.toml: field 'primary': "
         "'blurple' is not a colour (use #rrggbb or a colour name)."
     )
-    assert str(ThemeProblem(Path("/x/a.toml"), None, "is not valid TOML.")) == (
+    assert str(FileProblem(Path("/x/a.toml"), None, "is not valid TOML.")) == (
         "/x/a.toml: is not valid TOML."
     )
 
 
 def test_load_theme_file_raises_theme_error_with_every_problem(tmp_path: Path) -> None:
     file = write(tmp_path, "bad.toml", with_changes(primary="blurple", panel=None, dark=1))
-    with pytest.raises(ThemeError) as caught:
+    with pytest.raises(UserFileError) as caught:
         load_theme_file(file)
     assert isinstance(caught.value, KvchatError)
     fields = sorted(problem.field or "" for problem in caught.value.problems)
@@ -383,7 +382,7 @@ def test_unreadable_file_is_reported(tmp_path: Path) -> None:
 
 def test_builtin_without_every_variable_is_an_error(tmp_path: Path) -> None:
     file = write(tmp_path, "partial.toml", good_document("partial"))
-    with pytest.raises(ThemeError) as caught:
+    with pytest.raises(UserFileError) as caught:
         load_theme_file(file, require_all_variables=True)
     assert {problem.field for problem in caught.value.problems} == {
         f"variables.{name}" for name in APP_VARIABLES

@@ -701,6 +701,13 @@ class ChatScreen(Screen[None]):
         self._mark_views(self.query_one(ConversationView).message_views())
         self.query_one(ContextMeter).show(MeterState.from_plan(plan))
         self._reply_view = await self.query_one(ConversationView).start_reply(reply)
+        self._stream_reply(engine, plan)
+
+    def _stream_reply(
+        self, engine: Engine, plan: WindowPlan, continue_text: str | None = None
+    ) -> None:
+        """Start the engine on the reply `plan` prompts for, its events posted
+        back as `ReplyUpdate`s; `continue_text`: the cut reply it goes on with."""
         self.query_one(StatusBar).show_generating()
         self.refresh_bindings()
         prompt = self.session.reply_prompt(plan)
@@ -712,6 +719,7 @@ class ChatScreen(Screen[None]):
             lambda event: self.post_message(ReplyUpdate(event)),
             record_probs=self.settings.chat.record_token_probs,
             before=partial(self.session.resume_before_reply, engine, prompt),
+            continue_text=continue_text,
         )
         self._stream.start()
 
@@ -912,19 +920,7 @@ class ChatScreen(Screen[None]):
         self.query_one(ConversationView).anchor()
         self._reply_view = view
         self._continuing = True
-        self.query_one(StatusBar).show_generating()
-        self.refresh_bindings()
-        prompt = self.session.reply_prompt(plan)
-        self._stream = ReplyStream(
-            engine,
-            prompt,
-            replace(self.settings.sampling),
-            lambda event: self.post_message(ReplyUpdate(event)),
-            record_probs=self.settings.chat.record_token_probs,
-            before=partial(self.session.resume_before_reply, engine, prompt),
-            continue_text=reply.content,
-        )
-        self._stream.start()
+        self._stream_reply(engine, plan, continue_text=reply.content)
 
     # Branches: alternatives of a message, editing, forking.
 
