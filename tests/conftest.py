@@ -33,6 +33,15 @@ def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
+@pytest.fixture(autouse=True)
+def no_hard_exit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`chat` leaves with os._exit when one of its threads outlives the app
+    (chat.cli.main). Tests that run the CLI in this process would then end
+    pytest itself whenever an earlier test left a thread running (a model
+    still loading, or measuring its thread counts)."""
+    monkeypatch.setattr("chat.session.background.threads_ended", lambda timeout: True)
+
+
 @pytest.fixture(scope="session")
 def demo_model() -> Path:
     """The real demo model. Its absence is a failure, not a skip: the engine

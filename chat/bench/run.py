@@ -12,6 +12,7 @@ from pathlib import Path
 
 import chat.bench
 from chat.bench.decode import decode_rows
+from chat.bench.machine import machine_rows
 from chat.bench.memory import memory_rows
 from chat.bench.paste import paste_rows
 from chat.bench.remote import remote_rows
@@ -32,7 +33,10 @@ def run(options: Options) -> list[Row]:
     engine = quiet_load(options.model, ModelSettings(), log)
     try:
         rows = memory_rows(engine, log)
+        # The thread counts the app would choose on this machine, measured now.
+        chosen = engine.choose_threads(ModelSettings(), spare_core=True)
         rows += decode_rows(engine, options)
+        rows += machine_rows(engine, chosen, options)
         rows += ttft_rows(engine, options)
         rows += resume_rows(engine, options)
         rows += responsiveness_rows(engine, options)

@@ -122,6 +122,7 @@ def run_oneshot(
     # is noise here (llama.cpp's own log already goes to the log file).
     with _ctrl_c_held() as pressed, contextlib.redirect_stderr(io.StringIO()):
         engine = load_engine(model.path, settings.model, paths.log_file())
+        engine.choose_threads(settings.model, spare_core=False)  # no UI to leave a core to
     if pressed:
         engine.close()
         raise KeyboardInterrupt

@@ -14,6 +14,7 @@ from typing import Protocol, TypedDict
 
 from chat.conversations.conversation import ReplyStats, TokenChoice
 from chat.engine.kv_state import KvState, StateIdentity
+from chat.engine.threads import ThreadCounts
 from chat.settings.schema import SamplingSettings
 
 
@@ -60,6 +61,9 @@ class ModelInfo:
     max_model_len", ...), or why it is assumed."""
     n_ctx_known: bool = True
     """False when the server does not say: `n_ctx` is then an assumption."""
+    threads: ThreadCounts | None = None
+    """The CPU threads llama.cpp decodes and evaluates prompts with, once
+    chosen (None: a model server, or not chosen yet)."""
     count_exact: bool = True
     """Whether `tokenize_chat` counts exactly what the model sees; False where
     the server cannot tokenize (Ollama, generic OpenAI servers): an estimate,
@@ -68,11 +72,16 @@ class ModelInfo:
     def device_text(self) -> str:
         if self.server_url is not None:
             return f"{self.kind} at {self.server_url}"
+        threads = (
+            ""
+            if self.threads is None
+            else f" · threads {self.threads.decode} decode, {self.threads.batch} prompt"
+        )
         if not self.gpu_supported:
-            return "CPU only (llama-cpp-python built without GPU support)"
+            return f"CPU only (llama-cpp-python built without GPU support){threads}"
         if self.gpu_layers == 0:
-            return "CPU only (GPU layers set to 0)"
-        return f"GPU: {self.gpu_layers}/{self.n_layers} layers"
+            return f"CPU only (GPU layers set to 0){threads}"
+        return f"GPU: {self.gpu_layers}/{self.n_layers} layers{threads}"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Generator, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import llama_cpp
 import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+from chat import paths
 from chat.conversations.conversation import FinishReason, ReplyStats, TokenChoice
 from chat.engine import llama_log
 from chat.engine.base import (
@@ -43,6 +45,13 @@ from chat.engine.prompt_tokens import (
     tokenize_parts,
 )
 from chat.engine.reply_text import ReplyText
+from chat.engine.threads import (
+    Measured,
+    RememberedRates,
+    ThreadCounts,
+    calibrate,
+    choose_threads,
+)
 from chat.engine.token_probs import Logits, ProbabilityRecorder
 from chat.errors import (
     EngineBusyError,
@@ -158,6 +167,8 @@ def load_engine(path: Path, settings: ModelSettings, log_path: Path) -> LlamaEng
     }
     if settings.n_threads is not None:
         kwargs["n_threads"] = settings.n_threads
+    if settings.n_threads_batch is not None:
+        kwargs["n_threads_batch"] = settings.n_threads_batch
     with _log_lock:
         _recent_errors.clear()
     try:
@@ -170,6 +181,13 @@ def load_engine(path: Path, settings: ModelSettings, log_path: Path) -> LlamaEng
         ) from error
     llm.verbose = False  # no per-call chatter on stderr from now on
     return LlamaEngine(llm, path, settings)
+
+
+_CALIBRATION_DECODE_TOKENS = 24
+_CALIBRATION_BATCH = 32
+_CALIBRATION_BUDGET_S = 0.06
+"""Per thread count and try: about this long decoding, and again evaluating
+batches (a large model on a CPU stops after a token or a batch)."""
 
 
 def _prompt_tokens_evaluated(ctx: Any) -> int:
@@ -881,6 +899,69 @@ class LlamaEngine:
         with self._using_context():
             self._llm.reset()
             self._batches.clear()
+
+    def choose_threads(self, settings: ModelSettings, spare_core: bool) -> ThreadCounts:
+        """Use the thread counts the settings give, else the fastest measured
+        on this machine for this model (measured now if never before; see
+        chat.engine.threads). `spare_core`: leave a core to a UI."""
+        identity = self._state_identity
+        counts = choose_threads(
+            settings.n_threads,
+            settings.n_threads_batch,
+            self.measure_threads,
+            RememberedRates(paths.cache_dir() / "threads.json"),
+            f"{identity.model_hash} gpu {identity.gpu_layers}",
+            spare_core,
+        )
+        self.use_threads(counts)
+        return counts
+
+    def use_threads(self, counts: ThreadCounts) -> None:
+        """Decode with `counts.decode` threads and evaluate prompt batches with
+        `counts.batch` from the next call on."""
+        with self._using_context():
+            llama_cpp.llama_set_n_threads(self._llm.ctx, counts.decode, counts.batch)
+        self.info = replace(self.info, threads=counts)
+
+    def measure_threads(self, counts: Sequence[int]) -> Measured:
+        """Decode and batch rates at each thread count (see chat.engine.threads),
+        on a few tokens of filler; the KV cache is emptied after."""
+        filler = self._tokenize(b" the quick brown fox jumps over the lazy dog" * 40, False)
+        llm = self._llm
+
+        def decode_rate(n: int) -> float:
+            llama_cpp.llama_set_n_threads(llm.ctx, n, n)
+            llm.reset()
+            llm.eval(filler[:1])  # the first call after a change of threads pays for it
+            started, done = time.perf_counter(), 0
+            for token in filler[1:_CALIBRATION_DECODE_TOKENS]:
+                llm.eval([token])
+                done += 1
+                if time.perf_counter() - started > _CALIBRATION_BUDGET_S:
+                    break
+            return done / (time.perf_counter() - started)
+
+        def batch_rate(n: int) -> float:
+            llama_cpp.llama_set_n_threads(llm.ctx, n, n)
+            llm.reset()
+            llm.eval(filler[:1])
+            started, done = time.perf_counter(), 0
+            for at in range(1, len(filler) - _CALIBRATION_BATCH, _CALIBRATION_BATCH):
+                llm.eval(filler[at : at + _CALIBRATION_BATCH])
+                done += _CALIBRATION_BATCH
+                if time.perf_counter() - started > _CALIBRATION_BUDGET_S:
+                    break
+            return done / (time.perf_counter() - started)
+
+        with self._using_context():
+            try:
+                return calibrate(decode_rate, batch_rate, counts)
+            finally:
+                llm.reset()
+                self._batches.clear()
+                threads = self.info.threads
+                if threads is not None:
+                    llama_cpp.llama_set_n_threads(llm.ctx, threads.decode, threads.batch)
 
     def close(self) -> None:
         """Free the model once no call uses it: a reply under way ends after its

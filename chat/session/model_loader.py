@@ -103,7 +103,9 @@ def load_llama(path: Path, settings: ModelSettings) -> Engine:
     from chat import paths
     from chat.engine.llama import load_engine
 
-    return load_engine(path, settings, paths.log_file())
+    engine = load_engine(path, settings, paths.log_file())
+    engine.choose_threads(settings, spare_core=True)  # the app's UI needs a core
+    return engine
 
 
 class ModelLoader:

@@ -28,10 +28,11 @@ from chat.conversations.saver import SAVE_INTERVAL_S
 from chat.engine.base import ChatMessages, Engine, Finished, PromptProgress, TokenEvent
 from chat.errors import KvchatError, PromptTooLongError
 from chat.session.background import start_thread
+from chat.session.frame_pacing import FASTEST_FRAME_S
 from chat.settings.schema import SamplingSettings
 
-FRAME_S = 1 / 30
-"""One frame at 30 frames a second."""
+FRAME_S = FASTEST_FRAME_S
+"""One frame at 30 frames a second, until `ReplyStream.frame_s` is changed."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,9 @@ class ReplyStream:
         self._sampling = sampling
         self._deliver = deliver
         self._record_probs = record_probs
-        self._frame_s = frame_s
+        self.frame_s = frame_s
+        """Deliver tokens this long after the last delivery; may change while
+        the reply streams (chat.session.frame_pacing)."""
         self._save_interval_s = save_interval_s
         self._cancel = threading.Event()
         self._thread: threading.Thread | None = None
@@ -141,7 +144,7 @@ class ReplyStream:
                     self._parts.append(event.text)
                     tokens += 1 if event.token_id >= 0 else 0  # -1: held-back text at the end
                     now = time.monotonic()
-                    if (text or tokens) and now - delivered_at >= self._frame_s:
+                    if (text or tokens) and now - delivered_at >= self.frame_s:
                         save_due = now - saved_at >= self._save_interval_s
                         saved_at = now if save_due else saved_at
                         self._deliver(ReplyChunk(text, tokens, save_due))

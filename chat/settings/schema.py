@@ -196,10 +196,18 @@ class ModelSettings:
     n_threads: int | None = _setting(
         None,
         "optional_int",
-        "CPU threads for generation.",
+        "CPU threads for generating a reply, a token at a time.",
         1,
         512,
-        special=((None, "llama.cpp picks"),),
+        special=((None, "measured"),),
+    )
+    n_threads_batch: int | None = _setting(
+        None,
+        "optional_int",
+        "CPU threads for evaluating a prompt.",
+        1,
+        512,
+        special=((None, "measured"),),
     )
     n_batch: int = _setting(512, "int", "Prompt tokens evaluated per batch.", 1, 65_536)
     cache_type_k: str = _setting(

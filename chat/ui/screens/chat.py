@@ -45,6 +45,7 @@ from chat.session.background import in_thread, start_thread
 from chat.session.chat_session import ChatSession
 from chat.session.context_window import ContextBudget, WindowPlan
 from chat.session.draft_attachments import Attached, DraftAttachments, without_mention
+from chat.session.frame_pacing import FramePacer
 from chat.session.model_loader import ModelLoader
 from chat.session.reply_stream import ReplyChunk, ReplyEnded, ReplyFailed, ReplyStream
 from chat.settings.presets import Preset, find_preset
@@ -163,6 +164,8 @@ class ChatScreen(Screen[None]):
         self._save_retry: Timer | None = None
         self._reply_view: AssistantMessageView | None = None
         self._stream: ReplyStream | None = None
+        self._pacer = FramePacer()
+        """How often the reply being streamed is drawn."""
         self._continuing = False
         """The reply streaming is the continuation of the last one (Ctrl+L)."""
         self._meter_timer: Timer | None = None
@@ -721,6 +724,7 @@ class ChatScreen(Screen[None]):
             before=partial(self.session.resume_before_reply, engine, prompt),
             continue_text=continue_text,
         )
+        self._pacer = FramePacer()
         self._stream.start()
 
     async def on_reply_update(self, message: ReplyUpdate) -> None:
@@ -746,6 +750,8 @@ class ChatScreen(Screen[None]):
             await self._reply_view.append(chunk.text)
         if chunk.tokens:
             self.reply_shown.publish(chunk.tokens)
+        if self._stream is not None:
+            self._stream.frame_s = self._pacer.frame_shown()
 
     async def _finish_reply(self, ended: ReplyEnded) -> None:
         view = self._reply_view

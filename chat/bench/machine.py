@@ -1,0 +1,154 @@
+"""The whole machine's speed, and how much of it reaches the user.
+
+Raw llama-cpp-python at every candidate thread count (decode: a token at a
+time; prompt: one 512-token batch), llama.cpp's own `llama-bench` at the same
+counts, and the real app in a pseudo-terminal at the thread counts kvchat
+chose: its decode rate as a share of the fastest raw rate (DESIGN.md: >= 0.9),
+its prompt rate as a share of the fastest raw batch rate (>= 0.95), and the
+CPU its UI spends per 100 tokens streamed."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import llama_cpp
+
+from chat.bench.llama_bench import NativeRates, bench_binary, native_rates
+from chat.bench.rows import Options, Row
+from chat.bench.startup import installed_python_env
+from chat.bench.terminal import LONG_PROMPT, stream_in_terminal
+from chat.bench.workload import STORY, bare_generate
+from chat.engine.llama import LlamaEngine
+from chat.engine.threads import ThreadCounts, candidates, usable_cores
+
+
+def raw_decode_rate(engine: LlamaEngine, threads: int, tokens: int) -> float:
+    llm = engine.llama
+    llama_cpp.llama_set_n_threads(llm.ctx, threads, threads)
+    engine.reset()
+    prompt = engine.tokenize_chat([{"role": "user", "content": STORY}])
+    times: list[float] = []
+    for token in bare_generate(llm, prompt):
+        llm.detokenize([token])
+        times.append(time.perf_counter())
+        if len(times) >= tokens:
+            break
+    return (len(times) - 1) / (times[-1] - times[0])
+
+
+def raw_prompt_rate(engine: LlamaEngine, threads: int, prompt: list[int]) -> float:
+    """`prompt` evaluated as llama-cpp-python does (batches of n_batch)."""
+    llm = engine.llama
+    llama_cpp.llama_set_n_threads(llm.ctx, threads, threads)
+    engine.reset()
+    started = time.perf_counter()
+    llm.eval(prompt)
+    return len(prompt) / (time.perf_counter() - started)
+
+
+def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) -> list[Row]:
+    counts = candidates(usable_cores())
+    rounds = 1 if options.quick else 3
+    # The prompt the app is timed on in the pseudo-terminal.
+    long_prompt = engine.tokenize_chat([{"role": "user", "content": LONG_PROMPT}])
+    decode: dict[int, list[float]] = {n: [] for n in counts}
+    prompt: dict[int, list[float]] = {n: [] for n in counts}
+    for _ in range(rounds):  # the counts take turns: the machine's speed drifts
+        for n in counts:
+            decode[n].append(raw_decode_rate(engine, n, options.tokens))
+            prompt[n].append(raw_prompt_rate(engine, n, long_prompt))
+    engine.use_threads(chosen)
+    engine.reset()
+    best_decode = {n: max(rates) for n, rates in decode.items()}
+    best_prompt = {n: max(rates) for n, rates in prompt.items()}
+    top_decode = max(best_decode, key=best_decode.__getitem__)
+    top_prompt = max(best_prompt, key=best_prompt.__getitem__)
+    rows = [
+        Row(f"decode: raw llama-cpp-python, {n} thread{'s' * (n > 1)}", rate, "tok/s")
+        for n, rate in best_decode.items()
+    ]
+    rows += [
+        Row(f"prompt: raw llama-cpp-python, {n} thread{'s' * (n > 1)}", rate, "tok/s")
+        for n, rate in best_prompt.items()
+    ]
+    rows.append(
+        Row(
+            "threads kvchat chose (decode / prompt)",
+            chosen.decode,
+            "",
+            note=f"decode {chosen.decode}, prompt {chosen.batch}, {chosen.how}; "
+            f"fastest raw: decode {top_decode}, prompt {top_prompt}",
+        )
+    )
+    native = _native(options, counts)
+    if native is not None:
+        rows += [
+            Row(f"llama-bench tg128, {n} thread{'s' * (n > 1)}", rate, "tok/s")
+            for n, rate in native.decode_tps.items()
+        ]
+        rows += [
+            Row(f"llama-bench pp512, {n} thread{'s' * (n > 1)}", rate, "tok/s")
+            for n, rate in native.prompt_tps.items()
+        ]
+    env = installed_python_env(Path(tempfile.mkdtemp(prefix="kvchat-bench-")))
+    # The app chooses its own threads, as for a user (measured at its first start).
+    runs = [
+        stream_in_terminal(options.model, env, options.tokens)
+        for _ in range(1 if options.quick else 3)
+    ]
+    run = max(runs, key=lambda each: each.decode_tps)
+    ui_cpu = min(each.ui_cpu_per_100_tokens for each in runs)
+    app_prompt = max(each.prompt_tps for each in runs)
+    decode_share = run.decode_tps / best_decode[top_decode]
+    prompt_share = app_prompt / best_prompt[top_prompt]
+    rows += [
+        Row(
+            "decode: the app in a pseudo-terminal, kvchat's threads",
+            run.decode_tps,
+            "tok/s",
+            ">= 90% of the fastest raw",
+            decode_share >= 0.9,
+            f"{decode_share:.1%} of raw at {top_decode} thread{'s' * (top_decode > 1)}",
+        ),
+        Row(
+            "prompt: the app in a pseudo-terminal, kvchat's threads",
+            app_prompt,
+            "tok/s",
+            ">= 95% of the fastest raw",
+            prompt_share >= 0.95,
+            f"{prompt_share:.1%} of raw at {top_prompt} thread{'s' * (top_prompt > 1)}",
+        ),
+        Row(
+            "UI CPU while a reply streams",
+            ui_cpu,
+            "CPU-s / 100 tok",
+            note="the UI thread and Textual's output and input threads",
+        ),
+    ]
+    if native is not None:
+        native_decode = max(native.decode_tps.values())
+        native_prompt = max(native.prompt_tps.values())
+        rows += [
+            Row(
+                "decode: the app / llama-bench tg128 (fastest)",
+                run.decode_tps / native_decode,
+                "x",
+                ">= 0.8 (stretch)",
+                run.decode_tps / native_decode >= 0.8,
+            ),
+            Row("prompt: the app / llama-bench pp512 (fastest)", app_prompt / native_prompt, "x"),
+        ]
+    return rows
+
+
+def _native(options: Options, counts: list[int]) -> NativeRates | None:
+    binary = bench_binary()
+    if binary is None:
+        print("llama-bench rows left out: no llama-bench (run .ci/llama-server)", file=sys.stderr)
+        return None
+    if options.quick:
+        return native_rates(binary, options.model, counts, prompt=64, generate=16, repetitions=1)
+    return native_rates(binary, options.model, counts)

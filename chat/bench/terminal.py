@@ -1,0 +1,188 @@
+"""The real app in a pseudo-terminal, as a user runs it: how fast a reply
+streams, and what the UI costs while it does.
+
+`chat --model MODEL` starts in a 120x40 pseudo-terminal (as the startup row
+does), the story prompt is typed and sent, and this process reads everything
+the app draws until the reply has ended. The decode rate is the app's own
+figure for the reply (what its status bar shows, saved with the message);
+the CPU each of the app's threads used while the reply streamed is read from
+/proc: the UI thread (the main one) and every thread that is neither the UI
+nor llama.cpp's (Textual's output and input threads) are the UI's cost.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import sqlite3
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from chat.bench.startup import ESCAPE_SEQUENCE, MODEL_READY_MARK
+from chat.bench.workload import SAMPLING, STORY
+from chat.engine.threads import ThreadCounts
+from chat.paths import DATA_DIR_ENV
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+LONG_PROMPT = "Summarise these notes in one line: " + " ".join(
+    f"Note {n}: the lighthouse keeper logged the tide, the wind and a passing ship."
+    for n in range(1, 31)
+)
+"""About 550 tokens, pasted at once."""
+
+
+@dataclass
+class TerminalReply:
+    decode_tps: float
+    """The app's own rate for the reply (tokens after the first / their time)."""
+    tokens: int
+    ui_cpu_s: float
+    """CPU seconds of the UI thread and Textual's threads while the reply streamed."""
+    engine_cpu_s: float
+    """CPU seconds of the threads that ran llama.cpp meanwhile."""
+    wall_s: float
+    prompt_tps: float
+    """The first reply's prompt: tokens evaluated / time to its first token."""
+
+    @property
+    def ui_cpu_per_100_tokens(self) -> float:
+        return self.ui_cpu_s / self.tokens * 100
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds used so far by each thread of `pid`."""
+    times: dict[int, float] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended
+            continue
+        times[int(tid)] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return times
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds used so far by the whole process, ended threads included."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def stream_in_terminal(
+    model: Path,
+    env: dict[str, str],
+    tokens: int,
+    threads: ThreadCounts | None = None,
+    earlier_turns: int = 0,
+    timeout: float = 300,
+) -> TerminalReply:
+    """One reply of `tokens` tokens in the real app; see the module docstring."""
+    import fcntl
+    import pty
+    import signal
+    import struct
+    import termios
+
+    env = dict(env)
+    env["KVCHAT_SAMPLING_MAX_TOKENS"] = str(tokens)
+    env["KVCHAT_SEED"] = str(SAMPLING.seed)
+    env["KVCHAT_TEMPERATURE"] = str(SAMPLING.temperature)
+    env["KVCHAT_CHAT_PREFILL"] = "false"
+    if threads is not None:  # else the app chooses, as for a user
+        env["KVCHAT_MODEL_N_THREADS"] = str(threads.decode)
+        env["KVCHAT_MODEL_N_THREADS_BATCH"] = str(threads.batch)
+    pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            os.execve(sys.executable, [sys.executable, "-m", "chat", "--model", str(model)], env)
+        finally:
+            os._exit(127)
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+
+    def read_until(done: Callable[[bytes], bool], deadline: float) -> None:
+        screen, checked = b"", 0
+        while time.monotonic() < deadline:
+            readable, _, _ = select.select([fd], [], [], 0.05)
+            if readable:
+                try:
+                    screen += os.read(fd, 1 << 16)
+                except OSError:
+                    tail = ESCAPE_SEQUENCE.sub(b"", screen)[-600:].decode(errors="replace")
+                    raise RuntimeError(f"chat exited; its last output: {tail}") from None
+            text = ESCAPE_SEQUENCE.sub(b"", screen[max(0, checked - 256) :])
+            checked = len(screen)
+            if done(text):
+                return
+        raise TimeoutError("the app did not get there in time")
+
+    database = Path(env[DATA_DIR_ENV]) / "conversations.db"
+    try:
+        read_until(lambda text: MODEL_READY_MARK in text, time.monotonic() + timeout)
+        reply: tuple[int, float, float] | None = None
+
+        def ended(replies: int) -> Callable[[bytes], bool]:
+            def check(_: bytes) -> bool:
+                nonlocal reply
+                reply = finished_reply(database, replies)
+                return reply is not None
+
+            return check
+
+        # A first reply to a long pasted prompt: its prompt rate is measured,
+        # and it warms up what the app does once (the Markdown parser is
+        # imported for the first reply). The second reply's decode is measured.
+        os.write(fd, b"\x1b[200~" + LONG_PROMPT.encode() + b"\x1b[201~")
+        time.sleep(0.5)
+        os.write(fd, b"\r")
+        read_until(ended(1), time.monotonic() + timeout)
+        first = reply
+        for turn in range(earlier_turns):  # a longer conversation on screen
+            time.sleep(0.3)
+            os.write(fd, STORY.encode() + b"\r")
+            read_until(ended(2 + turn), time.monotonic() + timeout)
+        if not earlier_turns:  # the same depth in the KV cache as the raw loop's
+            os.write(fd, b"\x0e")  # Ctrl+N: a new conversation
+        time.sleep(0.5)
+        os.write(fd, STORY.encode() + b"\r")
+        before, before_total = thread_cpu(pid), process_cpu(pid)
+        started = time.monotonic()
+        read_until(ended(2 + earlier_turns), started + timeout)
+        wall = time.monotonic() - started
+        after, total = thread_cpu(pid), process_cpu(pid) - before_total
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(fd)
+    assert reply is not None
+    used = {tid: after[tid] - before.get(tid, 0.0) for tid in after}
+    # llama.cpp's worker threads work (or spin) for most of the reply; the UI's
+    # do not. The thread that ran the reply has ended: its CPU is in the
+    # process's total, not in any thread still there.
+    ui_cpu = sum(cpu for tid, cpu in used.items() if tid == pid or cpu < 0.3 * wall)
+    engine_cpu = total - ui_cpu
+    assert first is not None
+    count, rate, _ = reply
+    return TerminalReply(rate, count, ui_cpu, engine_cpu, wall, first[2])
+
+
+def finished_reply(database: Path, replies: int) -> tuple[int, float, float] | None:
+    """The token count, decode rate and prompt rate of saved reply number
+    `replies`, once that many have ended."""
+    if not database.exists():
+        return None
+    try:
+        with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=0.1) as conn:
+            rows = conn.execute(
+                "SELECT generated_tokens, decode_tps, prompt_evaluated, ttft_s FROM messages "
+                "WHERE role = 'assistant' AND decode_tps IS NOT NULL ORDER BY id"
+            ).fetchall()
+    except sqlite3.Error:
+        return None
+    if len(rows) < replies:
+        return None
+    tokens, decode_tps, evaluated, ttft = rows[replies - 1]
+    return int(tokens), float(decode_tps), evaluated / ttft if ttft else 0.0

@@ -1,0 +1,178 @@
+"""How many CPU threads llama.cpp uses: one count for decoding (a forward pass
+per token) and one for prompt batches.
+
+What is fastest depends on the machine and the model, and the two counts
+differ: a batch of prompt tokens is arithmetic that every core speeds up,
+while decoding one token is mostly waiting for memory, and past a point more
+threads only wait for each other. So kvchat measures, once per machine and
+model, each candidate count on a few tokens right after the model loads
+(a fraction of a second for small models, a few seconds for large ones on a
+CPU), and remembers the rates in the cache folder. `model.n_threads` and
+`model.n_threads_batch` override the choice.
+
+One core is left to the UI when decoding in the app. llama.cpp's CPU backend
+runs each token on an OpenMP team whose threads meet at a barrier after
+every operation (hundreds per token); a team as large as the machine stalls
+whenever anything else needs a core, and the app's own UI does, drawing the
+reply as it streams. Measured on 2 cores (docs/performance.md): the raw loop
+decodes 164 tok/s with 1 thread and 182 with 2, but the real app streams
+150 tok/s with 1 and 98-111 with 2. Prompt batches use every core (the UI
+is idle meanwhile, and a batch's few long steps do not suffer the same way).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on (a container's or `taskset`'s limit included)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def candidates(cores: int) -> list[int]:
+    """The thread counts worth measuring on `cores` CPUs: every count up to 4,
+    then quarters of the machine (a count between two of them is rarely
+    faster than both)."""
+    if cores <= 4:
+        return list(range(1, cores + 1))
+    picks = {1, cores // 4, cores // 2, (3 * cores) // 4, cores - 1, cores}
+    return sorted(n for n in picks if n >= 1)
+
+
+@dataclass(frozen=True)
+class ThreadCounts:
+    decode: int
+    batch: int
+    how: str = "measured"
+    """"measured" now, "remembered" from an earlier measure, "set" by the
+    settings, or "default" (llama-cpp-python's, when measuring failed)."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Rates (tokens per second) by thread count, from `calibrate`."""
+
+    decode: dict[int, float]
+    batch: dict[int, float]
+
+    def best(self, spare_core: bool) -> ThreadCounts:
+        """The fastest counts; with `spare_core` (the app, whose UI needs a core
+        while a reply streams), decoding leaves one core free."""
+        most = max(self.decode)
+        spared = {n: rate for n, rate in self.decode.items() if n < most}
+        decode = spared if spare_core and spared else self.decode
+        return ThreadCounts(_fastest(decode), _fastest(self.batch))
+
+
+def _fastest(rates: dict[int, float], close: float = 0.05) -> int:
+    """The count with the best rate; of counts within `close` of it, the
+    fewest (they leave cores to the UI and to other programs, and a thread
+    fewer is less exposed to a busy core)."""
+    top = max(rates.values())
+    return min(n for n, rate in rates.items() if rate >= top * (1 - close))
+
+
+def calibrate(
+    decode_rate: Callable[[int], float], batch_rate: Callable[[int], float], counts: Sequence[int]
+) -> Measured:
+    """Each count's decode and batch rate, the counts taking turns twice (the
+    machine's speed drifts; the better of a count's two tries is kept)."""
+    decode: dict[int, float] = {}
+    batch: dict[int, float] = {}
+    for _ in range(2):
+        for n in counts:
+            decode[n] = max(decode.get(n, 0.0), decode_rate(n))
+            batch[n] = max(batch.get(n, 0.0), batch_rate(n))
+    return Measured(decode, batch)
+
+
+def machine_key() -> str:
+    """What a measure is valid for on this side: the CPU model and how many
+    of its cores this process may use."""
+    model = "unknown CPU"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as info:
+        for line in info:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return f"{model} x{usable_cores()}"
+
+
+class RememberedRates:
+    """Measured rates by machine and model, in one small JSON file. A file
+    that cannot be read or written only means measuring again."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _read(self) -> dict[str, object]:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def get(self, key: str) -> Measured | None:
+        entry = self._read().get(key)
+        try:
+            decode = {int(n): float(r) for n, r in entry["decode"].items()}  # type: ignore[index]
+            batch = {int(n): float(r) for n, r in entry["batch"].items()}  # type: ignore[index]
+        except (TypeError, KeyError, ValueError, AttributeError):
+            return None
+        if not decode or not batch or min(decode) < 1 or min(batch) < 1:
+            return None
+        return Measured(decode, batch)
+
+    def put(self, key: str, measured: Measured) -> None:
+        data = self._read()
+        data[key] = {
+            "decode": measured.decode,
+            "batch": measured.batch,
+            "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+        with contextlib.suppress(OSError):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self.path.with_suffix(".tmp")
+            temporary.write_text(json.dumps(data, indent=1, sort_keys=True))
+            temporary.replace(self.path)
+
+
+def choose_threads(
+    decode: int | None,
+    batch: int | None,
+    measure: Callable[[Sequence[int]], Measured],
+    remembered: RememberedRates,
+    model_key: str,
+    spare_core: bool = True,
+) -> ThreadCounts:
+    """The counts to use: `decode` and `batch` where the settings give them,
+    else the fastest measured for this machine and model before, else
+    measured now (and remembered). See `Measured.best` for `spare_core`."""
+    if decode is not None and batch is not None:
+        return ThreadCounts(decode, batch, "set")
+    key = f"{machine_key()} | {model_key}"
+    how = "remembered"
+    measured = remembered.get(key)
+    if measured is None:
+        how = "measured"
+        try:
+            measured = measure(candidates(usable_cores()))
+        except Exception:  # llama.cpp failed on the filler tokens: its own defaults
+            cores = usable_cores()
+            best = ThreadCounts(max(1, cores // 2), cores, "default")
+            return ThreadCounts(decode or best.decode, batch or best.batch, best.how)
+        remembered.put(key, measured)
+    best = measured.best(spare_core)
+    if decode is not None or batch is not None:
+        how = "set"
+    return ThreadCounts(decode or best.decode, batch or best.batch, how)

@@ -1,0 +1,165 @@
+"""Thread counts: what is measured, what is chosen, what is remembered."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from chat import paths
+from chat.engine.base import Engine, Finished
+from chat.engine.threads import (
+    Measured,
+    RememberedRates,
+    ThreadCounts,
+    calibrate,
+    candidates,
+    choose_threads,
+    usable_cores,
+)
+from chat.session.model_loader import load_llama
+from chat.settings.schema import ModelSettings, SamplingSettings
+
+
+def test_candidates_cover_small_machines_and_sample_large_ones() -> None:
+    assert candidates(1) == [1]
+    assert candidates(2) == [1, 2]
+    assert candidates(4) == [1, 2, 3, 4]
+    assert candidates(16) == [1, 4, 8, 12, 15, 16]
+
+
+def test_the_app_leaves_a_core_to_its_ui_when_decoding() -> None:
+    # Two cores: the raw loop is fastest with both, but the app streams
+    # faster with one (its UI needs the other), so the app decodes with one.
+    measured = Measured(decode={1: 164.0, 2: 182.0}, batch={1: 255.0, 2: 490.0})
+    assert measured.best(spare_core=True) == ThreadCounts(1, 2)
+    assert measured.best(spare_core=False) == ThreadCounts(2, 2)
+    # One core: nothing to leave.
+    assert Measured({1: 50.0}, {1: 80.0}).best(spare_core=True) == ThreadCounts(1, 1)
+
+
+def test_counts_within_five_percent_of_the_fastest_go_to_the_fewest() -> None:
+    measured = Measured(decode={1: 10.0, 4: 40.0, 8: 41.0, 12: 30.0, 16: 20.0}, batch={16: 1.0})
+    assert measured.best(spare_core=True).decode == 4
+
+
+def test_calibrate_keeps_each_counts_better_try() -> None:
+    tries = iter([10.0, 20.0, 30.0, 5.0])  # decode 1, decode 2, then again
+    measured = calibrate(lambda n: next(tries), lambda n: float(n), [1, 2])
+    assert measured.decode == {1: 30.0, 2: 20.0}
+    assert measured.batch == {1: 1.0, 2: 2.0}
+
+
+class Measures:
+    def __init__(self, measured: Measured | Exception) -> None:
+        self.measured = measured
+        self.calls = 0
+
+    def __call__(self, counts: Sequence[int]) -> Measured:
+        self.calls += 1
+        if isinstance(self.measured, Exception):
+            raise self.measured
+        return self.measured
+
+
+FAST_WITH_ONE = Measured(decode={1: 100.0, 2: 110.0}, batch={1: 100.0, 2: 190.0})
+
+
+def test_measured_once_then_remembered(tmp_path: Path) -> None:
+    remembered = RememberedRates(tmp_path / "cache" / "threads.json")
+    measure = Measures(FAST_WITH_ONE)
+    first = choose_threads(None, None, measure, remembered, "model-a")
+    again = choose_threads(None, None, measure, remembered, "model-a")
+    assert (first.decode, first.batch, first.how) == (1, 2, "measured")
+    assert (again.decode, again.batch, again.how) == (1, 2, "remembered")
+    assert measure.calls == 1
+    # Another model is measured on its own.
+    choose_threads(None, None, measure, remembered, "model-b")
+    assert measure.calls == 2
+    # One-shot mode reads the same rates, and may decode with every core.
+    assert choose_threads(None, None, measure, remembered, "model-a", spare_core=False).decode == 2
+    assert measure.calls == 2
+
+
+def test_the_settings_override_either_count(tmp_path: Path) -> None:
+    remembered = RememberedRates(tmp_path / "threads.json")
+    measure = Measures(FAST_WITH_ONE)
+    assert choose_threads(3, 5, measure, remembered, "m") == ThreadCounts(3, 5, "set")
+    assert measure.calls == 0
+    assert choose_threads(3, None, measure, remembered, "m") == ThreadCounts(3, 2, "set")
+    assert choose_threads(None, 4, measure, remembered, "m") == ThreadCounts(1, 4, "set")
+
+
+def test_a_failed_measure_falls_back_to_llama_cpp_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("chat.engine.threads.usable_cores", lambda: 8)
+    remembered = RememberedRates(tmp_path / "threads.json")
+    counts = choose_threads(None, None, Measures(RuntimeError("boom")), remembered, "m")
+    assert counts == ThreadCounts(4, 8, "default")
+    assert not (tmp_path / "threads.json").exists()  # measured again next time
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["not json", "[1, 2]", '{"k": {"decode": {"x": 1}}}', '{"k": {"decode": {}, "batch": {}}}'],
+)
+def test_an_unreadable_file_only_means_measuring_again(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "threads.json"
+    path.write_text(content)
+    remembered = RememberedRates(path)
+    assert remembered.get("k") is None
+    remembered.put("k", FAST_WITH_ONE)
+    assert remembered.get("k") == FAST_WITH_ONE
+    assert set(json.loads(path.read_text())["k"]) == {"decode", "batch", "when"}
+
+
+def test_a_file_that_cannot_be_written_is_no_error(tmp_path: Path) -> None:
+    (tmp_path / "blocked").write_text("a file where the folder would go")
+    remembered = RememberedRates(tmp_path / "blocked" / "threads.json")
+    counts = choose_threads(None, None, Measures(FAST_WITH_ONE), remembered, "m")
+    assert counts.decode == 1
+
+
+# --- with the real demo model ---------------------------------------------------------
+
+
+@pytest.mark.model
+def test_the_app_measures_once_per_machine_and_model(demo_model: Path) -> None:
+    first = load_llama(demo_model, ModelSettings(n_ctx=1024))
+    try:
+        counts = first.info.threads
+        assert counts is not None and counts.how == "measured"
+        rates = json.loads((paths.cache_dir() / "threads.json").read_text())
+        (entry,) = rates.values()
+        assert set(entry["decode"]) == {str(n) for n in candidates(usable_cores())}
+        assert all(rate > 0 for rate in entry["decode"].values())
+        # The measure left nothing in the KV cache, and replies run at the counts chosen.
+        assert first.cached_prefix([1, 2, 3]) == 0
+        reply = finished_reply(first)
+        assert reply.stats.generated_tokens > 0
+    finally:
+        first.close()
+    again = load_llama(demo_model, ModelSettings(n_ctx=1024))
+    try:
+        assert again.info.threads == ThreadCounts(counts.decode, counts.batch, "remembered")
+    finally:
+        again.close()
+    pinned = load_llama(demo_model, ModelSettings(n_ctx=1024, n_threads=1, n_threads_batch=1))
+    try:
+        assert pinned.info.threads == ThreadCounts(1, 1, "set")
+        assert pinned.llama.context_params.n_threads == 1
+    finally:
+        pinned.close()
+
+
+def finished_reply(engine: Engine) -> Finished:
+    events = engine.stream_reply(
+        [{"role": "user", "content": "Say hi."}],
+        SamplingSettings(temperature=0.0, max_tokens=8),
+        threading.Event(),
+    )
+    return next(event for event in events if isinstance(event, Finished))
