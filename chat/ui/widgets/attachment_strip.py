@@ -17,6 +17,11 @@ from textual.widgets import Static
 from chat.conversations.attachments import Attachment
 
 
+def _chip_text(attachment: Attachment, tokens: int | None) -> Content:
+    counted = "" if tokens is None else f" · {tokens:,} tokens"
+    return Content(f"📎 {attachment.name}{counted} ✕")
+
+
 class AttachmentChip(Static):
     """One attachment: its name and token count; a click removes it."""
 
@@ -27,12 +32,12 @@ class AttachmentChip(Static):
         attachment: Attachment
 
     def __init__(self, attachment: Attachment, tokens: int | None) -> None:
-        counted = "" if tokens is None else f" · {tokens:,} tokens"
-        super().__init__(
-            Content(f"📎 {attachment.name}{counted} ✕"), markup=False, classes="attachment"
-        )
+        super().__init__(_chip_text(attachment, tokens), markup=False, classes="attachment")
         self.attachment = attachment
         self.tooltip = "Click to remove this attachment"
+
+    def show_tokens(self, tokens: int | None) -> None:
+        self.update(_chip_text(self.attachment, tokens))
 
     def on_click(self) -> None:
         self.post_message(self.Removed(self.attachment))
@@ -71,7 +76,18 @@ class AttachmentStrip(HorizontalGroup):
         shown = (tuple(attachments), tuple(problems))
         if shown == self._shown:
             return  # unchanged: called at every pause in typing
-        self._shown = shown
+        previous, self._shown = self._shown, shown
+        chips = list(self.query(AttachmentChip))
+        if (
+            previous
+            and previous[1] == shown[1]
+            and [chip.attachment for chip in chips] == [attachment for attachment, _ in attachments]
+        ):
+            # The same files, counted since: the chips stay (one being clicked
+            # must not be replaced under the pointer).
+            for chip, (_, tokens) in zip(chips, attachments, strict=True):
+                chip.show_tokens(tokens)
+            return
         await self.remove_children()
         await self.mount_all(
             [AttachmentChip(attachment, tokens) for attachment, tokens in attachments]
