@@ -93,8 +93,13 @@ async def reopened_reply(conv_id: int) -> tuple[str, str, bool]:
         await wait_for(lambda: app.chat_screen.conversation.id == conv_id, pilot)
         await wait_for(lambda: bool(app.query(AssistantMessageView)), pilot)
         view = app.query_one(AssistantMessageView)
-        header = str(view.query_one(".message-header", Static).render())
-        return header, rendered(view.body), view.has_class("ended-early")
+
+        def header() -> str:
+            return str(view.query_one(".message-header", Static).render())
+
+        # The tokens are counted once the model is ready, after the view is drawn.
+        await wait_for(lambda: "tokens" in header(), pilot)
+        return header(), rendered(view.body), view.has_class("ended-early")
 
 
 async def test_kill_9_mid_reply_is_marked_interrupted_when_reopened(

@@ -97,14 +97,16 @@ class ModelPickerScreen(Screen[Path | None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
+        # What decides the choice first: an 80-column terminal shows the name,
+        # the memory it needs and the file's size.
         for label in (
             "Model",
+            "Memory",
+            "Size",
             "Params",
             "Quant",
-            "Size",
             "Trained ctx",
             "Template",
-            "Memory",
             "Found in",
         ):
             table.add_column(label)
@@ -271,16 +273,16 @@ def _cells(row: ModelRow, loaded: Path | None) -> tuple[Text, ...]:
     meta = row.metadata
     if meta is None:
         problem = Text(sanitize(row.problem or "unreadable"), style="red")
-        return (name, Text(""), Text(""), size, Text(""), Text(""), problem, source)
+        return (name, problem, size, Text(""), Text(""), Text(""), Text(""), source)
     memory = Text(row.memory_text(), style="red" if row.fits is False else "")
     trained = f"{meta.context_length:,}" if meta.context_length else "?"
     return (
         name,
+        memory,
+        size,
         Text(meta.parameters_text, justify="right"),
         Text(meta.quantization),
-        size,
         Text(trained, justify="right"),
         Text(meta.chat_format or "?"),
-        memory,
         source,
     )

@@ -119,10 +119,12 @@ class StatusBar(Static):
 
     def _render_bar(self) -> None:
         # Model names come from GGUF metadata: plain Content, never markup.
-        shown = (self._not_saving, self._model, self._preset, self._device, self._reply)
+        # The last reply's figures before the device: a narrow terminal cuts
+        # off the end of the bar, and the device does not change.
+        shown = (self._not_saving, self._model, self._preset, self._reply, self._device)
         reading = self._progress_text()
         if reading:
             # First, where a narrow terminal does not cut it off; "generating…" goes.
-            shown = (reading, *shown[:-1])
+            shown = (reading, *shown[:3], shown[4])
         parts = [p for p in shown if p]
         self.update(Content("  │  ".join(parts)))
