@@ -28,7 +28,7 @@ from pathlib import Path
 
 from chat.bench.rows import Options, Row
 from chat.bench.ttft import first_token_s
-from chat.bench.workload import SAMPLING, finished, quiet_load
+from chat.bench.workload import SAMPLING, finished, first_token_reply, quiet_load
 from chat.engine.kv_state import KvState
 from chat.engine.llama import LlamaEngine
 from chat.engine.state_cache import StateCache
@@ -313,9 +313,7 @@ class Reopening:
         restore_s = time.perf_counter() - started
         if restored == 0:
             raise RuntimeError("no saved state was restored")
-        cancel = threading.Event()
-        cancel.set()  # stop at the first token
-        reply = finished(engine.stream_reply(messages, SAMPLING, cancel))
+        reply = first_token_reply(engine, messages)
         measures = {
             "restore_s": restore_s,
             "ttft_s": reply.stats.ttft_s,

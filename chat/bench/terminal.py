@@ -123,11 +123,12 @@ def stream_in_terminal(
     try:
         read_until(lambda text: MODEL_READY_MARK in text, time.monotonic() + timeout)
         reply: tuple[int, float, float] | None = None
+        earlier = saved_replies(database)  # from an earlier run with the same folders
 
         def ended(replies: int) -> Callable[[bytes], bool]:
             def check(_: bytes) -> bool:
                 nonlocal reply
-                reply = finished_reply(database, replies)
+                reply = finished_reply(database, earlier + replies)
                 return reply is not None
 
             return check
@@ -167,6 +168,14 @@ def stream_in_terminal(
     assert first is not None
     count, rate, _ = reply
     return TerminalReply(rate, count, ui_cpu, engine_cpu, wall, first[2])
+
+
+def saved_replies(database: Path) -> int:
+    if not database.exists():
+        return 0
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=1) as conn:
+        query = "SELECT count(*) FROM messages WHERE role = 'assistant' AND decode_tps IS NOT NULL"
+        return int(conn.execute(query).fetchone()[0])
 
 
 def finished_reply(database: Path, replies: int) -> tuple[int, float, float] | None:

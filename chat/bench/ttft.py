@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from chat.bench.rows import Options, Row
-from chat.bench.workload import SAMPLING, bare_generate, finished
+from chat.bench.workload import SAMPLING, bare_generate, finished, first_token_reply
 from chat.engine.llama import LlamaEngine
 
 TTFT_ROUNDS = 7
@@ -129,9 +129,7 @@ def first_token_s(engine: LlamaEngine, messages: list[dict[str, str]]) -> float:
     # its pieces; in these rounds the last prompt was another turn's.
     if len(messages) > 2:
         engine.tokenize_prompt(messages[:-2])
-    cancel = threading.Event()
-    cancel.set()  # stop right after the first token
-    return finished(engine.stream_reply(messages, SAMPLING, cancel)).stats.ttft_s
+    return first_token_reply(engine, messages).stats.ttft_s
 
 
 def reported_turns(turns: int) -> list[int]:

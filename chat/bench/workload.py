@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, cast
 
-from chat.engine.base import Engine, EngineEvent, Finished
+from chat.engine.base import Engine, EngineEvent, Finished, TokenEvent
 from chat.engine.llama import LlamaEngine, load_engine
 from chat.model_files import ModelCandidate
 from chat.settings.schema import ModelSettings, SamplingSettings, Settings
@@ -37,6 +38,23 @@ def bare_generate(llm: Any, prompt: list[int]) -> Generator[int, Any, None]:
         top_p=SAMPLING.top_p,
         min_p=SAMPLING.min_p,
     )
+
+
+def first_token_reply(
+    engine: Engine, messages: list[dict[str, str]], sampling: SamplingSettings = SAMPLING
+) -> Finished:
+    """The reply to `messages` stopped right after its first token (Esc as
+    soon as it shows): its stats carry the time to first token. Setting the
+    cancel event before the call would stop it before the prompt is read."""
+    cancel = threading.Event()
+
+    def stop_at_first_token() -> Iterator[EngineEvent]:
+        for event in engine.stream_reply(messages, sampling, cancel):
+            if isinstance(event, TokenEvent) and event.token_id >= 0:
+                cancel.set()
+            yield event
+
+    return finished(stop_at_first_token())
 
 
 def finished(events: Iterator[EngineEvent]) -> Finished:
