@@ -96,6 +96,8 @@ def to_markdown(
         lines.append(f"- **Server:** {conv.backend}" + (f" at {url}" if url else ""))
     lines.append(f"- **Created:** {_when(conv.created)}")
     lines.append(f"- **Updated:** {_when(conv.updated)}")
+    if conv.preset:
+        lines.append(f"- **Preset:** {conv.preset}")
     if sampling:
         settings = ", ".join(f"{key} = {value}" for key, value in sampling.items())
         lines.append(f"- **Sampling:** {settings}")
@@ -170,6 +172,7 @@ def to_json(conv: Conversation, sampling: Mapping[str, Any]) -> str:
             "server_url": public_url(conv.server_url) if conv.server_url else "",
             # Says whether messages[0] is the system prompt or a message of its own.
             "system_prompt": conv.system_prompt,
+            "preset": conv.preset,
             "sampling": dict(sampling),
             # Every message of every branch, oldest first (a parent before its children).
             "tree": [_tree_entry(m, numbers) for m in conv.tree],
@@ -468,6 +471,7 @@ def _conversation_from_tree(meta: dict[str, Any]) -> Conversation:
         tree=tree,
         backend=backend,
         server_url=server_url,
+        preset=_meta_str(meta, "preset"),
     )
 
 

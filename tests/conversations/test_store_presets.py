@@ -104,3 +104,17 @@ def test_migrating_a_schema_5_database_gives_every_conversation_no_preset(
     with Store(db_path) as opened:
         opened.update_conversation_settings(1, "Be kind.", {"seed": 3}, "", "", preset="concise")
         assert opened.get_conversation(1).preset == "concise"
+
+
+def test_exports_name_the_preset_and_an_import_keeps_it(store: Store) -> None:
+    from chat.conversations.transcript import parse_import, to_json, to_markdown
+
+    conv_id = store.create_conversation(coder_chat(), {"temperature": 0.2})
+    conv = store.get_conversation(conv_id)
+    assert "- **Preset:** coder" in to_markdown(conv, {"temperature": 0.2})
+    imported, sampling = parse_import(to_json(conv, {"temperature": 0.2}))
+    assert (imported.preset, sampling) == ("coder", {"temperature": 0.2})
+    assert store.get_conversation(store.import_conversation(imported, sampling)).preset == "coder"
+    # A conversation without one says nothing about presets.
+    plain = Conversation(messages=[Message("user", "Hi")])
+    assert "Preset" not in to_markdown(plain)
