@@ -529,15 +529,20 @@ class ChatScreen(Screen[None]):
     def refresh_meter(self) -> None:
         """Show how sending the text in the prompt box would fill the window.
 
-        Planned here when that is quick. With a long conversation or a long draft
-        it is planned in a thread and the meter follows; while the conversation
-        is being counted, the count refreshes the meter when it ends."""
+        Planned here when that is quick. With a long conversation, a long draft
+        or a model server it is planned in a thread and the meter follows; while
+        the conversation is being counted, the count refreshes the meter when it
+        ends."""
         self.call_later(self._show_attachments)
         if self.generating or self.session.budget is None or self._counting_messages():
             return
         text = self._draft_text()
         long_draft = len(text) > self.DRAFT_IN_THREAD_ABOVE
-        if len(self.conversation.messages) <= self.COUNT_IN_THREAD_ABOVE and not long_draft:
+        # A model server counts over the network (llama-server: two requests for
+        # a new draft): never while the user types, whatever the size.
+        remote = self.engine is not None and self.engine.info.server_url is not None
+        short = len(self.conversation.messages) <= self.COUNT_IN_THREAD_ABOVE
+        if short and not long_draft and not remote:
             self._show_plan(self.session.plan(text))
             return
         if long_draft:
