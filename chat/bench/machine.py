@@ -16,27 +16,19 @@ from pathlib import Path
 
 import llama_cpp
 
+from chat.bench.decode import raw_decode_rate
 from chat.bench.llama_bench import NativeRates, bench_binary, native_rates
 from chat.bench.rows import Options, Row
 from chat.bench.startup import installed_python_env
 from chat.bench.terminal import LONG_PROMPT, stream_in_terminal
-from chat.bench.workload import STORY, bare_generate
 from chat.engine.llama import LlamaEngine
 from chat.engine.threads import ThreadCounts, candidates, usable_cores
 
 
-def raw_decode_rate(engine: LlamaEngine, threads: int, tokens: int) -> float:
-    llm = engine.llama
-    llama_cpp.llama_set_n_threads(llm.ctx, threads, threads)
-    engine.reset()
-    prompt = engine.tokenize_chat([{"role": "user", "content": STORY}])
-    times: list[float] = []
-    for token in bare_generate(llm, prompt):
-        llm.detokenize([token])
-        times.append(time.perf_counter())
-        if len(times) >= tokens:
-            break
-    return (len(times) - 1) / (times[-1] - times[0])
+def raw_decode_rate_at(engine: LlamaEngine, threads: int, tokens: int) -> float:
+    """The decode measure's raw loop (chat.bench.decode), at `threads` threads."""
+    llama_cpp.llama_set_n_threads(engine.llama.ctx, threads, threads)
+    return raw_decode_rate(engine, tokens)
 
 
 def raw_prompt_rate(engine: LlamaEngine, threads: int, prompt: list[int]) -> float:
@@ -58,7 +50,7 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
     prompt: dict[int, list[float]] = {n: [] for n in counts}
     for _ in range(rounds):  # the counts take turns: the machine's speed drifts
         for n in counts:
-            decode[n].append(raw_decode_rate(engine, n, options.tokens))
+            decode[n].append(raw_decode_rate_at(engine, n, options.tokens))
             prompt[n].append(raw_prompt_rate(engine, n, long_prompt))
     engine.use_threads(chosen)
     engine.reset()

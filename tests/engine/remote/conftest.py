@@ -1,4 +1,5 @@
-"""Helpers for the remote engine tests: run a reply to its end."""
+"""Helpers for the remote engine tests: run a reply to its end, or have its
+server killed under it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import pytest
 from chat.engine.base import EngineEvent, Finished, TokenEvent
 from chat.engine.remote import ServerConfig, connect
 from chat.engine.remote.engine import RemoteEngine
+from chat.errors import ServerUnreachableError
 from chat.settings.schema import SamplingSettings
 from tests.engine.remote.fake_servers import FakeServer, Route, serve
+from tests.servers import RunningServer
 
 HELLO = [{"role": "user", "content": "Say hello to my friend."}]
 
@@ -56,3 +59,21 @@ def connect_to(server: FakeServer, **options: object) -> RemoteEngine:
     engine = connect(ServerConfig(server.url, **options))  # type: ignore[arg-type]
     assert isinstance(engine, RemoteEngine)
     return engine
+
+
+def reply_cut_by_a_killed_server(server: RunningServer, messages: list[dict[str, str]]) -> None:
+    """Kill `server` a few tokens into a long reply: the partial text is kept,
+    the reply ends "error" with a message naming the server, and connecting
+    again says nothing answers there."""
+    engine = connect(ServerConfig(server.url))
+    stream = engine.stream_reply(messages, SamplingSettings(max_tokens=2000), threading.Event())
+    seen = [next(stream) for _ in range(5)]
+    server.kill()
+    finished = list(stream)[-1]
+    assert isinstance(finished, Finished)
+    assert finished.stats.finish_reason == "error"
+    assert finished.error is not None and server.url in finished.error
+    assert finished.text.startswith("".join(t.text for t in seen if isinstance(t, TokenEvent)))
+    engine.close()
+    with pytest.raises(ServerUnreachableError, match=server.url.replace(".", r"\.")):
+        connect(ServerConfig(server.url, connect_timeout_s=2))

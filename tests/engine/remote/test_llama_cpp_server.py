@@ -15,9 +15,8 @@ import pytest
 from chat.engine.base import Finished, TokenEvent
 from chat.engine.remote import ServerConfig, connect
 from chat.engine.remote.engine import RemoteEngine
-from chat.errors import ServerUnreachableError
 from chat.settings.schema import SamplingSettings
-from tests.engine.remote.conftest import run_reply
+from tests.engine.remote.conftest import reply_cut_by_a_killed_server, run_reply
 from tests.servers import RunningServer, llama_cpp_server
 
 pytestmark = pytest.mark.model
@@ -86,15 +85,4 @@ def test_esc_keeps_the_text_so_far(engine: RemoteEngine) -> None:
 
 def test_server_killed_mid_reply_keeps_the_partial_text(tmp_path: Path) -> None:
     with llama_cpp_server(tmp_path, n_ctx=2048) as doomed:
-        engine = connect(ServerConfig(doomed.url))
-        stream = engine.stream_reply(STORY, SamplingSettings(max_tokens=2000), threading.Event())
-        seen = [next(stream) for _ in range(4)]
-        doomed.kill()
-        finished = list(stream)[-1]
-        assert isinstance(finished, Finished)
-        assert finished.stats.finish_reason == "error"
-        assert finished.error is not None and doomed.url in finished.error
-        assert finished.text.startswith("".join(t.text for t in seen if isinstance(t, TokenEvent)))
-        engine.close()
-    with pytest.raises(ServerUnreachableError, match=doomed.url.replace(".", r"\.")):
-        connect(ServerConfig(doomed.url, connect_timeout_s=2))
+        reply_cut_by_a_killed_server(doomed, STORY)

@@ -14,9 +14,9 @@ import pytest
 from chat.engine.base import Finished, TokenEvent
 from chat.engine.remote import ServerConfig, connect
 from chat.engine.remote.engine import RemoteEngine
-from chat.errors import ServerAuthError, ServerUnreachableError
+from chat.errors import ServerAuthError
 from chat.settings.schema import SamplingSettings
-from tests.engine.remote.conftest import run_reply
+from tests.engine.remote.conftest import reply_cut_by_a_killed_server, run_reply
 from tests.servers import RunningServer, llama_server
 
 pytestmark = pytest.mark.model
@@ -138,20 +138,9 @@ def test_server_state_methods_say_the_server_owns_the_cache(engine: RemoteEngine
 
 
 def test_server_killed_mid_reply_keeps_the_partial_text(tmp_path: Path) -> None:
+    story = [SYSTEM, {"role": "user", "content": "Write a very long story about a ship."}]
     with llama_server(tmp_path) as doomed:
-        engine = connect(ServerConfig(doomed.url))
-        story = [SYSTEM, {"role": "user", "content": "Write a very long story about a ship."}]
-        stream = engine.stream_reply(story, SamplingSettings(max_tokens=2000), threading.Event())
-        seen = [next(stream) for _ in range(5)]
-        doomed.kill()
-        finished = list(stream)[-1]
-        assert isinstance(finished, Finished)
-        assert finished.stats.finish_reason == "error"
-        assert finished.error is not None and doomed.url in finished.error
-        assert finished.text.startswith("".join(t.text for t in seen if isinstance(t, TokenEvent)))
-        engine.close()
-    with pytest.raises(ServerUnreachableError, match=doomed.url.replace(".", r"\.")):
-        connect(ServerConfig(doomed.url, connect_timeout_s=2))
+        reply_cut_by_a_killed_server(doomed, story)
 
 
 def test_api_key(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
