@@ -929,29 +929,26 @@ class LlamaEngine:
         filler = self._tokenize(b" the quick brown fox jumps over the lazy dog" * 40, False)
         llm = self._llm
 
-        def decode_rate(n: int) -> float:
+        def rate(n: int, size: int, end: int) -> float:
+            """Tokens a second with `n` threads, evaluating `filler` in pieces
+            of `size` from its second token (no piece starting past `end -
+            size`), for about the calibration budget."""
             llama_cpp.llama_set_n_threads(llm.ctx, n, n)
             llm.reset()
             llm.eval(filler[:1])  # the first call after a change of threads pays for it
             started, done = time.perf_counter(), 0
-            for token in filler[1:_CALIBRATION_DECODE_TOKENS]:
-                llm.eval([token])
-                done += 1
+            for at in range(1, end - size + 1, size):
+                llm.eval(filler[at : at + size])
+                done += size
                 if time.perf_counter() - started > _CALIBRATION_BUDGET_S:
                     break
             return done / (time.perf_counter() - started)
 
+        def decode_rate(n: int) -> float:
+            return rate(n, 1, _CALIBRATION_DECODE_TOKENS)
+
         def batch_rate(n: int) -> float:
-            llama_cpp.llama_set_n_threads(llm.ctx, n, n)
-            llm.reset()
-            llm.eval(filler[:1])
-            started, done = time.perf_counter(), 0
-            for at in range(1, len(filler) - _CALIBRATION_BATCH, _CALIBRATION_BATCH):
-                llm.eval(filler[at : at + _CALIBRATION_BATCH])
-                done += _CALIBRATION_BATCH
-                if time.perf_counter() - started > _CALIBRATION_BUDGET_S:
-                    break
-            return done / (time.perf_counter() - started)
+            return rate(n, _CALIBRATION_BATCH, len(filler) - 1)
 
         with self._using_context():
             try:
