@@ -8,86 +8,16 @@ during a long paste must be handled at once, not after the paste."""
 
 from __future__ import annotations
 
-import fcntl
-import os
-import select
-import signal
-import struct
-import sys
 import tempfile
-import termios
-import threading
 import time
 from pathlib import Path
 
+from chat.bench.app_terminal import Terminal
 from chat.bench.rows import Options, Row
-from chat.bench.startup import ESCAPE_SEQUENCE, MODEL_READY_MARK, installed_python_env
+from chat.bench.startup import MODEL_READY_MARK, installed_python_env
 
 CTRL_Q = b"\x11"
 LINE = "The keeper climbed the stairs again to light the lamp, café au lait in hand. "
-
-
-class Terminal:
-    """`chat --model MODEL` on a 120x40 pseudo-terminal; what it draws is kept."""
-
-    def __init__(self, model: Path, env: dict[str, str]) -> None:
-        import pty
-
-        self.pid, self.fd = pty.fork()
-        if self.pid == 0:  # the child: become the app
-            try:
-                argv = [sys.executable, "-m", "chat", "--model", str(model)]
-                os.execve(sys.executable, argv, env)
-            finally:
-                os._exit(127)
-        fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-        self.screen = b""
-
-    def wait_for(self, mark: bytes, timeout: float = 300) -> None:
-        """Read until `mark` is drawn (only what arrives from now on counts)."""
-        start = len(self.screen)
-        deadline = time.monotonic() + timeout
-        while True:
-            readable, _, _ = select.select([self.fd], [], [], max(0, deadline - time.monotonic()))
-            if not readable:
-                raise TimeoutError(f"chat did not show {mark!r} within {timeout:.0f} s")
-            self.screen += os.read(self.fd, 1 << 16)
-            if mark in ESCAPE_SEQUENCE.sub(b"", self.screen[max(0, start - 256) :]):
-                return
-
-    def type_in_background(self, text: str) -> None:
-        """Send `text` as keystrokes, as fast as the app reads them."""
-        data = text.encode()
-
-        def write() -> None:
-            for offset in range(0, len(data), 4096):
-                try:
-                    os.write(self.fd, data[offset : offset + 4096])
-                except OSError:  # the app quit
-                    return
-
-        threading.Thread(target=write, daemon=True).start()
-
-    def seconds_to_exit(self, timeout: float) -> float:
-        """Seconds until the app exits (reading what it draws meanwhile)."""
-        started = time.monotonic()
-        while time.monotonic() - started < timeout:
-            if os.waitpid(self.pid, os.WNOHANG)[0]:
-                self.pid = 0
-                return time.monotonic() - started
-            readable, _, _ = select.select([self.fd], [], [], 0.01)
-            if readable:
-                try:
-                    self.screen += os.read(self.fd, 1 << 16)
-                except OSError:  # closed: the app is exiting
-                    time.sleep(0.01)
-        raise TimeoutError(f"chat still running {timeout:.0f} s after Ctrl+Q")
-
-    def close(self) -> None:
-        if self.pid:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-        os.close(self.fd)
 
 
 def paste_text(characters: int, mark: str) -> str:
@@ -122,7 +52,7 @@ def paste_rows(options: Options) -> list[Row]:
         terminal.wait_for(MODEL_READY_MARK)
         terminal.type_in_background(paste_text(quit_during, "END"))
         time.sleep(0.5)
-        os.write(terminal.fd, CTRL_Q)
+        terminal.send(CTRL_Q)
         quit_s = terminal.seconds_to_exit(120)
     finally:
         terminal.close()

@@ -13,15 +13,14 @@ nor llama.cpp's (Textual's output and input threads) are the UI's cost.
 from __future__ import annotations
 
 import os
-import select
 import sqlite3
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from chat.bench.startup import ESCAPE_SEQUENCE, MODEL_READY_MARK
+from chat.bench.app_terminal import Terminal
+from chat.bench.startup import MODEL_READY_MARK
 from chat.bench.workload import SAMPLING, STORY
 from chat.engine.threads import ThreadCounts
 from chat.paths import DATA_DIR_ENV
@@ -57,17 +56,20 @@ def thread_cpu(pid: int) -> dict[int, float]:
     times: dict[int, float] = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
+            times[int(tid)] = cpu_seconds(f"/proc/{pid}/task/{tid}/stat")
         except OSError:  # the thread ended
             continue
-        times[int(tid)] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
     return times
 
 
 def process_cpu(pid: int) -> float:
     """CPU seconds used so far by the whole process, ended threads included."""
-    with open(f"/proc/{pid}/stat") as stat:
+    return cpu_seconds(f"/proc/{pid}/stat")
+
+
+def cpu_seconds(stat_path: str) -> float:
+    """User plus system time from a /proc stat file (fields 14 and 15)."""
+    with open(stat_path) as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
@@ -81,12 +83,6 @@ def stream_in_terminal(
     timeout: float = 300,
 ) -> TerminalReply:
     """One reply of `tokens` tokens in the real app; see the module docstring."""
-    import fcntl
-    import pty
-    import signal
-    import struct
-    import termios
-
     env = dict(env)
     env["KVCHAT_SAMPLING_MAX_TOKENS"] = str(tokens)
     env["KVCHAT_SEED"] = str(SAMPLING.seed)
@@ -95,38 +91,16 @@ def stream_in_terminal(
     if threads is not None:  # else the app chooses, as for a user
         env["KVCHAT_MODEL_N_THREADS"] = str(threads.decode)
         env["KVCHAT_MODEL_N_THREADS_BATCH"] = str(threads.batch)
-    pid, fd = pty.fork()
-    if pid == 0:
-        try:
-            os.execve(sys.executable, [sys.executable, "-m", "chat", "--model", str(model)], env)
-        finally:
-            os._exit(127)
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-
-    def read_until(done: Callable[[bytes], bool], deadline: float) -> None:
-        screen, checked = b"", 0
-        while time.monotonic() < deadline:
-            readable, _, _ = select.select([fd], [], [], 0.05)
-            if readable:
-                try:
-                    screen += os.read(fd, 1 << 16)
-                except OSError:
-                    tail = ESCAPE_SEQUENCE.sub(b"", screen)[-600:].decode(errors="replace")
-                    raise RuntimeError(f"chat exited; its last output: {tail}") from None
-            text = ESCAPE_SEQUENCE.sub(b"", screen[max(0, checked - 256) :])
-            checked = len(screen)
-            if done(text):
-                return
-        raise TimeoutError("the app did not get there in time")
-
     database = Path(env[DATA_DIR_ENV]) / "conversations.db"
+    terminal = Terminal(model, env)
+    pid = terminal.pid
     try:
-        read_until(lambda text: MODEL_READY_MARK in text, time.monotonic() + timeout)
+        terminal.wait_for(MODEL_READY_MARK, timeout)
         reply: tuple[int, float, float] | None = None
         earlier = saved_replies(database)  # from an earlier run with the same folders
 
-        def ended(replies: int) -> Callable[[bytes], bool]:
-            def check(_: bytes) -> bool:
+        def ended(replies: int) -> Callable[[], bool]:
+            def check() -> bool:
                 nonlocal reply
                 reply = finished_reply(database, earlier + replies)
                 return reply is not None
@@ -136,28 +110,26 @@ def stream_in_terminal(
         # A first reply to a long pasted prompt: its prompt rate is measured,
         # and it warms up what the app does once (the Markdown parser is
         # imported for the first reply). The second reply's decode is measured.
-        os.write(fd, b"\x1b[200~" + LONG_PROMPT.encode() + b"\x1b[201~")
+        terminal.send(b"\x1b[200~" + LONG_PROMPT.encode() + b"\x1b[201~")
         time.sleep(0.5)
-        os.write(fd, b"\r")
-        read_until(ended(1), time.monotonic() + timeout)
+        terminal.send(b"\r")
+        terminal.wait_until(ended(1), timeout)
         first = reply
         for turn in range(earlier_turns):  # a longer conversation on screen
             time.sleep(0.3)
-            os.write(fd, STORY.encode() + b"\r")
-            read_until(ended(2 + turn), time.monotonic() + timeout)
+            terminal.send(STORY.encode() + b"\r")
+            terminal.wait_until(ended(2 + turn), timeout)
         if not earlier_turns:  # the same depth in the KV cache as the raw loop's
-            os.write(fd, b"\x0e")  # Ctrl+N: a new conversation
+            terminal.send(b"\x0e")  # Ctrl+N: a new conversation
         time.sleep(0.5)
-        os.write(fd, STORY.encode() + b"\r")
+        terminal.send(STORY.encode() + b"\r")
         before, before_total = thread_cpu(pid), process_cpu(pid)
         started = time.monotonic()
-        read_until(ended(2 + earlier_turns), started + timeout)
+        terminal.wait_until(ended(2 + earlier_turns), timeout)
         wall = time.monotonic() - started
         after, total = thread_cpu(pid), process_cpu(pid) - before_total
     finally:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        os.close(fd)
+        terminal.close()
     assert reply is not None
     used = {tid: after[tid] - before.get(tid, 0.0) for tid in after}
     # llama.cpp's worker threads work (or spin) for most of the reply; the UI's

@@ -1,0 +1,98 @@
+"""`chat` as a user runs it, for the benchmark: in a 120x40 pseudo-terminal,
+sent keys, with what it draws read back."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import select
+import signal
+import struct
+import sys
+import termios
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from chat.bench.startup import ESCAPE_SEQUENCE
+
+
+class Terminal:
+    """`chat --model MODEL` on a 120x40 pseudo-terminal; what it draws is kept."""
+
+    def __init__(self, model: Path, env: dict[str, str]) -> None:
+        import pty
+
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: become the app
+            try:
+                argv = [sys.executable, "-m", "chat", "--model", str(model)]
+                os.execve(sys.executable, argv, env)
+            finally:
+                os._exit(127)
+        fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        self.screen = b""
+
+    def wait_for(self, mark: bytes, timeout: float = 300) -> None:
+        """Read until `mark` is drawn (only what arrives from now on counts)."""
+        start = len(self.screen)
+        deadline = time.monotonic() + timeout
+        while True:
+            readable, _, _ = select.select([self.fd], [], [], max(0, deadline - time.monotonic()))
+            if not readable:
+                raise TimeoutError(f"chat did not show {mark!r} within {timeout:.0f} s")
+            self.screen += os.read(self.fd, 1 << 16)
+            if mark in ESCAPE_SEQUENCE.sub(b"", self.screen[max(0, start - 256) :]):
+                return
+
+    def wait_until(self, done: Callable[[], bool], timeout: float = 300) -> None:
+        """Read what the app draws until `done()` (checked at least every 50 ms)."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the app did not get there within {timeout:.0f} s")
+            readable, _, _ = select.select([self.fd], [], [], 0.05)
+            if readable:
+                try:
+                    self.screen += os.read(self.fd, 1 << 16)
+                except OSError:
+                    tail = ESCAPE_SEQUENCE.sub(b"", self.screen)[-600:].decode(errors="replace")
+                    raise RuntimeError(f"chat exited; its last output: {tail}") from None
+
+    def send(self, data: bytes) -> None:
+        os.write(self.fd, data)
+
+    def type_in_background(self, text: str) -> None:
+        """Send `text` as keystrokes, as fast as the app reads them."""
+        data = text.encode()
+
+        def write() -> None:
+            for offset in range(0, len(data), 4096):
+                try:
+                    os.write(self.fd, data[offset : offset + 4096])
+                except OSError:  # the app quit
+                    return
+
+        threading.Thread(target=write, daemon=True).start()
+
+    def seconds_to_exit(self, timeout: float) -> float:
+        """Seconds until the app exits (reading what it draws meanwhile)."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout:
+            if os.waitpid(self.pid, os.WNOHANG)[0]:
+                self.pid = 0
+                return time.monotonic() - started
+            readable, _, _ = select.select([self.fd], [], [], 0.01)
+            if readable:
+                try:
+                    self.screen += os.read(self.fd, 1 << 16)
+                except OSError:  # closed: the app is exiting
+                    time.sleep(0.01)
+        raise TimeoutError(f"chat still running {timeout:.0f} s after Ctrl+Q")
+
+    def close(self) -> None:
+        if self.pid:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        os.close(self.fd)
