@@ -7,7 +7,7 @@ import sys
 import threading
 from typing import TextIO
 
-from chat.models.table import ModelRow, human_bytes, model_rows, row_dict
+from chat.models.table import ModelRow, budgets_text, human_bytes, model_rows, row_dict
 from chat.settings.schema import ModelSettings
 
 HEADER = ("model", "params", "quant", "size", "trained ctx", "template", "memory", "found in")
@@ -15,9 +15,15 @@ HEADER = ("model", "params", "quant", "size", "trained ctx", "template", "memory
 
 def print_models(settings: ModelSettings, *, as_json: bool, out: TextIO) -> int:
     """Every GGUF found, with the memory each needs at the context size set
-    (the model's own window when it is 0) against the free memory."""
-    type_k = "q8_0" if settings.cache_type_k == "auto" else settings.cache_type_k
-    rows = model_rows(settings.n_ctx, type_k, "f16", settings.flash_attn)
+    (the model's own window when it is 0) against the free memory: RAM, or
+    the GPU's when every layer is offloaded."""
+    rows = model_rows(
+        settings.n_ctx,
+        settings.cache_type_k,
+        "f16",
+        settings.flash_attn,
+        n_gpu_layers=settings.n_gpu_layers,
+    )
     if as_json:
         json.dump([row_dict(row) for row in rows], out, indent=2)
         out.write("\n")
@@ -36,9 +42,9 @@ def print_models(settings: ModelSettings, *, as_json: bool, out: TextIO) -> int:
             print(f"    {row.entry.path}", file=out)
             if row.problem:
                 print(f"    cannot be used: {row.problem}", file=out)
-    budget = rows[0].budget
-    if budget is not None:
-        print(f"\nFree memory now: {human_bytes(budget)}.", file=out)
+    compared = budgets_text(rows)
+    if compared is not None:
+        print(f"\nFree memory now: {compared}.", file=out)
     return 0
 
 

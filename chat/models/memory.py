@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chat.errors import ModelError
+from chat.models.devices import DeviceReport
 from chat.models.metadata import ModelMetadata
 
 MIB = 1024 * 1024
@@ -180,13 +181,72 @@ def available_ram(meminfo: Path = _MEMINFO) -> int | None:
     return int(psutil.virtual_memory().available)
 
 
-def memory_budget(vram: int | None = None) -> int | None:
-    """Bytes a model may use: the GPU's free memory when every layer goes
-    there (`vram`, as the caller measured it), else the free RAM. None when
-    it cannot be told."""
-    if vram is not None:
-        return vram
-    return available_ram()
+@dataclass(frozen=True)
+class MemoryBudget:
+    """What a model's estimate is compared with: the free bytes of one kind
+    of memory, and why that one."""
+
+    available: int | None
+    """Bytes free; None when they cannot be told."""
+    memory: str
+    """"RAM" or "GPU memory"."""
+    devices: tuple[str, ...] = ()
+    """The GPU devices that take offloaded layers ("CUDA0", "Vulkan0"): every
+    layer with `memory` "GPU memory", some of them with a partial offload."""
+    gpu_layers: int = 0
+    """Layers offloaded when only some are (the budget is then the RAM, as
+    if none were: see `memory_budget`); 0 otherwise."""
+    n_layers: int = 0
+    cpu_only: bool = False
+    """Layers were asked on a GPU but this llama.cpp build runs on the CPU only."""
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.memory == GPU_MEMORY
+
+
+RAM = "RAM"
+GPU_MEMORY = "GPU memory"
+
+
+def memory_budget(
+    ram: int | None,
+    n_gpu_layers: int = 0,
+    n_layers: int = 0,
+    devices: DeviceReport | None = None,
+) -> MemoryBudget:
+    """Which memory a model of `n_layers` layers loaded with `n_gpu_layers`
+    (-1: all) is measured against, with `ram` bytes of RAM free and the
+    devices llama.cpp reports (None: unknown, taken as the CPU alone).
+
+    - Nothing offloaded (0 layers asked, a CPU-only build, no GPU found): RAM.
+    - Every layer offloaded: the free memory of the GPUs llama.cpp spreads the
+      layers over, all together. The whole estimate is counted there, though
+      llama.cpp keeps the token embeddings (and, with exactly `n_layers`
+      asked, the output layer) in RAM: the estimate errs high.
+    - Some layers offloaded: the RAM, as if every layer stayed on the CPU. How
+      the weights split between the devices needs each tensor's size, which
+      the header reader does not keep, so the GPU's share is not checked."""
+    offload = devices.offload_devices if devices is not None and n_gpu_layers != 0 else ()
+    cpu_only = devices is not None and n_gpu_layers != 0 and not devices.gpu_offload
+    if not offload:
+        return MemoryBudget(ram, RAM, n_layers=n_layers, cpu_only=cpu_only)
+    names = tuple(device.name for device in offload)
+    if n_gpu_layers < 0 or n_gpu_layers >= n_layers:
+        free = sum(device.free for device in offload)
+        return MemoryBudget(free, GPU_MEMORY, names, n_layers=n_layers)
+    return MemoryBudget(ram, RAM, names, gpu_layers=n_gpu_layers, n_layers=n_layers)
+
+
+def key_cache_type(setting: str, n_gpu_layers: int, devices: DeviceReport | None) -> str:
+    """The KV cache's key type the engine will use: the setting, or for
+    "auto" q8_0 when every layer runs on the CPU, else llama.cpp's f16. The
+    same rule as `chat.engine.llama.key_cache_type` (which asks
+    llama_supports_gpu_offload itself; this layer cannot import the engine)."""
+    if setting != "auto":
+        return setting
+    on_cpu = devices is None or not devices.gpu_offload or n_gpu_layers == 0
+    return "q8_0" if on_cpu else "f16"
 
 
 _LOG_KV = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB")

@@ -11,9 +11,13 @@ from pathlib import Path
 
 from chat.errors import ModelError
 from chat.models.catalog import ModelEntry, find_models
+from chat.models.devices import DeviceReport, compute_devices
 from chat.models.memory import (
+    MemoryBudget,
     MemoryEstimate,
+    available_ram,
     estimate_memory,
+    key_cache_type,
     largest_fitting_context,
     memory_budget,
 )
@@ -26,8 +30,9 @@ class ModelRow:
     metadata: ModelMetadata | None
     memory: MemoryEstimate | None
     """At the context size asked for (0: the model's trained window)."""
-    budget: int | None
-    """Bytes free for a model (free RAM); None when unknown."""
+    budget: MemoryBudget
+    """What the estimate is compared with: free RAM, or the GPU's free
+    memory when every layer is offloaded."""
     largest_context: int | None
     """The largest context that fits the budget, when the one asked for does not."""
     problem: str | None
@@ -35,47 +40,99 @@ class ModelRow:
 
     @property
     def fits(self) -> bool | None:
-        if self.memory is None or self.budget is None:
+        if self.memory is None or self.budget.available is None:
             return None
-        return self.memory.fits(self.budget)
+        return self.memory.fits(self.budget.available)
 
     def memory_text(self) -> str:
-        """`212 MiB at 8,192 ctx`, with `too big: ...` when it does not fit."""
+        """`212 MiB at 8,192 ctx`, with `too big: ...` when it does not fit;
+        `... on CUDA0` when every layer goes to the GPU."""
         if self.memory is None:
             return "?"
         text = f"{human_bytes(self.memory.total)} at {self.memory.n_ctx:,} ctx"
+        budget = self.budget
+        if budget.on_gpu:
+            text += f" on {_names(budget.devices)}"
+        elif budget.gpu_layers:
+            text += f", {budget.gpu_layers}/{budget.n_layers} layers on GPU"
         if self.fits is False:
             if self.largest_context:
                 return f"{text}: too big, fits up to {self.largest_context:,} ctx"
-            return f"{text}: too big for the free memory"
+            return f"{text}: too big for the free {'GPU memory' if budget.on_gpu else 'memory'}"
         return text
 
 
 def model_rows(
     n_ctx: int = 0,
-    type_k: str = "q8_0",
+    type_k: str = "auto",
     type_v: str = "f16",
     flash_attn: bool = False,
     entries: Sequence[ModelEntry] | None = None,
+    n_gpu_layers: int = 0,
+    devices: DeviceReport | None = None,
 ) -> list[ModelRow]:
-    """A row per model found (or per `entries`), memory estimated at `n_ctx`."""
-    budget = memory_budget()
+    """A row per model found (or per `entries`), memory estimated at `n_ctx`
+    with `n_gpu_layers` offloaded (-1: all), against the free RAM or, for
+    models whose every layer is offloaded, the GPU's free memory. `devices`:
+    what the llama.cpp build reports, asked here when layers are offloaded
+    and it is not given. `type_k` "auto" resolves as the engine resolves it."""
+    if devices is None and n_gpu_layers != 0:
+        devices = compute_devices()
+    type_k = key_cache_type(type_k, n_gpu_layers, devices)
+    ram = available_ram()
     rows = []
     for entry in find_models() if entries is None else entries:
+        unread = memory_budget(ram, n_gpu_layers, 0, devices)  # no estimate to compare
         if entry.problem:
-            rows.append(ModelRow(entry, None, None, budget, None, entry.problem))
+            rows.append(ModelRow(entry, None, None, unread, None, entry.problem))
             continue
         try:
             meta = read_metadata(entry.path)
         except ModelError as error:
-            rows.append(ModelRow(entry, None, None, budget, None, str(error)))
+            rows.append(ModelRow(entry, None, None, unread, None, str(error)))
             continue
+        budget = memory_budget(ram, n_gpu_layers, meta.block_count, devices)
         memory = estimate_memory(meta, n_ctx, type_k, type_v, flash_attn)
         largest = None
-        if budget is not None and not memory.fits(budget):
-            largest = largest_fitting_context(meta, budget, type_k, type_v, flash_attn) or None
+        if budget.available is not None and not memory.fits(budget.available):
+            largest = (
+                largest_fitting_context(meta, budget.available, type_k, type_v, flash_attn) or None
+            )
         rows.append(ModelRow(entry, meta, memory, budget, largest, None))
     return rows
+
+
+def budget_text(budget: MemoryBudget) -> str:
+    """The memory a row was compared with, in words: `21.0 GiB of RAM`,
+    `20.1 GiB of GPU memory on CUDA0`."""
+    free = "unknown" if budget.available is None else human_bytes(budget.available)
+    if budget.on_gpu:
+        return f"{free} of GPU memory on {_names(budget.devices)}"
+    if budget.gpu_layers:
+        return (
+            f"{free} of RAM ({budget.gpu_layers} of {budget.n_layers} layers on "
+            f"{_names(budget.devices)} not counted: compared as if all stayed on the CPU)"
+        )
+    if budget.cpu_only:
+        return f"{free} of RAM (this llama.cpp build runs on the CPU only)"
+    return f"{free} of RAM"
+
+
+def budgets_text(rows: Sequence[ModelRow]) -> str | None:
+    """What the rows were compared with, each kind once (models that fit a
+    GPU whole and models that do not differ); None when nothing is known."""
+    texts: list[str] = []
+    for row in rows:
+        if row.metadata is None or row.budget.available is None:
+            continue
+        text = budget_text(row.budget)
+        if text not in texts:
+            texts.append(text)
+    return "; ".join(texts) or None
+
+
+def _names(devices: Sequence[str]) -> str:
+    return " + ".join(devices) or "the GPU"
 
 
 def human_bytes(size: int) -> str:
@@ -106,7 +163,9 @@ def row_dict(row: ModelRow) -> dict[str, object]:
                 "kv_cache": row.memory.kv_cache,
                 "compute": row.memory.compute,
                 "total": row.memory.total,
-                "available": row.budget,
+                "available": row.budget.available,
+                "compared_with": row.budget.memory,
+                "devices": list(row.budget.devices),
                 "fits": row.fits,
                 "largest_context": row.largest_context,
             }

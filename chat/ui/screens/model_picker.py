@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from rich.text import Text
@@ -22,7 +23,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Label, ProgressBar, Static
 
 from chat.models.download import DownloadProgress
-from chat.models.table import ModelRow, human_bytes
+from chat.models.table import ModelRow, budgets_text, human_bytes
 from chat.sanitize import sanitize
 from chat.session.background import in_thread
 from chat.settings.schema import ModelSettings
@@ -120,10 +121,18 @@ class ModelPickerScreen(Screen[Path | None]):
         from chat.models.table import model_rows
 
         settings = self._settings
-        type_k = "q8_0" if settings.cache_type_k == "auto" else settings.cache_type_k
-        # Walks download caches and reads each header: not on the UI thread.
+        # Walks download caches, reads each header and asks llama.cpp for its
+        # devices: not on the UI thread.
         self._rows = await in_thread(
-            "list-models", model_rows, settings.n_ctx, type_k, "f16", settings.flash_attn
+            "list-models",
+            partial(
+                model_rows,
+                settings.n_ctx,
+                settings.cache_type_k,
+                "f16",
+                settings.flash_attn,
+                n_gpu_layers=settings.n_gpu_layers,
+            ),
         )
         self._show()
 
@@ -144,8 +153,8 @@ class ModelPickerScreen(Screen[Path | None]):
                 "(e.g. bartowski/Qwen2.5-0.5B-Instruct-GGUF)."
             )
             return
-        budget = self._rows[0].budget
-        free = f" · free memory {human_bytes(budget)}" if budget is not None else ""
+        compared = budgets_text(self._rows)
+        free = f" · free {compared}" if compared is not None else ""
         context = self._settings.n_ctx or "each model's own"
         status.update(
             f"{shown} of {len(self._rows)} models · memory at context {context}{free} · "
@@ -176,7 +185,8 @@ class ModelPickerScreen(Screen[Path | None]):
             return
         if row.fits is False:
             self.notify(
-                f"{row.entry.name} needs {row.memory_text()}; loading it may fail or swap.",
+                f"{row.entry.name} needs {row.memory_text()}; loading it may fail"
+                f"{'' if row.budget.on_gpu else ' or swap'}.",
                 severity="warning",
                 timeout=10,
                 markup=False,
