@@ -1,11 +1,10 @@
 """How often a streaming reply is drawn.
 
-Every delivery of new text costs the UI thread a Markdown update and a new
-layout of the screen, and that cost grows with the conversation on screen
-(Textual lays out every mounted message again): measured in a pseudo-terminal,
-0.15 CPU-seconds per 100 tokens for the first reply, 0.36 by the eleventh.
-That CPU is taken from llama.cpp on a small machine. So a reply is drawn up
-to 30 times a second while drawing is cheap, and less often (down to 8) when
+Every delivery of new text costs the UI thread a Markdown update, and when
+the reply gains a line, a new layout of the screen (docs/performance.md has
+the figures). That CPU is taken from llama.cpp on a small machine, and a
+costly frame (a code block, a key typed) may come at any time. So a reply is
+drawn up to 30 times a second while drawing is cheap, and less often (down to 8) when
 the UI thread would otherwise use more than `budget` of a core: the text then
 arrives in slightly larger pieces, and decoding keeps its core.
 """

@@ -130,7 +130,9 @@ class ContextMeter(Static):
 
     def _redraw(self) -> None:
         self._redraw_scheduled = False
-        self.update(self.render_text())
+        # Its size never depends on the text: no layout, which in Textual would
+        # arrange every widget on the screen again, 20 times a second.
+        self.update(self.render_text(), layout=False)
 
     def add_reply_tokens(self, count: int) -> None:
         """The reply grows by `count` tokens: it takes them from the reserve first.

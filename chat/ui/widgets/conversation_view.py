@@ -7,6 +7,12 @@ would take half a minute. Only the newest `FIRST_PAGE` are mounted at once;
 older ones wait in `_earlier` and are mounted `PAGE` at a time whenever less
 than a screenful is left above what the user sees: right after opening, and as
 the user scrolls up. The line at the top says how many are left (click: more).
+
+The same goes for a conversation that grows long as the user chats: when a
+reply starts, views that end more than `KEEP_SCREENS` screenfuls above the
+bottom go back to `_earlier`. Each delivery of a streamed reply that adds a
+line makes Textual lay out every widget on the screen, mounted messages
+included, so without this the UI's cost per token grew with the conversation.
 """
 
 from __future__ import annotations
@@ -65,6 +71,10 @@ class ConversationView(VerticalScroll):
     """Message views mounted when a conversation opens: more than a screenful."""
     PAGE = 10
     """Older message views mounted at a time, as the user scrolls up."""
+    KEEP_SCREENS = 2
+    """When a reply starts, the views within this many screenfuls of the bottom
+    stay mounted (a screenful above what the user sees, so `_fill_above` has
+    nothing to do); older ones are unmounted."""
 
     @dataclass
     class EarlierShown(TextualMessage):
@@ -189,6 +199,8 @@ class ConversationView(VerticalScroll):
         return new
 
     async def start_reply(self, message: Message) -> AssistantMessageView:
+        async with self._earlier_lock:
+            await self._unmount_far_above()
         view = AssistantMessageView(message)
         await self.mount(view)
         view.start_stream()
@@ -196,6 +208,38 @@ class ConversationView(VerticalScroll):
         # anchor when the user scrolls up, and restores it at the bottom.
         self.anchor()
         return view
+
+    async def _unmount_far_above(self) -> None:
+        """Put the oldest views that end more than KEEP_SCREENS screenfuls above
+        the bottom back in `_earlier` (the user is at the bottom: a message was
+        just sent). A selected view and the ones below it stay."""
+        height = self.size.height
+        if not height or self.scroll_y < self.max_scroll_y:
+            return
+        views = [view for view in self.message_views() if not isinstance(view, SystemMessageView)]
+        # Where each view was at the last layout: a view mounted since (the
+        # message just sent) has an empty region, and views removed since (a
+        # reply regenerated) still count in the virtual size, so the bottom is
+        # that of the lowest view laid out.
+        regions = [view.virtual_region for view in views]
+        bottom = max((region.bottom for region in regions if region), default=0)
+        keep_from = bottom - self.KEEP_SCREENS * height
+        gone: list[MessageView] = []
+        for view, region in zip(views, regions, strict=True):
+            if not region or region.bottom > keep_from or view.has_class("selected"):
+                break
+            gone.append(view)
+        if not gone:
+            return
+        self._earlier += [view.message for view in gone]
+        markers = self.query(EarlierMessages)
+        if markers:
+            marker = markers.first()
+        else:
+            marker = EarlierMessages(markup=False)
+            await self.mount(marker, before=gone[0])
+        marker.show_count(len(self._earlier))
+        await self.remove_children(gone)
 
     def message_views(self) -> list[MessageView]:
         return list(self.query(MessageView))

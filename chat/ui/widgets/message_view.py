@@ -259,6 +259,7 @@ def _reply_markdown_class() -> type[Markdown]:
     """Markdown whose code blocks each carry a copy button. Built on first use:
     importing Markdown costs ~40 ms that a new chat's first frame need not pay."""
     from textual.widgets import Markdown
+    from textual.widgets._markdown import MarkdownParagraph  # not re-exported by textual 8
     from textual.widgets.markdown import MarkdownFence
 
     class CopyableFence(MarkdownFence):
@@ -266,8 +267,27 @@ def _reply_markdown_class() -> type[Markdown]:
             yield CopyButton(lambda: self.code, "the code block", classes="fence-copy")
             yield from super().compose()
 
+    class Paragraph(MarkdownParagraph):
+        def set_content(self, content: Content) -> None:
+            """New text for the paragraph (a streamed reply's last one grows with
+            each delivery); the screen is laid out again only when its height
+            changes (its width is its container's, whatever the text). Any layout
+            in Textual arranges every widget on the screen, those of each mounted
+            message too, while a delivery that only fills the last line needs
+            no more than this paragraph redrawn."""
+            self._content = content
+            width, height = self.content_size
+            self.update(content, layout=False)
+            if not width or self.get_content_height(self.size, self.size, width) != height:
+                self.refresh(layout=True)
+
     class ReplyMarkdown(Markdown):
-        BLOCKS = {**Markdown.BLOCKS, "fence": CopyableFence, "code_block": CopyableFence}
+        BLOCKS = {
+            **Markdown.BLOCKS,
+            "paragraph_open": Paragraph,
+            "fence": CopyableFence,
+            "code_block": CopyableFence,
+        }
 
     return ReplyMarkdown
 
