@@ -103,6 +103,10 @@ class ScriptedEngine:
         self.release = threading.Event()
         self.calls: list[tuple[list[dict[str, str]], SamplingSettings]] = []
         self.prefills: list[list[dict[str, str]]] = []
+        self.prefill_exact: list[bool] = []
+        """`exact` of each message prefill."""
+        self.rebatches = 0
+        """Calls of `rebatch_reply` (after a repeatable reply)."""
         self.history_prefills: list[list[dict[str, str]]] = []
         self.started = threading.Event()
         self.cached: tuple[int, ...] = ()
@@ -210,10 +214,18 @@ class ScriptedEngine:
             yield PromptProgress(done, total, batch * 0.5)
         return True
 
-    def prefill(self, messages: ChatMessages, add_generation_prompt: bool = True) -> bool:
+    def prefill(
+        self, messages: ChatMessages, add_generation_prompt: bool = True, exact: bool = False
+    ) -> bool:
         """Records message prefills in `prefills`, conversation ones in `history_prefills`."""
+        if add_generation_prompt:
+            self.prefill_exact.append(exact)
         done = self.prefills if add_generation_prompt else self.history_prefills
         done.append([dict(m) for m in messages])
+        return True
+
+    def rebatch_reply(self) -> bool:
+        self.rebatches += 1
         return True
 
     def state_identity(self) -> StateIdentity:

@@ -72,6 +72,7 @@ def ttft_by_turn(
                 history, replace(SAMPLING, max_tokens=reply_tokens), threading.Event()
             )
         )
+        engine.rebatch_reply()  # as the app does while the user reads a seeded reply
         sizes.append(reply.stats.prompt_tokens)
         history.append({"role": "assistant", "content": reply.text})
     samples: dict[int, list[float]] = {turn: [] for turn in reported}

@@ -176,17 +176,28 @@ class Engine(Protocol):
         """
         ...
 
-    def prefill(self, messages: ChatMessages, add_generation_prompt: bool = True) -> bool:
+    def prefill(
+        self, messages: ChatMessages, add_generation_prompt: bool = True, exact: bool = False
+    ) -> bool:
         """Evaluate the prompt `stream_reply(messages, ...)` would send, ahead of
         time (the user paused over their message). If exactly that is sent next,
         its first token comes at once; the reply is the same either way.
 
         Without `add_generation_prompt`, `messages` is a conversation about to
         be continued: what of it the next reply would evaluate anyway is
-        evaluated now.
+        evaluated now. `exact`: evaluate as a repeatable reply
+        (`SamplingSettings.repeatable`) will.
 
         Returns False when nothing was done (busy, too long, or not possible).
         """
+        ...
+
+    def rebatch_reply(self) -> bool:
+        """After a reply, in the background, when replies are repeatable: make
+        the KV cache hold what evaluating the conversation from scratch would,
+        so that the same seed gives the same next reply whether the cache was
+        kept, restored or rebuilt. False when there was nothing to do (or the
+        engine has no such difference, as a server)."""
         ...
 
     def state_identity(self) -> StateIdentity:

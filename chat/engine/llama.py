@@ -16,7 +16,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -203,6 +203,18 @@ def _prompt_tokens_evaluated(ctx: Any) -> int:
     return batched + single
 
 
+def _cut_spans(spans: Iterable[tuple[int, int]], end: int) -> list[tuple[int, int]]:
+    """The parts of batch `spans` before `end`, where the KV cache is cut."""
+    return [(start, min(stop, end)) for start, stop in spans if start < end]
+
+
+REBATCH_MOST = 64
+"""Tokens per batch when a reply is evaluated again in the background
+(`rebatch_reply`): small, so that a reply sent or a state saved meanwhile
+waits little (how a prompt is cut into batches of two or more does not change
+its values)."""
+
+
 def _reply_placeholder(index: int) -> str:
     """Text a template renders in place of message `index`'s content, to find
     where that content goes (private-use characters: no message has them)."""
@@ -259,6 +271,8 @@ class LlamaEngine:
         self._prefilling = False
         self._reply_waiting = False
         """A reply waits for the lock: a prefill stops at its next batch."""
+        self._save_waiting = False
+        """`save_state` waits for the lock: a rebatch stops at its next batch."""
         # llama-cpp-python 0.3.36 samples a fully cached prompt from the logits of
         # its last decode (`_requires_eval` says whether they are live); versions
         # without that attribute evaluate the last prompt token again, so there
@@ -533,7 +547,9 @@ class LlamaEngine:
                     f"The prompt is {len(prompt):,} tokens but the model's context window holds "
                     f"{n_ctx:,}. Shorten the message or start a new conversation."
                 )
-            yield from self._generate(prompt, sampling, cancel, record_probs, started)
+            yield from self._generate(
+                prompt, sampling, cancel, record_probs, started, sampling.repeatable
+            )
         finally:
             self._lock.release()
 
@@ -560,7 +576,9 @@ class LlamaEngine:
             self._lock.release()
             raise EngineClosedError(_CLOSED)
 
-    def prefill(self, messages: ChatMessages, add_generation_prompt: bool = True) -> bool:
+    def prefill(
+        self, messages: ChatMessages, add_generation_prompt: bool = True, exact: bool = False
+    ) -> bool:
         """Evaluate the prompt for `messages` now, before it is sent (while the
         user pauses over their message): if exactly this prompt is sent next,
         its first token is sampled at once, with the same logits as if nothing
@@ -569,6 +587,10 @@ class LlamaEngine:
         Without `add_generation_prompt`, `messages` is a conversation to be
         continued (just opened): only its whole batches are evaluated, the ones
         the next reply would evaluate anyway, in the same batches.
+
+        With `exact`, for a repeatable reply (`SamplingSettings.repeatable`):
+        what the last reply decoded one token at a time is evaluated again too
+        (see `_prompt_span`).
 
         Returns False when the prompt was not made ready: the engine is busy,
         the prompt does not fit, it needs more than one batch (too long to
@@ -582,23 +604,23 @@ class LlamaEngine:
             prompt = self._tokenize_chat(messages, add_generation_prompt, self._prompt_tokenizer)
             if len(prompt) >= self.info.n_ctx:
                 return False
-            start, end = self._prompt_span(prompt)
-            n_batch = int(self._llm.n_batch)
+            start, end = self._prompt_span(prompt, exact)
+            n_batch = self._batch_size()
             if not add_generation_prompt:
                 end = start + (len(prompt) - start) // n_batch * n_batch
             elif end - start > n_batch:
                 return False
             if start < end:
                 self._start_batch(start, end)
-                # One batch at a time (as eval() would split them): `close`
-                # and a reply sent meanwhile wait for one batch at most. (A
-                # message's prefill is one batch: the reply waits for it.)
-                for first in range(start, end, n_batch):
+                # One batch at a time: `close` and a reply sent meanwhile wait
+                # for one batch at most. (A message's prefill is one batch: the
+                # reply waits for it.)
+                for first, last in self._chunks(start, end):
                     if self._closing or (self._reply_waiting and not add_generation_prompt):
                         self._end_batch_early(start, first)
                         llama_cpp.llama_synchronize(self._llm.ctx)  # see below
                         return False
-                    self._llm.eval(prompt[first : min(end, first + n_batch)])
+                    self._llm.eval(prompt[first:last])
                 # Done here, not at the next sampling: llama.cpp's timings
                 # (the next reply's "evaluated" count) are settled at a sync.
                 llama_cpp.llama_synchronize(self._llm.ctx)
@@ -614,6 +636,7 @@ class LlamaEngine:
         cancel: threading.Event,
         record_probs: bool,
         started: float,
+        exact: bool,
     ) -> Iterator[EngineEvent]:
         llm = self._llm
         recorder = ProbabilityRecorder(sampling, self._cached_piece) if record_probs else None
@@ -623,7 +646,7 @@ class LlamaEngine:
         llm.set_seed(seed)
         reply = ReplyText(stop=sampling.stop)
         llama_cpp.llama_perf_context_reset(llm.ctx)
-        start, end = self._prompt_span(prompt)
+        start, end = self._prompt_span(prompt, exact)
         if start < end:
             self._start_batch(start, end)
             # Evaluated here rather than in generate(), in the same batches, so
@@ -711,20 +734,17 @@ class LlamaEngine:
     def _evaluate_prompt(
         self, prompt: list[int], start: int, end: int, cancel: threading.Event
     ) -> Generator[PromptProgress, None, bool]:
-        """Evaluate `prompt[start:end]` one batch at a time, as `Llama.eval`
-        splits it (the same batches, so the same logits), with progress after
-        each. Stops between batches when `cancel` is set or the engine closes:
+        """Evaluate `prompt[start:end]` one batch at a time (`_chunks`), with
+        progress after each. Stops between batches when `cancel` is set or the engine closes:
         the batches evaluated stay in the KV cache, and the same prompt sent
         again resumes after them. Returns whether all of it was evaluated."""
-        n_batch = int(self._llm.n_batch)
         total = end - start
         began = time.perf_counter()
         yield PromptProgress(0, total, 0.0)
-        for first in range(start, end, n_batch):
+        for first, last in self._chunks(start, end):
             if cancel.is_set() or self._closing:
                 self._end_batch_early(start, first)
                 return False
-            last = min(end, first + n_batch)
             self._llm.eval(prompt[first:last])
             yield PromptProgress(last - start, total, time.perf_counter() - began)
         return True
@@ -767,25 +787,43 @@ class LlamaEngine:
         ids = tuple(sampled[:count])
         return ids if self._spell(ids) == target else None
 
-    def _prompt_span(self, prompt: list[int]) -> tuple[int, int]:
+    def _prompt_span(self, prompt: list[int], exact: bool = False) -> tuple[int, int]:
         """The span of `prompt` to evaluate: where it starts is chosen so that
         the same prompt gives the same logits (and, with a fixed seed, the same
         reply) whatever the KV cache held before.
 
-        llama.cpp's float sums depend on how tokens are batched: a token
-        evaluated alone gets slightly different logits than the same token in a
-        batch. Regenerating a reply finds its whole prompt cached, and
-        `Llama.generate` would evaluate only the last token, alone; editing the
-        last message, or sending other text than was prefilled, would resume in
-        the middle of a batch. In those cases the cache is cut back to where
-        that batch began and the batch is evaluated again, as it was the first
-        time (~35 tokens more for a regenerate). A prompt that is all cached and
-        whose batch was the last thing evaluated (a prefill) needs nothing:
-        llama.cpp still holds the logits of its last token."""
+        llama.cpp's float sums depend on how tokens are batched: on the CPU a
+        batch of one token is multiplied by other kernels (ggml's dot products)
+        than a batch of two or more (llamafile's tinyBLAS), and the logits
+        differ by up to ~0.7 on the demo model. How a prompt is cut into
+        batches of two or more makes no difference (measured: one batch,
+        batches of 2-40 tokens at random, all identical). So:
+
+        - A reply's own tokens were evaluated one at a time as they were
+          sampled: a conversation evaluated from scratch (just opened, or its
+          saved state gone) holds other values for them. With `exact` (a
+          repeatable reply: fixed seed or temperature 0) those are not reused;
+          they are evaluated again, in batches, with the new message, unless
+          `rebatch_reply` did it in the background already. And the prompt's
+          own batch is at least two tokens: regenerating a reply finds its
+          whole prompt cached, and `Llama.generate` would evaluate only the
+          last token, alone. Then the reply is the same warm, restored, or
+          from scratch.
+        - Otherwise (a random seed: no two replies are meant to be the same)
+          the cache is reused as far as it matches, except that a prompt
+          resuming in the middle of a batch (regenerate, an edited last
+          message, other text than was prefilled) evaluates that batch again
+          from its start, as it was the first time.
+
+        A prompt that is all cached and whose batch was the last thing
+        evaluated (a prefill) needs nothing: llama.cpp still holds the logits
+        of its last token."""
         llm = self._llm
         n_cached = int(llm.n_tokens)
         # As generate() computes it: the tokens of `prompt` the cache holds.
         resume = llama_cpp.Llama.longest_token_prefix(llm.input_ids[:n_cached], prompt)
+        if exact:
+            resume = min(resume, self._batch_built_end())
         last_end = self._batches[-1][1] if self._batches else None
         if (
             resume == len(prompt) == n_cached == last_end
@@ -793,6 +831,9 @@ class LlamaEngine:
             and not llm._requires_eval  # the logits are a live decode's
         ):
             return resume, resume
+        if exact:
+            # Never a batch of one token; where it starts makes no difference.
+            return max(0, min(resume, len(prompt) - 2)), len(prompt)
         resume = min(resume, len(prompt) - 1)  # the last token's logits are needed
         for start, end in self._batches:
             if start < resume < end:
@@ -802,8 +843,68 @@ class LlamaEngine:
     def _start_batch(self, start: int, end: int) -> None:
         """Cut the KV cache at `start`, where the prompt batch [start, end) goes."""
         self._llm.n_tokens = start  # generate() and eval() keep only this much
-        self._batches = [span for span in self._batches if span[1] <= start]
+        self._batches = _cut_spans(self._batches, start)
         self._batches.append((start, end))
+
+    def _batch_size(self) -> int:
+        """Tokens evaluated in one call: `n_batch`, and no more than llama.cpp's
+        physical batch (`n_ubatch`), which it would split them into."""
+        return max(2, min(int(self._llm.n_batch), int(self._llm.context_params.n_ubatch)))
+
+    def _chunks(self, start: int, end: int, most: int | None = None) -> Iterator[tuple[int, int]]:
+        """[start, end) cut into batches of `_batch_size` (or `most`), none of
+        a single token unless the whole span is one (see `_prompt_span`)."""
+        size = self._batch_size() if most is None else max(2, min(most, self._batch_size()))
+        first = start
+        while first < end:
+            last = min(end, first + size)
+            if end - last == 1:
+                last -= 1  # leave two for the last batch, not one
+            yield first, last
+            first = last
+
+    def _batch_built_end(self) -> int:
+        """Where the KV cache stops holding only what batches of two or more
+        tokens evaluated (from its start): past it come tokens a reply
+        sampled and evaluated one at a time. (A span of one token may be what
+        is left of a longer batch: counted as not, which only costs a token.)"""
+        built = 0
+        for start, end in sorted(self._batches):
+            if start > built or end - start < 2:
+                break
+            built = max(built, end)
+        return min(built, int(self._llm.n_tokens))
+
+    def rebatch_reply(self) -> bool:
+        """Evaluate again, in batches, what the KV cache holds that a reply
+        evaluated one token at a time, so that a repeatable reply sent next
+        evaluates only its new message (see `_prompt_span`). Run in the
+        background once a reply ends (with a fixed seed or temperature 0); a
+        reply sent meanwhile waits for the current batch at most, as for a
+        prefill. Returns False when there was nothing to do or the engine was
+        busy."""
+        if not self._samples_cached_prompts or not self._lock.acquire(blocking=False):
+            return False
+        self._prefilling = True
+        try:
+            llm = self._llm
+            end = int(llm.n_tokens)
+            start = max(0, min(self._batch_built_end(), end - 2))
+            if self._closing or end - start < 2 or self._batch_built_end() >= end:
+                return False
+            tokens = llm.input_ids[:end].tolist()
+            self._start_batch(start, end)
+            for first, last in self._chunks(start, end, REBATCH_MOST):
+                if self._closing or self._reply_waiting or self._save_waiting:
+                    self._end_batch_early(start, first)
+                    llama_cpp.llama_synchronize(llm.ctx)
+                    return False
+                llm.eval(tokens[first:last])
+            llama_cpp.llama_synchronize(llm.ctx)  # settles llama.cpp's timings, as prefill
+            return True
+        finally:
+            self._lock.release()
+            self._prefilling = False
 
     @property
     def llama(self) -> Any:
@@ -847,7 +948,12 @@ class LlamaEngine:
         """Copy the KV cache's sequence out (llama.cpp's `llama_state_seq_*`:
         the cache only, not `Llama.save_state()`, which also copies every
         logit row) with the tokens llama-cpp-python records it holds."""
-        if not self._lock.acquire(timeout=max(0.0, timeout)):
+        self._save_waiting = True  # a background rebatch stops at its next batch
+        try:
+            acquired = self._lock.acquire(timeout=max(0.0, timeout))
+        finally:
+            self._save_waiting = False
+        if not acquired:
             return None
         try:
             self._refuse_if_closing()
@@ -867,8 +973,7 @@ class LlamaEngine:
                 return None
             del data[written:]
             tokens = tuple(llm.input_ids[:n_tokens].tolist())
-            batches = tuple(span for span in self._batches if span[1] <= n_tokens)
-            return KvState(tokens, data, batches)
+            return KvState(tokens, data, tuple(_cut_spans(self._batches, n_tokens)))
         finally:
             self._lock.release()
 
@@ -892,7 +997,7 @@ class LlamaEngine:
             llm.input_ids[:n_tokens] = state.tokens
             llm.n_tokens = n_tokens
             llm._requires_eval = True
-            self._batches = [span for span in state.batches if span[1] <= n_tokens]
+            self._batches = _cut_spans(state.batches, n_tokens)
             return True
 
     def reset(self) -> None:

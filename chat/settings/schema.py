@@ -190,8 +190,7 @@ class ModelSettings:
     flash_attn: bool = _setting(
         False,
         "bool",
-        "Flash attention: faster and leaner on most GPUs. On the CPU: seeded replies repeat "
-        "exactly even from scratch, but long chats are slower.",
+        "Flash attention: faster and leaner on most GPUs; on the CPU, long chats are slower.",
     )
     n_threads: int | None = _setting(
         None,
@@ -298,7 +297,8 @@ class SamplingSettings:
     seed: int | None = _setting(
         None,
         "optional_int",
-        "Seed for sampling; the same seed and prompt give the same reply.",
+        "Seed for sampling; the same seed and prompt give the same reply, "
+        "whether the conversation was just opened, resumed or kept in memory.",
         0,
         2**32 - 1,
         special=((None, "random"),),
@@ -312,6 +312,15 @@ class SamplingSettings:
             "str_list", "Extra stop sequences, one per line: the reply ends before any of them."
         ),
     )
+
+    @property
+    def repeatable(self) -> bool:
+        """Whether a reply is meant to repeat exactly: a fixed seed, or
+        temperature 0 (always the likeliest token). The engine then keeps the
+        KV cache as evaluating the conversation from scratch would build it
+        (chat.engine.llama, `_prompt_span`), at the cost of reading each reply
+        once more, in the background."""
+        return self.seed is not None or self.temperature <= 0
 
 
 @dataclass

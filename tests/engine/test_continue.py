@@ -17,6 +17,8 @@ from chat.settings.schema import SamplingSettings
 pytestmark = pytest.mark.model
 
 GREEDY = SamplingSettings(temperature=0.0, max_tokens=12)
+LOOSE = SamplingSettings(temperature=0.7, max_tokens=12)
+"""Not repeatable (a random seed): the KV cache is reused as it is."""
 QUESTION: list[ChatMessage] = [
     {"role": "system", "content": "You are a helpful assistant."},
     {"role": "user", "content": "Describe the water cycle in a few sentences."},
@@ -51,21 +53,42 @@ def as_cut_reply(finished: Finished) -> ChatMessage:
 
 def test_continuing_evaluates_only_the_new_tokens_and_goes_on(engine: LlamaEngine) -> None:
     engine.reset()
-    _, cut = reply(engine, QUESTION)
+    _, cut = reply(engine, QUESTION, LOOSE)
     assert cut.stats.finish_reason == "max_tokens"
     assert cut.token_ids is not None
-    streamed, more = reply(engine, [*QUESTION, as_cut_reply(cut)], continue_last=True)
+    streamed, more = reply(engine, [*QUESTION, as_cut_reply(cut)], LOOSE, continue_last=True)
     assert streamed == more.text and more.text
     # Only the reply's last token (sampled, never evaluated) is new to the cache.
     assert more.stats.prompt_evaluated == 1
     assert more.stats.prompt_tokens == cut.stats.prompt_tokens + cut.stats.generated_tokens
-    # The same words as one reply twice as long: greedy, from the same cache.
-    engine.reset()
-    _, whole = reply(engine, QUESTION, replace(GREEDY, max_tokens=24))
-    assert cut.text + more.text == whole.text
     # Together their tokens spell the whole, to be sent as one reply next turn.
     assert more.token_ids is not None
-    assert (*cut.token_ids, *more.token_ids) == whole.token_ids
+    whole = (*cut.token_ids, *more.token_ids)
+    assert engine._spell(whole).decode() == cut.text + more.text
+
+
+def test_a_repeatable_continuation_is_the_same_warm_or_from_scratch(engine: LlamaEngine) -> None:
+    """Greedy (or a fixed seed): the continuation does not depend on what the
+    KV cache held, as for a new message (tests/engine/test_kv_state.py)."""
+    engine.reset()
+    _, cut = reply(engine, QUESTION)
+    assert cut.stats.finish_reason == "max_tokens"
+    assert engine.rebatch_reply()  # as the app does while the user reads
+    messages = [*QUESTION, as_cut_reply(cut)]
+    _, warm = reply(engine, messages, continue_last=True)
+    # The last token is new to the cache; a repeatable prompt's batch is never
+    # a single token, so the one before goes again with it.
+    assert warm.stats.prompt_evaluated == 2
+    engine.reset()
+    _, cold = reply(engine, messages, continue_last=True)
+    assert cold.stats.prompt_evaluated == cold.stats.prompt_tokens
+    assert cold.text == warm.text and cold.token_ids == warm.token_ids
+    # Sent at once, before the app's background pass: the cut reply goes again.
+    engine.reset()
+    reply(engine, QUESTION)
+    _, at_once = reply(engine, messages, continue_last=True)
+    assert at_once.text == warm.text
+    assert at_once.stats.prompt_evaluated == cut.stats.generated_tokens  # all of it
 
 
 def test_the_prompt_leaves_the_reply_open(engine: LlamaEngine) -> None:
@@ -95,7 +118,7 @@ def test_a_stopped_reply_continues_too(engine: LlamaEngine) -> None:
         if isinstance(event, Finished):
             finished = event
     assert finished is not None and finished.stats.finish_reason == "stopped"
-    _, more = reply(engine, [*QUESTION, as_cut_reply(finished)], continue_last=True)
+    _, more = reply(engine, [*QUESTION, as_cut_reply(finished)], LOOSE, continue_last=True)
     assert more.stats.prompt_evaluated == 1
     assert more.text
 

@@ -17,6 +17,7 @@ from chat.settings.schema import ModelSettings, Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.screens.chat import ChatScreen
 from chat.ui.screens.link_confirm import LinkConfirmScreen
+from chat.ui.widgets.conversation_view import ConversationView, EarlierMessages
 from chat.ui.widgets.message_view import AssistantMessageView, MessageView
 from chat.ui.widgets.prompt_box import PromptBox
 from tests.conftest import turn_done, wait_for
@@ -341,6 +342,35 @@ async def test_no_prefill_while_a_reply_streams_or_for_an_empty_box() -> None:
     assert len(engine.prefills) == 1
 
 
+@pytest.mark.parametrize(
+    ("seed", "temperature", "rebatched"),
+    [(7, 0.8, 1), (None, 0.0, 1), (None, 0.8, 0)],
+    ids=["fixed seed", "greedy", "random seed"],
+)
+async def test_a_repeatable_reply_is_evaluated_again_in_one_batch_after_it(
+    seed: int | None, temperature: float, rebatched: int
+) -> None:
+    """So that the same seed gives the same next reply warm, resumed or from
+    scratch (chat.engine.llama, `_prompt_span`); not needed with a random seed."""
+    engine = ScriptedEngine()
+    settings = Settings()
+    settings.sampling.seed = seed
+    settings.sampling.temperature = temperature
+    app = make_app(engine, settings)
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        await send(pilot, "Hello")
+        await turn_done(screen, pilot, 2)
+        if rebatched:
+            await wait_for(lambda: engine.rebatches == rebatched, pilot)
+        app.query_one(PromptBox).insert("Next")
+        await prefill_pause_over(pilot)
+        # The prefill evaluates as the reply will.
+        await wait_for(lambda: len(engine.prefills) == 1, pilot)
+        assert engine.prefill_exact == [bool(rebatched)]
+    assert engine.rebatches == rebatched
+
+
 async def test_prefill_can_be_turned_off() -> None:
     engine = ScriptedEngine()
     settings = Settings()
@@ -370,3 +400,36 @@ async def test_an_opened_conversation_is_evaluated_ahead() -> None:
         {"role": "assistant", "content": "Hello!"},
     ]
     assert engine.prefills == []
+
+
+async def test_a_long_chat_keeps_only_the_newest_messages_mounted() -> None:
+    # Each reply is a few lines: twelve turns are several screenfuls.
+    words = [f" word{i}" for i in range(60)]
+    engine = ScriptedEngine(replies=[words])
+    app = make_app(engine)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await ready(app, pilot)
+        view = app.query_one(ConversationView)
+        for turn in range(12):
+            await send(pilot, f"part {turn}")
+            await turn_done(screen, pilot, 2 * turn + 2)
+        # The oldest views were unmounted as replies started; what the user
+        # sees, and a screenful above it, stays.
+        await wait_for(lambda: view.scroll_y == view.max_scroll_y, pilot)
+        mounted = [v for v in app.query(MessageView) if v.message.role != "system"]
+        assert view.earlier_count > 0
+        assert len(mounted) + view.earlier_count == 24
+        assert view.scroll_y >= view.size.height
+        assert app.query(MessageView).last().message is screen.conversation.messages[-1]
+        assert "earlier messages" in str(app.query_one(EarlierMessages).render())
+        # Scrolling up brings back a page of them...
+        left = view.earlier_count
+        view.scroll_home(animate=False)
+        await wait_for(lambda: view.earlier_count < left, pilot)
+        # ...and find reaches the oldest (the pages down to it are mounted).
+        first = await view.reveal(screen.conversation.messages[0])
+        assert first is not None and first.message.content == "part 0"
+        await pilot.pause()
+        shown = [v.message for v in app.query(MessageView) if v.message.role != "system"]
+        assert shown == screen.conversation.messages
+        assert not app.query(EarlierMessages)

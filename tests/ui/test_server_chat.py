@@ -20,7 +20,7 @@ from chat.ui.widgets.context_meter import ContextMeter
 from chat.ui.widgets.status_bar import StatusBar
 from tests.conftest import wait_for
 from tests.servers import RunningServer, free_port, llama_server
-from tests.ui.conftest import run_command, send
+from tests.ui.conftest import reply_on_screen, run_command, send
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +177,9 @@ async def test_a_server_killed_mid_reply_keeps_and_saves_the_partial_reply(
             await wait_for(lambda: screen.engine is not None, pilot, timeout=60)
             await send(pilot, "Write a very long story about a ship.")
             await wait_for(lambda: screen.generating, pilot, timeout=30)
-            await pilot.pause(2.0)  # some of the story streams
+            # Some of the story streams (on a loaded machine the server may
+            # still be reading the prompt after a couple of seconds).
+            await wait_for(lambda: len(reply_on_screen(app)) > 40, pilot, timeout=60)
             doomed.kill()
             await wait_for(lambda: not screen.generating, pilot, timeout=30)
             reply = screen.conversation.messages[-1]

@@ -323,8 +323,13 @@ class RemoteEngine:
 
     # -- what the server owns ----------------------------------------------------
 
-    def prefill(self, messages: ChatMessages, add_generation_prompt: bool = True) -> bool:
+    def prefill(
+        self, messages: ChatMessages, add_generation_prompt: bool = True, exact: bool = False
+    ) -> bool:
         return False
+
+    def rebatch_reply(self) -> bool:
+        return False  # the server's cache is the server's
 
     def state_identity(self) -> StateIdentity:
         return remote_state_identity(self.info)

@@ -216,7 +216,9 @@ class LlamaServerEngine(RemoteEngine):
         if not cancel.is_set():
             raise ServerError(f"The llama-server at {url} ended the reply without its figures.")
 
-    def prefill(self, messages: ChatMessages, add_generation_prompt: bool = True) -> bool:
+    def prefill(
+        self, messages: ChatMessages, add_generation_prompt: bool = True, exact: bool = False
+    ) -> bool:
         """Evaluate the prompt into the slot's cache (`n_predict` 0): a reply
         sent next with the same prompt evaluates only what is new."""
         if not add_generation_prompt or not self._lock.acquire(blocking=False):

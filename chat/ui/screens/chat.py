@@ -662,7 +662,13 @@ class ChatScreen(Screen[None]):
         # Planned in the thread too: with a long conversation or draft, planning
         # takes longer than a keystroke may.
         start_thread(
-            "prefill", _prefill_quietly, engine, self.session, text, self.settings.chat.prefill
+            "prefill",
+            _prefill_quietly,
+            engine,
+            self.session,
+            text,
+            self.settings.chat.prefill,
+            self.settings.sampling.repeatable,
         )
 
     def _counting_messages(self) -> bool:
@@ -777,6 +783,11 @@ class ChatScreen(Screen[None]):
         self._reply_view = self._stream = None
         self.refresh_bindings()
         self.query_one(StatusBar).show_reply(finished.stats)
+        if self.settings.sampling.repeatable and self.engine is not None:
+            # While the user reads: the same seed then gives the same next reply
+            # (or continuation) whether this conversation stays in memory, is
+            # resumed or reopened.
+            start_thread("rebatch", _rebatch_quietly, self.engine)
         self._schedule_prefill()  # for what was typed while the reply streamed
         if finished.error is not None:
             # The connection to a model server dropped mid-reply: what came is kept.
@@ -1540,7 +1551,9 @@ class ChatScreen(Screen[None]):
         self.app.push_screen(LinkConfirmScreen(event.href))
 
 
-def _prefill_quietly(engine: Engine, session: ChatSession, text: str, prefill: bool) -> None:
+def _prefill_quietly(
+    engine: Engine, session: ChatSession, text: str, prefill: bool, exact: bool
+) -> None:
     """A prefill is only a head start: if it fails, sending the text meets the
     same problem and reports it, so nothing is shown from here. A saved KV cache
     of the conversation (instant resume) is put back first when it holds more."""
@@ -1550,4 +1563,10 @@ def _prefill_quietly(engine: Engine, session: ChatSession, text: str, prefill: b
             if session.resume_pending:
                 session.resume(engine, *prompt)
             if prefill:
-                engine.prefill(*prompt)
+                engine.prefill(*prompt, exact=exact)
+
+
+def _rebatch_quietly(engine: Engine) -> None:
+    """Like a prefill, only a head start: the next reply does it if this fails."""
+    with contextlib.suppress(Exception):
+        engine.rebatch_reply()
