@@ -18,6 +18,7 @@ from typing import Any
 
 from chat.bench.rows import Options, Row
 from chat.bench.workload import SAMPLING, bare_generate, finished, first_token_reply
+from chat.engine.kv_state import KvState
 from chat.engine.llama import LlamaEngine
 
 TTFT_ROUNDS = 7
@@ -46,7 +47,7 @@ def ttft_by_turn(
     pauses (same conversation, stopped at the first token).
 
     The conversation is generated once; the KV cache before each reported turn
-    is kept (llama.cpp's saved state). Then each reported turn is measured from
+    is kept (the engine's saved state). Then each reported turn is measured from
     its saved state, in rounds that visit every turn once: one sample varies by
     ±15 % here and the VM's speed drifts over a run, so a turn's figure is the
     median of its rounds and the last/first ratio the median of per-round
@@ -55,7 +56,7 @@ def ttft_by_turn(
     reported = reported_turns(turns)
     engine.reset()
     history: list[dict[str, str]] = [{"role": "system", "content": "You are a helpful assistant."}]
-    saved: dict[int, Any] = {}
+    saved: dict[int, KvState | None] = {}
     sizes: list[int] = []
     for turn in range(1, turns + 1):
         history.append(
@@ -66,7 +67,7 @@ def ttft_by_turn(
             }
         )
         if turn in reported:
-            saved[turn] = llm.save_state()
+            saved[turn] = engine.save_state()  # None when empty (turn 1)
         reply = finished(
             engine.stream_reply(
                 history, replace(SAMPLING, max_tokens=reply_tokens), threading.Event()
@@ -82,13 +83,13 @@ def ttft_by_turn(
     for _ in range(rounds):
         for turn in reported:
             messages = history[: 2 * turn]
-            llm.load_state(saved[turn])
+            put_back(engine, saved[turn])
             samples[turn].append(first_token_s(engine, messages))
-            llm.load_state(saved[turn])
+            put_back(engine, saved[turn])
             engine.prefill(messages)
             prefilled[turn].append(first_token_s(engine, messages))
             if turn in raw:
-                llm.load_state(saved[turn])
+                put_back(engine, saved[turn])
                 raw[turn].append(raw_first_token_s(llm, raw_prompts[turn]))
 
     def by_turn(of: dict[int, list[float]]) -> list[float]:
@@ -110,6 +111,16 @@ def ttft_by_turn(
         last_to_first(samples),
         last_to_first(raw),
     )
+
+
+def put_back(engine: LlamaEngine, state: KvState | None) -> None:
+    """The KV cache as it was when `state` was saved (empty for None), with
+    what the engine knows of how it was evaluated (a seeded reply reuses
+    only what batches evaluated: chat.engine.llama, `_prompt_span`)."""
+    if state is None:
+        engine.reset()
+    else:
+        engine.restore_state(state)
 
 
 def raw_first_token_s(llm: Any, prompt: list[int]) -> float:

@@ -645,6 +645,9 @@ class LlamaEngine:
         seed = sampling.seed if sampling.seed is not None else random.randrange(2**32)
         llm.set_seed(seed)
         reply = ReplyText(stop=sampling.stop)
+        # llama.cpp adds batches to its counts at a sync: one left pending (the
+        # thread calibration's last) would be counted as this reply's.
+        llama_cpp.llama_synchronize(llm.ctx)
         llama_cpp.llama_perf_context_reset(llm.ctx)
         start, end = self._prompt_span(prompt, exact)
         if start < end:

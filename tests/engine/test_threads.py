@@ -141,6 +141,9 @@ def test_the_app_measures_once_per_machine_and_model(demo_model: Path) -> None:
         assert first.cached_prefix([1, 2, 3]) == 0
         reply = finished_reply(first)
         assert reply.stats.generated_tokens > 0
+        # The measure's batches are not counted as the reply's (they were, as
+        # "evaluated 203, reused from cache -174", until llama.cpp was synced).
+        assert reply.stats.prompt_evaluated == reply.stats.prompt_tokens
     finally:
         first.close()
     again = load_llama(demo_model, ModelSettings(n_ctx=1024))
