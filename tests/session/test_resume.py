@@ -48,6 +48,9 @@ def reply(engine: LlamaEngine, messages: list[dict[str, str]]) -> Finished:
         if isinstance(event, Finished):
             last = event
     assert last is not None
+    # As the app does after a seeded reply: the next one then evaluates only
+    # the new message, and is the same warm, restored or from scratch.
+    engine.rebatch_reply()
     return last
 
 
