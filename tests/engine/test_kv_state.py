@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from chat.engine.kv_state import (
     read_state,
     write_state,
 )
-from chat.engine.llama import LlamaEngine, load_engine
+from chat.engine.llama import REBATCH_MOST, LlamaEngine, load_engine
 from chat.settings.schema import ModelSettings, SamplingSettings
 from tests.fakes import IDENTITY
 
@@ -237,6 +238,31 @@ def test_the_same_seed_gives_the_same_reply_warm_restored_or_from_scratch(
     long_conversation(loose)
     monkeypatch.setattr(SamplingSettings, "repeatable", property(lambda self: False))
     assert reply(loose, messages).text != cold_reply.text
+
+
+def test_a_save_does_not_wait_for_the_background_pass(fresh_engine) -> None:  # type: ignore[no-untyped-def]
+    """Leaving a conversation right after a long seeded reply: the pass stops
+    at its next small batch, the state is saved (resumed, the rest of the
+    reply is evaluated again with the next message)."""
+    engine = fresh_engine()
+    engine.reset()
+    messages = [SYSTEM, {"role": "user", "content": "Tell me a very long story."}]
+    long = replace(SEEDED, max_tokens=600, temperature=0.0)
+    story = reply(engine, messages, long)
+    held = engine.cached_tokens
+    assert held - story.stats.prompt_tokens > 2 * REBATCH_MOST  # more than one batch to go
+    passed: list[bool] = []
+    background = threading.Thread(target=lambda: passed.append(engine.rebatch_reply()))
+    background.start()
+    deadline = time.monotonic() + 10
+    while not engine._prefilling and background.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    state = engine.save_state(timeout=5.0)
+    background.join(10)
+    assert state is not None
+    assert passed == [False]  # stopped early for the save
+    # The cache (and the state) keep what the pass evaluated, nothing decoded.
+    assert len(state.tokens) == engine.cached_tokens == engine._batch_built_end() < held
 
 
 def test_a_prompt_is_never_cut_into_a_batch_of_one_token(fresh_engine) -> None:  # type: ignore[no-untyped-def]
