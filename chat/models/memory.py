@@ -24,6 +24,7 @@ from pathlib import Path
 from chat.errors import ModelError
 from chat.models.devices import DeviceReport
 from chat.models.metadata import ModelMetadata
+from chat.settings.schema import key_cache_type_for
 
 MIB = 1024 * 1024
 
@@ -239,14 +240,10 @@ def memory_budget(
 
 
 def key_cache_type(setting: str, n_gpu_layers: int, devices: DeviceReport | None) -> str:
-    """The KV cache's key type the engine will use: the setting, or for
-    "auto" q8_0 when every layer runs on the CPU, else llama.cpp's f16. The
-    same rule as `chat.engine.llama.key_cache_type` (which asks
-    llama_supports_gpu_offload itself; this layer cannot import the engine)."""
-    if setting != "auto":
-        return setting
+    """The KV cache's key type the engine will use (`key_cache_type_for`),
+    with the devices the build reports."""
     on_cpu = devices is None or not devices.gpu_offload or n_gpu_layers == 0
-    return "q8_0" if on_cpu else "f16"
+    return key_cache_type_for(setting, on_cpu)
 
 
 _LOG_KV = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB")

@@ -22,6 +22,7 @@ from chat.models.memory import (
     memory_budget,
 )
 from chat.models.metadata import ModelMetadata, read_metadata
+from chat.settings.schema import ModelSettings
 
 
 @dataclass(frozen=True)
@@ -80,9 +81,9 @@ def model_rows(
         devices = compute_devices()
     type_k = key_cache_type(type_k, n_gpu_layers, devices)
     ram = available_ram()
+    unread = memory_budget(ram, n_gpu_layers, 0, devices)  # no estimate to compare
     rows = []
     for entry in find_models() if entries is None else entries:
-        unread = memory_budget(ram, n_gpu_layers, 0, devices)  # no estimate to compare
         if entry.problem:
             rows.append(ModelRow(entry, None, None, unread, None, entry.problem))
             continue
@@ -100,6 +101,18 @@ def model_rows(
             )
         rows.append(ModelRow(entry, meta, memory, budget, largest, None))
     return rows
+
+
+def settings_rows(settings: ModelSettings) -> list[ModelRow]:
+    """`model_rows` as these model settings would load each model (values f16:
+    quantized values need flash attention, which kvchat leaves off on the CPU)."""
+    return model_rows(
+        settings.n_ctx,
+        settings.cache_type_k,
+        "f16",
+        settings.flash_attn,
+        n_gpu_layers=settings.n_gpu_layers,
+    )
 
 
 def budget_text(budget: MemoryBudget) -> str:

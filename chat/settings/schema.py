@@ -20,6 +20,16 @@ OVERFLOW_POLICIES = ("stop", "drop-oldest", "truncate-middle")
 # cache -45 MB) for a perplexity change of +0.02 %. Values stay f16: quantized
 # values need flash attention, which is slower on the CPU.
 KEY_CACHE_TYPES = ("auto", "f16", "q8_0")
+
+
+def key_cache_type_for(setting: str, on_cpu: bool) -> str:
+    """The key type `setting` (one of KEY_CACHE_TYPES) stands for, when every
+    layer runs on the CPU (`on_cpu`) or not."""
+    if setting != "auto":
+        return setting
+    return "q8_0" if on_cpu else "f16"
+
+
 # Model servers kvchat can talk to instead of loading a model (issue 17); "auto"
 # asks the server what it is. chat.engine.remote reuses this tuple.
 SERVER_KINDS: tuple[str, ...] = ("auto", "llama-server", "vllm", "ollama", "openai")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 from rich.text import Text
@@ -118,22 +117,11 @@ class ModelPickerScreen(Screen[Path | None]):
 
     @work(exclusive=True, group="list-models")
     async def _load(self) -> None:
-        from chat.models.table import model_rows
+        from chat.models.table import settings_rows
 
-        settings = self._settings
         # Walks download caches, reads each header and asks llama.cpp for its
         # devices: not on the UI thread.
-        self._rows = await in_thread(
-            "list-models",
-            partial(
-                model_rows,
-                settings.n_ctx,
-                settings.cache_type_k,
-                "f16",
-                settings.flash_attn,
-                n_gpu_layers=settings.n_gpu_layers,
-            ),
-        )
+        self._rows = await in_thread("list-models", settings_rows, self._settings)
         self._show()
 
     def _show(self) -> None:

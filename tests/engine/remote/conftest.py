@@ -55,7 +55,7 @@ def start(
     return server
 
 
-def connect_to(server: FakeServer, **options: object) -> RemoteEngine:
+def connect_to(server: FakeServer | RunningServer, **options: object) -> RemoteEngine:
     engine = connect(ServerConfig(server.url, **options))  # type: ignore[arg-type]
     assert isinstance(engine, RemoteEngine)
     return engine

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 
 from chat.engine.base import Finished, TokenEvent
-from chat.engine.remote import ServerConfig, connect
 from chat.engine.remote.engine import RemoteEngine
 from chat.settings.schema import SamplingSettings
-from tests.engine.remote.conftest import reply_cut_by_a_killed_server, run_reply
+from tests.engine.remote.conftest import connect_to, reply_cut_by_a_killed_server, run_reply
 from tests.servers import RunningServer, llama_cpp_server
 
 pytestmark = pytest.mark.model
@@ -37,8 +36,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 
 @pytest.fixture
 def engine(server: RunningServer) -> Iterator[RemoteEngine]:
-    connected = connect(ServerConfig(server.url))
-    assert isinstance(connected, RemoteEngine)
+    connected = connect_to(server)
     yield connected
     connected.close()
 
