@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from pathlib import Path
@@ -433,3 +434,27 @@ async def test_a_long_chat_keeps_only_the_newest_messages_mounted() -> None:
         shown = [v.message for v in app.query(MessageView) if v.message.role != "system"]
         assert shown == screen.conversation.messages
         assert not app.query(EarlierMessages)
+
+
+async def test_a_model_ready_while_a_conversation_opens_counts_it_once_shown() -> None:
+    # The model can finish loading while a conversation's views are replaced
+    # (seen in CI: two windows on one database). Counting the window then must
+    # not fail on a view being removed or not yet composed (no header).
+    app = make_app(ScriptedEngine())
+    first = Conversation(system_prompt="A.", messages=[Message("user", "Hi")])
+    second = Conversation(system_prompt="B.", messages=[Message("user", "Hey")])
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        assert await screen.open_conversation(first)
+        view = app.query_one(ConversationView)
+        opening = asyncio.ensure_future(screen.open_conversation(second))
+        headless = 0
+        while not opening.done():
+            headless += any(not v.query(".message-header") for v in view.message_views())
+            screen.recount_meter()  # as a model load finishing now does
+            await asyncio.sleep(0)
+        assert opening.result() and headless  # both states were met
+        await pilot.pause()
+        system = app.query(MessageView).first()
+        assert system.message.content == "B."
+        assert "tokens" in str(system.query_one(".message-header", Static).render())

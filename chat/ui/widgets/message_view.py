@@ -185,8 +185,8 @@ class MessageView(Vertical):
         for a widget per message that most never show."""
         if self.message.role == "system" or self.query(".message-copy"):
             return
-        row = self.query_one(".message-header-row", Horizontal)
-        row.mount(CopyButton(self._content, self.what(), classes="message-copy"))
+        for row in self.query(".message-header-row").results(Horizontal):  # none while removed
+            row.mount(CopyButton(self._content, self.what(), classes="message-copy"))
 
     def on_leave(self) -> None:
         # From one part to another, the pointer is still over the message.
@@ -220,7 +220,11 @@ class MessageView(Vertical):
         self.refresh_header()
 
     def refresh_header(self) -> None:
-        self.query_one(".message-header", Static).update(self.header_text())
+        # A view just mounted may not be composed yet (a model that finishes
+        # loading while a conversation opens recounts it): compose then draws
+        # the header from the same state.
+        for header in self.query(".message-header").results(Static):
+            header.update(self.header_text())
 
 
 class UserMessageView(MessageView):
