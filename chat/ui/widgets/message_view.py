@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
+from rich.cells import cell_len
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -262,14 +263,27 @@ def markdown_parser() -> MarkdownIt:
 def _reply_markdown_class() -> type[Markdown]:
     """Markdown whose code blocks each carry a copy button. Built on first use:
     importing Markdown costs ~40 ms that a new chat's first frame need not pay."""
-    from textual.widgets import Markdown
+    from textual.widgets import Label, Markdown
     from textual.widgets._markdown import MarkdownParagraph  # not re-exported by textual 8
     from textual.widgets.markdown import MarkdownFence
 
     class CopyableFence(MarkdownFence):
+        _shape: tuple[int, int] | None = None  # of the code shown: lines, widest
+
         def compose(self) -> ComposeResult:
             yield CopyButton(lambda: self.code, "the code block", classes="fence-copy")
             yield from super().compose()
+
+        def set_content(self, content: Content) -> None:
+            """New code (a streamed code block grows with each delivery): as for
+            a paragraph, the screen is laid out again only when the code's size
+            changes: a line more, or a line wider than any before (the block
+            scrolls sideways, so its code is as wide as its widest line)."""
+            self._content = content
+            shape = _text_shape(content.plain)
+            for label in self.query("#code-content").results(Label):
+                label.update(content, layout=shape != self._shape)
+                self._shape = shape
 
     class Paragraph(MarkdownParagraph):
         def set_content(self, content: Content) -> None:
@@ -294,6 +308,13 @@ def _reply_markdown_class() -> type[Markdown]:
         }
 
     return ReplyMarkdown
+
+
+def _text_shape(text: str) -> tuple[int, int]:
+    """How many lines `text` has, and the cells of its widest (measured as
+    Textual measures a Label's width: Content.get_optimal_width)."""
+    lines = text.split("\n")
+    return len(lines), max(map(cell_len, lines))
 
 
 class AssistantMessageView(MessageView):

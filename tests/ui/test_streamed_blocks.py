@@ -1,0 +1,73 @@
+"""A streamed reply's growing blocks redraw without laying out the screen
+unless their size changes, and end up exactly as a reply shown whole."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widget import Widget
+from textual.widgets import Label
+
+from chat.ui.widgets.message_view import AssistantMessageView
+from tests.conftest import turn_done
+from tests.fakes import ScriptedEngine
+from tests.ui.conftest import make_app, ready, send
+
+WIDE = "WIDE = '" + "w" * 110 + "'"  # wider than the screen: the block scrolls
+CODE_LINES = [
+    "def add(a, b):",
+    WIDE,
+    "    return a + b  # then lines narrower than the wide one",
+    "",
+    "print(add(1, 2))  # each takes several deliveries to stream",
+]
+REPLY = "Here it is:\n\n```python\n" + "\n".join(CODE_LINES) + "\n```\n"
+
+
+def token_pieces(text: str) -> list[str]:
+    return [text[i : i + 2] for i in range(0, len(text), 2)]
+
+
+async def test_a_streamed_code_block_lays_out_only_when_it_grows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    code_updates: list[bool] = []  # each update of a code block's text: laid out?
+    update = Label.update
+
+    def spy(self: Label, content: object = "", *, layout: bool = True) -> None:
+        if self.id == "code-content":
+            code_updates.append(layout)
+        update(self, content, layout=layout)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Label, "update", spy)
+    engine = ScriptedEngine(replies=[token_pieces(REPLY)], delay=0.02)
+    app = make_app(engine)
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = await ready(app, pilot)
+        await send(pilot, "code please")
+        await turn_done(screen, pilot, 2)
+        await pilot.pause()
+        streamed = app.query(AssistantMessageView).last()
+        code = streamed.query_one("#code-content", Label)
+        # Every line and every column of the code is shown.
+        assert code.content_size.height == len(CODE_LINES)
+        assert code.content_size.width == len(WIDE)
+        # The same reply shown whole (as when a conversation is reopened).
+        whole = AssistantMessageView(screen.conversation.messages[-1])
+        await streamed.parent.mount(whole)  # type: ignore[union-attr]
+        await pilot.pause()
+        assert whole.query_one("#code-content", Label).size == code.size
+    # Laid out when a line was added or the widest line widened, not when
+    # the lines after the wide one grew.
+    layouts = code_updates.count(True)
+    assert code_updates.count(False) >= 5
+    assert layouts <= len(CODE_LINES) + (len(WIDE) + len(CODE_LINES[0])) // 2 + 1
+
+
+def test_label_widths_are_measured_as_textual_measures_them() -> None:
+    from textual.content import Content
+
+    from chat.ui.widgets.message_view import _text_shape
+
+    text = "ab\n\t你好\nxyz"
+    rules = Widget().styles
+    assert _text_shape(text) == (3, Content(text).get_optimal_width(rules, 80))
