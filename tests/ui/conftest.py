@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from textual.command import Command, CommandList, CommandPalette
-from textual.widgets import Markdown
+from textual.widget import Widget
+from textual.widgets import Markdown, Static
 from textual.widgets._markdown import MarkdownBlock
 
 from chat.model_files import ModelCandidate
@@ -34,10 +35,17 @@ def rendered(markdown: Markdown) -> str:
     )
 
 
+def header_of(view: Widget) -> str:
+    """A message view's header as drawn; "" while the view is mounted but not
+    yet composed (views are composed in their own turn of the event loop)."""
+    return "".join(str(header.render()) for header in view.query(".message-header").results(Static))
+
+
 def reply_on_screen(app: ChatApp) -> str:
     """The text of the newest reply as the screen shows it (streaming or done)."""
     views = app.query(AssistantMessageView)
-    return rendered(views.last().body) if views else ""
+    bodies = views.last().query(".message-body").results(Markdown) if views else []
+    return "".join(rendered(body) for body in bodies)  # none until composed
 
 
 async def ready(app: ChatApp, pilot) -> ChatScreen:  # type: ignore[no-untyped-def]

@@ -32,7 +32,15 @@ from chat.ui.widgets.conversation_view import ConversationView, EarlierMessages
 from chat.ui.widgets.message_view import AssistantMessageView, MessageView, UserMessageView
 from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine
-from tests.ui.conftest import make_app, ready, rendered, reply_on_screen, run_command, send
+from tests.ui.conftest import (
+    header_of,
+    make_app,
+    ready,
+    rendered,
+    reply_on_screen,
+    run_command,
+    send,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATS = ReplyStats(30, 12, 4, 0.05, 80.0, "done", seed=3, total_s=0.1)
@@ -294,7 +302,7 @@ async def test_reopen_restores_everything_and_continues() -> None:
         assert isinstance(views[1], UserMessageView)
         reply_view = app.query(AssistantMessageView).last()
         assert "answer 1" in rendered(reply_view.body)  # Markdown, rendered
-        assert "80.0 tok/s" in str(reply_view.query_one(".message-header", Static).render())
+        await wait_for(lambda: "80.0 tok/s" in header_of(reply_view), pilot)
         # This conversation's settings, not the defaults; the defaults are unchanged.
         assert screen.settings.sampling.temperature == 0.1
         assert screen.settings.sampling.seed == 99

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from textual.widgets import Static
 
 from chat import paths
 from chat.cli.main import main as cli_main
@@ -26,7 +25,7 @@ from chat.ui.app import ChatApp, Launch
 from chat.ui.widgets.message_view import AssistantMessageView
 from tests.conftest import wait_for
 from tests.fakes import ScriptedEngine, scripted_factory
-from tests.ui.conftest import MODEL, rendered
+from tests.ui.conftest import MODEL, header_of, rendered
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NOTE = "interrupted: kvchat stopped while writing this reply"
@@ -94,12 +93,9 @@ async def reopened_reply(conv_id: int) -> tuple[str, str, bool]:
         await wait_for(lambda: bool(app.query(AssistantMessageView)), pilot)
         view = app.query_one(AssistantMessageView)
 
-        def header() -> str:
-            return str(view.query_one(".message-header", Static).render())
-
         # The tokens are counted once the model is ready, after the view is drawn.
-        await wait_for(lambda: "tokens" in header(), pilot)
-        return header(), rendered(view.body), view.has_class("ended-early")
+        await wait_for(lambda: "tokens" in header_of(view), pilot)
+        return header_of(view), rendered(view.body), view.has_class("ended-early")
 
 
 async def test_kill_9_mid_reply_is_marked_interrupted_when_reopened(
