@@ -64,8 +64,9 @@ def _drawn_texts(view: MessageView) -> Iterator[_Drawn]:
         for body in view.query(".message-body").results(Static):
             yield _Drawn(body, Content(sanitize(view.message.content)), wraps=True)
         return
-    # One query, so that the table cells come in their place among the blocks.
-    for widget in view.body.query("MarkdownBlock, MarkdownTableCellContents"):
+    # One query, so that the table cells come in their place among the blocks;
+    # none while the view is mounted but not yet composed.
+    for widget in view.query(".message-body MarkdownBlock, .message-body MarkdownTableCellContents"):
         if isinstance(widget, MarkdownFence):
             for label in widget.query("#code-content").results(Label):
                 yield _Drawn(label, widget._content, wraps=False)
