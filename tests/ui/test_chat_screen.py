@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from textual.selection import Selection
 from textual.widgets import Markdown, Static
 
 from chat.conversations.conversation import Conversation, Message
@@ -434,6 +435,36 @@ async def test_a_long_chat_keeps_only_the_newest_messages_mounted() -> None:
         shown = [v.message for v in app.query(MessageView) if v.message.role != "system"]
         assert shown == screen.conversation.messages
         assert not app.query(EarlierMessages)
+
+
+async def test_text_selected_far_up_stays_mounted_when_a_reply_starts() -> None:
+    words = [f" word{i}" for i in range(60)]
+    engine = ScriptedEngine(replies=[words])
+    app = make_app(engine)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await ready(app, pilot)
+        view = app.query_one(ConversationView)
+        for turn in range(8):
+            await send(pilot, f"part {turn}")
+            await turn_done(screen, pilot, 2 * turn + 2)
+        # The user scrolls up (older messages come back), then down again...
+        view.scroll_home(animate=False)
+        await wait_for(lambda: view.earlier_count == 0, pilot)
+        view.scroll_end(animate=False)
+        await wait_for(lambda: view.scroll_y == view.max_scroll_y, pilot)
+        # ...and selects the text of the oldest message, as with the mouse.
+        oldest = next(v for v in view.message_views() if v.message.role == "user")
+        body = oldest.query_one(".message-body", Static)
+        screen.selections = {body: Selection(None, None)}  # all of it
+        # A reply starts (one regenerated: typing a message would clear the
+        # selection, Textual's TextArea does): the selected text stays.
+        await view.start_reply(Message("assistant", ""))
+        assert oldest.is_attached and view.earlier_count == 0
+        assert screen.get_selected_text() == oldest.message.content
+        # Without a selection, the next reply unmounts it as usual.
+        screen.clear_selection()
+        await view.start_reply(Message("assistant", ""))
+        assert not oldest.is_attached and view.earlier_count > 0
 
 
 async def test_a_model_ready_while_a_conversation_opens_counts_it_once_shown() -> None:

@@ -212,7 +212,8 @@ class ConversationView(VerticalScroll):
     async def _unmount_far_above(self) -> None:
         """Put the oldest views that end more than KEEP_SCREENS screenfuls above
         the bottom back in `_earlier` (the user is at the bottom: a message was
-        just sent). A selected view and the ones below it stay."""
+        just sent). A selected view, one holding selected text (the user may
+        copy it yet: a regenerated reply keeps it), and the ones below them stay."""
         height = self.size.height
         if not height or self.scroll_y < self.max_scroll_y:
             return
@@ -224,9 +225,17 @@ class ConversationView(VerticalScroll):
         regions = [view.virtual_region for view in views]
         bottom = max((region.bottom for region in regions if region), default=0)
         keep_from = bottom - self.KEEP_SCREENS * height
+        holding_text = {
+            view for widget in self.screen.selections for view in widget.ancestors_with_self
+        }
         gone: list[MessageView] = []
         for view, region in zip(views, regions, strict=True):
-            if not region or region.bottom > keep_from or view.has_class("selected"):
+            if (
+                not region
+                or region.bottom > keep_from
+                or view.has_class("selected")
+                or view in holding_text
+            ):
                 break
             gone.append(view)
         if not gone:

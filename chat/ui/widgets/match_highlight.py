@@ -66,7 +66,8 @@ def _drawn_texts(view: MessageView) -> Iterator[_Drawn]:
         return
     # One query, so that the table cells come in their place among the blocks;
     # none while the view is mounted but not yet composed.
-    for widget in view.query(".message-body MarkdownBlock, .message-body MarkdownTableCellContents"):
+    blocks = ".message-body MarkdownBlock, .message-body MarkdownTableCellContents"
+    for widget in view.query(blocks):
         if isinstance(widget, MarkdownFence):
             for label in widget.query("#code-content").results(Label):
                 yield _Drawn(label, widget._content, wraps=False)
