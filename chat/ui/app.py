@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from textual import events
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.command import CommandPalette
@@ -122,6 +123,9 @@ class ChatApp(App[None]):
         self._theme_problems: list[FileProblem] = []
         self._quit_by: float | None = None
         """When quitting must be done waiting (see QUIT_WAIT_S); None: not quitting."""
+        self._typed_ahead: list[events.Key | TypedText] | None = []
+        """What was typed before the prompt box first had focus (see on_event);
+        None once it has been handed over."""
         self._use_kvchat_themes(self.settings.ui.theme)
 
     @property
@@ -202,7 +206,38 @@ class ChatApp(App[None]):
         return typing_driver(super().get_driver_class())
 
     async def on_typed_text(self, event: TypedText) -> None:
-        await deliver_typed_text(self, event)
+        if not self._held_while_starting(event):
+            await deliver_typed_text(self, event)
+
+    # Typing ahead: what a user types right after `chat`, while kvchat starts,
+    # is held until the model has started loading, then handed to the prompt
+    # box as if typed then: Enter sends it once the model is ready. Keys typed
+    # before Textual put the terminal in raw mode come as the terminal's line
+    # discipline left them, Enter as a line feed (Ctrl+J, a new line in the
+    # box): a held Ctrl+J is given back as the Enter it was.
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key) and self._held_while_starting(event):
+            return
+        await super().on_event(event)
+
+    def _held_while_starting(self, event: events.Key | TypedText) -> bool:
+        if self._typed_ahead is None:
+            return False
+        if self.screen_stack and self.screen_stack[-1] is not self.chat_screen:
+            return False  # a dialog while starting (the database's) takes keys
+        self._typed_ahead.append(event)
+        return True
+
+    async def _hand_over_typed_ahead(self) -> None:
+        held, self._typed_ahead = self._typed_ahead, None
+        for event in held or []:
+            if isinstance(event, TypedText):
+                await deliver_typed_text(self, event)
+            else:
+                key = events.Key("enter", "\r") if event.key == "ctrl+j" else event
+                key.set_sender(self)
+                await super().on_event(key)
 
     # The terminal went away: quit as Ctrl+Q does (the reply saved, the KV
     # cache kept), instead of running on with no screen, or dying mid-write.
@@ -224,6 +259,12 @@ class ChatApp(App[None]):
         self.call_after_refresh(self._start)
 
     async def _start(self) -> None:
+        try:
+            await self._open_database_and_model()
+        finally:
+            await self._hand_over_typed_ahead()
+
+    async def _open_database_and_model(self) -> None:
         settle_startup_garbage()
         await DatabaseFlow(
             self, self.database, self._use_store, self.chat_screen.stop_saving

@@ -146,6 +146,30 @@ def test_bytes_that_are_not_utf8_do_not_stop_the_app(typing_app: Typed) -> None:
     assert b"Traceback" not in terminal.output
 
 
+@pytest.mark.parametrize("after_s", [0.0, 0.4])
+def test_a_message_typed_while_kvchat_starts_is_sent(tmp_path: Path, after_s: float) -> None:
+    # Typed right after `chat`, before the first frame (the terminal still in
+    # its line mode: Enter arrives as a line feed) or during it: the text goes
+    # to the prompt box, and Enter sends it once the model is ready.
+    result = tmp_path / "result.json"
+    terminal = Terminal(
+        [sys.executable, "-m", "tests.ui.typing_driver", str(result)],
+        folders_env(tmp_path),
+        (120, 40),
+    )
+    try:
+        time.sleep(after_s)
+        terminal.send(b"typed ahead\r")
+        assert terminal.wait_for(b"Noted.", timeout=60), terminal.output[-2000:]
+        terminal.send(CTRL_Q)
+        assert terminal.wait_exit(20) == 0
+    finally:
+        terminal.close()
+    outcome = json.loads(result.read_text(encoding="utf-8"))
+    assert outcome == {"box": "", "sent": ["typed ahead"]}
+    assert b"Traceback" not in terminal.output
+
+
 # -- typed text as the app hands it on ------------------------------------------------
 
 
