@@ -124,8 +124,8 @@ class ChatApp(App[None]):
         self._quit_by: float | None = None
         """When quitting must be done waiting (see QUIT_WAIT_S); None: not quitting."""
         self._typed_ahead: list[events.Key | TypedText] | None = []
-        """What was typed before the prompt box first had focus (see on_event);
-        None once it has been handed over."""
+        """What was typed while kvchat starts, held until the model has started
+        loading (see on_event); None once it has been handed over."""
         self._use_kvchat_themes(self.settings.ui.theme)
 
     @property
