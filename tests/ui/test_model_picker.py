@@ -11,6 +11,7 @@ import pytest
 from textual.widgets import DataTable, Input
 
 from chat.model_files import demo_model_path
+from chat.settings.schema import Settings
 from chat.ui.screens.model_picker import ModelPickerScreen
 from tests.conftest import wait_for
 from tests.fakes import ScriptedEngine
@@ -102,3 +103,34 @@ async def test_no_network_is_said_in_the_picker(monkeypatch: pytest.MonkeyPatch)
         status = picker.query_one("#models-status")
         await wait_for(lambda: "Cannot reach" in str(status.render()), pilot, timeout=20)
         assert app.screen is picker  # nothing else happened
+
+
+async def test_closing_the_picker_while_it_lists_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Esc right after F8: the list, made in a thread, arrives while the picker
+    # is being taken down (its table already gone). The app carries on (it
+    # stopped with a traceback).
+    import threading
+
+    from chat.models import table
+
+    rows = table.settings_rows(Settings().model)
+    listing = threading.Event()
+    release = threading.Event()
+
+    def held_rows(*_args: object) -> object:
+        listing.set()
+        release.wait(10)
+        return rows
+
+    monkeypatch.setattr(table, "settings_rows", held_rows)
+    # The list arrives just as the table is unmounted.
+    monkeypatch.setattr(DataTable, "on_unmount", lambda _self: release.set(), raising=False)
+    app = make_app(ScriptedEngine(replies=[["hi"]]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await ready(app, pilot)
+        await pilot.press("f8")
+        await wait_for(listing.is_set, pilot)
+        await pilot.press("escape")
+        await wait_for(lambda: app.screen is screen and release.is_set(), pilot)
+        await pilot.pause(0.2)
+        assert app.is_running and app.screen is screen

@@ -121,7 +121,10 @@ class ModelPickerScreen(Screen[Path | None]):
 
         # Walks download caches, reads each header and asks llama.cpp for its
         # devices: not on the UI thread.
-        self._rows = await in_thread("list-models", settings_rows, self._settings)
+        rows = await in_thread("list-models", settings_rows, self._settings)
+        if self not in self.app.screen_stack:
+            return  # closed while it listed (Esc right after F8): nothing to show
+        self._rows = rows
         self._show()
 
     def _show(self) -> None:
