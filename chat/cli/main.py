@@ -389,6 +389,7 @@ def _run_app(args: argparse.Namespace, resolved: ResolvedSettings, problems: lis
         )
     )
     app.run()
+    code = app.return_code or 0  # 1 after an unexpected error (chat.ui.crash_report)
     # The app has waited for the model to be free (see ChatApp.on_unmount): a
     # thread still running now is one that cannot be stopped (a model load, a
     # long prompt being evaluated): a normal exit would unload llama.cpp under
@@ -397,8 +398,8 @@ def _run_app(args: argparse.Namespace, resolved: ResolvedSettings, problems: lis
     if not threads_ended(timeout=0.2):
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
-    return 0
+        os._exit(code)
+    return code
 
 
 def _run_conversation_command(args: argparse.Namespace) -> int:

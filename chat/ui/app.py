@@ -44,6 +44,7 @@ from chat.settings.run_overrides import RunOverrides
 from chat.settings.schema import Settings
 from chat.settings.user_files import FileProblem, problem_notices
 from chat.ui.commands import ThemeCommands
+from chat.ui.crash_report import crash_notice, write_crash_report
 from chat.ui.database_flow import DatabaseFlow
 from chat.ui.messages import ModelLoadFinished, SwitchModelRequested, SwitchServerRequested
 from chat.ui.screens.chat import ChatScreen
@@ -123,6 +124,8 @@ class ChatApp(App[None]):
         self._theme_problems: list[FileProblem] = []
         self._quit_by: float | None = None
         """When quitting must be done waiting (see QUIT_WAIT_S); None: not quitting."""
+        self._unhandled: Exception | None = None
+        """The first error that nothing handled (see _fatal_error)."""
         self._typed_ahead: list[events.Key | TypedText] | None = []
         """What was typed while kvchat starts, held until the model has started
         loading (see on_event); None once it has been handed over."""
@@ -392,7 +395,23 @@ class ChatApp(App[None]):
         if self._quit_by is not None and isinstance(error, NoMatches):
             self.log.warning(f"While quitting: {error}")
             return
+        if self._unhandled is None:
+            self._unhandled = error
         super()._handle_exception(error)
+
+    def _fatal_error(self) -> None:
+        # Textual then stops the app and prints the traceback, with locals, on
+        # the terminal. The app stops all the same (its state is unknown), but
+        # the traceback goes to a report file and the terminal gets a sentence
+        # (chat.ui.crash_report); where no report can be written, Textual's.
+        error = self._unhandled
+        report = None if error is None else write_crash_report(error, paths.state_dir())
+        if error is None or report is None:
+            super()._fatal_error()
+            return
+        self.bell()
+        self._exit_renderables.append(crash_notice(error, report))
+        self._close_messages_no_wait()
 
     def on_unmount(self) -> None:
         # Every screen is closed: nothing starts work on the model any more.
