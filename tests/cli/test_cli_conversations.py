@@ -242,6 +242,7 @@ class FakeApp:
 
     started: list[int | None] = []
     problems: list[str] = []
+    return_code: int | None = 0
 
     def __init__(self, launch: Launch, **kwargs: object) -> None:
         FakeApp.started.append(launch.resume)
@@ -258,6 +259,16 @@ def fake_app(monkeypatch: pytest.MonkeyPatch) -> type[FakeApp]:
     FakeApp.started = []
     monkeypatch.setattr(chat.ui.app, "ChatApp", FakeApp)
     return FakeApp
+
+
+def test_chat_exits_with_the_apps_status(
+    fake_app: type[FakeApp], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 1 after an error nothing handled (chat.ui.crash_report), else 0.
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    assert cli.main([]) == 0
+    monkeypatch.setattr(fake_app, "return_code", 1)
+    assert cli.main([]) == 1
 
 
 def test_continue_and_resume_open_the_right_conversation(
