@@ -50,6 +50,7 @@ from chat.ui.messages import ModelLoadFinished, SwitchModelRequested, SwitchServ
 from chat.ui.screens.chat import ChatScreen
 from chat.ui.settings_flow import SettingsFlow
 from chat.ui.terminal_input import TerminalGone, TypedText, deliver_typed_text, typing_driver
+from chat.ui.textual_fixes import install as install_textual_fixes
 from chat.ui.themes import (
     DEFAULT_THEME,
     app_variable_defaults,
@@ -100,6 +101,7 @@ class ChatApp(App[None]):
     ]
 
     def __init__(self, launch: Launch, *, engine_factory: EngineFactory = load_llama) -> None:
+        install_textual_fixes()
         super().__init__()
         self.launch = launch
         self.settings = launch.settings

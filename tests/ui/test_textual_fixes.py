@@ -1,0 +1,32 @@
+"""Textual bugs that stopped kvchat, worked around (chat.ui.textual_fixes)."""
+
+from __future__ import annotations
+
+from textual.app import App, ComposeResult
+from textual.widgets import OptionList
+
+from chat.ui.textual_fixes import install
+
+
+class OneList(App[None]):
+    def compose(self) -> ComposeResult:
+        yield OptionList()
+
+
+async def test_page_keys_in_an_option_list_not_laid_out_yet() -> None:
+    # As the command palette's results arrive: options added, one
+    # highlighted, and Page Down before the next layout (KeyError in 8.2).
+    install()
+    install()  # once is enough; twice changes nothing
+    app = OneList()
+    async with app.run_test() as pilot:
+        options = app.query_one(OptionList)
+        options.add_options([f"option {i}" for i in range(50)])
+        options.highlighted = 3
+        options.action_page_down()
+        options.action_page_up()
+        assert options.highlighted == 3
+        # Once laid out, the keys page as before.
+        await pilot.pause()
+        options.action_page_down()
+        assert options.highlighted is not None and options.highlighted > 3
