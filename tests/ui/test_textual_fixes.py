@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from textual.app import App, ComposeResult
+from textual.screen import Screen
 from textual.widgets import OptionList
 
 from chat.ui.textual_fixes import install
@@ -30,3 +31,28 @@ async def test_page_keys_in_an_option_list_not_laid_out_yet() -> None:
         await pilot.pause()
         options.action_page_down()
         assert options.highlighted is not None and options.highlighted > 3
+
+
+async def test_a_screen_dismissed_twice_answers_once() -> None:
+    # Enter twice in quick succession in a dialog: the second dismiss came
+    # after the dialog had gone, called its callback again and popped the
+    # screen below (the last one: ScreenStackError).
+    install()
+    answers: list[str | None] = []
+    app = OneList()
+    async with app.run_test() as pilot:
+        below = app.screen
+        dialog: Screen[str] = Screen()
+        await app.push_screen(dialog, callback=answers.append)
+        dialog.dismiss("first")
+        dialog.dismiss("second")
+        await pilot.pause()
+        assert answers == ["first"] and app.screen is below
+        # A screen under another one does not pop that one either.
+        under: Screen[str] = Screen()
+        over: Screen[str] = Screen()
+        await app.push_screen(under, callback=answers.append)
+        await app.push_screen(over, callback=answers.append)
+        under.dismiss("stale")
+        await pilot.pause()
+        assert answers == ["first"] and app.screen is over
