@@ -22,19 +22,17 @@ from chat.sanitize import sanitize
 def write_crash_report(error: BaseException, folder: Path) -> Path | None:
     """The report's path, or None when it could not be written (a full disk, a
     read-only folder): then the caller shows the traceback after all."""
-    versions = [f"kvchat {__version__}", f"Python {platform.python_version()}"]
+    now = time.localtime()  # one time for the file's name and its first line
+    what_ran = [f"kvchat {__version__}", f"Python {platform.python_version()}"]
     for package in ("textual", "llama-cpp-python"):
         try:
-            versions.append(f"{package} {metadata.version(package)}")
+            what_ran.append(f"{package} {metadata.version(package)}")
         except metadata.PackageNotFoundError:
             continue
-    text = "".join(
-        [
-            f"{time.strftime('%Y-%m-%d %H:%M:%S')} · {' · '.join(versions)} · {sys.platform}\n\n",
-            *traceback.format_exception(error),
-        ]
-    )
-    path = folder / f"crash-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    what_ran.append(sys.platform)
+    header = f"{time.strftime('%Y-%m-%d %H:%M:%S', now)} · {' · '.join(what_ran)}\n\n"
+    text = header + "".join(traceback.format_exception(error))
+    path = folder / f"crash-{time.strftime('%Y%m%d-%H%M%S', now)}.log"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")

@@ -404,17 +404,23 @@ async def test_an_opened_conversation_is_evaluated_ahead() -> None:
     assert engine.prefills == []
 
 
+LONG_REPLY = [f" word{i}" for i in range(60)]
+"""A reply of a few lines at 80 columns: a dozen turns are several screenfuls."""
+
+
+async def chat_for(turns: int, app: ChatApp, pilot) -> tuple[ChatScreen, ConversationView]:  # type: ignore[no-untyped-def]
+    """Send `turns` messages ("part 0", ...) and wait for each reply."""
+    screen = await ready(app, pilot)
+    for turn in range(turns):
+        await send(pilot, f"part {turn}")
+        await turn_done(screen, pilot, 2 * turn + 2)
+    return screen, app.query_one(ConversationView)
+
+
 async def test_a_long_chat_keeps_only_the_newest_messages_mounted() -> None:
-    # Each reply is a few lines: twelve turns are several screenfuls.
-    words = [f" word{i}" for i in range(60)]
-    engine = ScriptedEngine(replies=[words])
-    app = make_app(engine)
+    app = make_app(ScriptedEngine(replies=[LONG_REPLY]))
     async with app.run_test(size=(80, 24)) as pilot:
-        screen = await ready(app, pilot)
-        view = app.query_one(ConversationView)
-        for turn in range(12):
-            await send(pilot, f"part {turn}")
-            await turn_done(screen, pilot, 2 * turn + 2)
+        screen, view = await chat_for(12, app, pilot)
         # The oldest views were unmounted as replies started; what the user
         # sees, and a screenful above it, stays.
         await wait_for(lambda: view.scroll_y == view.max_scroll_y, pilot)
@@ -438,15 +444,9 @@ async def test_a_long_chat_keeps_only_the_newest_messages_mounted() -> None:
 
 
 async def test_text_selected_far_up_stays_mounted_when_a_reply_starts() -> None:
-    words = [f" word{i}" for i in range(60)]
-    engine = ScriptedEngine(replies=[words])
-    app = make_app(engine)
+    app = make_app(ScriptedEngine(replies=[LONG_REPLY]))
     async with app.run_test(size=(80, 24)) as pilot:
-        screen = await ready(app, pilot)
-        view = app.query_one(ConversationView)
-        for turn in range(8):
-            await send(pilot, f"part {turn}")
-            await turn_done(screen, pilot, 2 * turn + 2)
+        screen, view = await chat_for(8, app, pilot)
         # The user scrolls up (older messages come back), then down again...
         view.scroll_home(animate=False)
         await wait_for(lambda: view.earlier_count == 0, pilot)

@@ -50,20 +50,26 @@ class Typed:
         return dict(json.loads(self.result.read_text(encoding="utf-8")))
 
 
+def start_typing_driver(home: Path) -> Typed:
+    """The app with a scripted model in a pseudo-terminal, just started."""
+    result = home / "result.json"
+    terminal = Terminal(
+        [sys.executable, "-m", "tests.ui.typing_driver", str(result)],
+        folders_env(home),
+        (120, 40),
+    )
+    return Typed(terminal, result)
+
+
 @pytest.fixture
 def typing_app(tmp_path: Path) -> Iterator[Typed]:
     """The app with a scripted model in a pseudo-terminal, the model ready."""
-    result = tmp_path / "result.json"
-    terminal = Terminal(
-        [sys.executable, "-m", "tests.ui.typing_driver", str(result)],
-        folders_env(tmp_path),
-        (120, 40),
-    )
+    typed = start_typing_driver(tmp_path)
     try:
-        assert terminal.wait_for(MODEL_READY), terminal.output[-2000:]
-        yield Typed(terminal, result)
+        assert typed.terminal.wait_for(MODEL_READY), typed.terminal.output[-2000:]
+        yield typed
     finally:
-        terminal.close()
+        typed.terminal.close()
 
 
 def write_in_background(terminal: Terminal, data: bytes) -> threading.Thread:
@@ -151,12 +157,8 @@ def test_a_message_typed_while_kvchat_starts_is_sent(tmp_path: Path, after_s: fl
     # Typed right after `chat`, before the first frame (the terminal still in
     # its line mode: Enter arrives as a line feed) or during it: the text goes
     # to the prompt box, and Enter sends it once the model is ready.
-    result = tmp_path / "result.json"
-    terminal = Terminal(
-        [sys.executable, "-m", "tests.ui.typing_driver", str(result)],
-        folders_env(tmp_path),
-        (120, 40),
-    )
+    typed = start_typing_driver(tmp_path)
+    terminal = typed.terminal
     try:
         time.sleep(after_s)
         terminal.send(b"typed ahead\r")
@@ -165,8 +167,7 @@ def test_a_message_typed_while_kvchat_starts_is_sent(tmp_path: Path, after_s: fl
         assert terminal.wait_exit(20) == 0
     finally:
         terminal.close()
-    outcome = json.loads(result.read_text(encoding="utf-8"))
-    assert outcome == {"box": "", "sent": ["typed ahead"]}
+    assert typed.outcome() == {"box": "", "sent": ["typed ahead"]}
     assert b"Traceback" not in terminal.output
 
 
