@@ -126,8 +126,6 @@ class ChatApp(App[None]):
         self._theme_problems: list[FileProblem] = []
         self._quit_by: float | None = None
         """When quitting must be done waiting (see QUIT_WAIT_S); None: not quitting."""
-        self._unhandled: Exception | None = None
-        """The first error that nothing handled (see _fatal_error)."""
         self._typed_ahead: list[events.Key | TypedText] | None = []
         """What was typed while kvchat starts, held until the model has started
         loading (see on_event); None once it has been handed over."""
@@ -397,8 +395,6 @@ class ChatApp(App[None]):
         if self._quit_by is not None and isinstance(error, NoMatches):
             self.log.warning(f"While quitting: {error}")
             return
-        if self._unhandled is None:
-            self._unhandled = error
         super()._handle_exception(error)
 
     def _fatal_error(self) -> None:
@@ -406,7 +402,7 @@ class ChatApp(App[None]):
         # the terminal. The app stops all the same (its state is unknown), but
         # the traceback goes to a report file and the terminal gets a sentence
         # (chat.ui.crash_report); where no report can be written, Textual's.
-        error = self._unhandled
+        error = self._exception  # the first one, kept by Textual
         report = None if error is None else write_crash_report(error, paths.state_dir())
         if error is None or report is None:
             super()._fatal_error()
