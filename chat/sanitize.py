@@ -15,6 +15,7 @@ recognised, because the state carries over from one `feed` to the next.
 
 from __future__ import annotations
 
+import re
 from enum import Enum, auto
 
 ESC = "\x1b"
@@ -26,6 +27,11 @@ C1_ST = "\x9c"
 # After ESC, these characters open a string that runs until ST (ESC \ or BEL).
 ESC_STRING_STARTS = frozenset(["P", "X", "]", "^", "_"])
 KEPT_CONTROLS = frozenset("\n\t")
+# Bidirectional formatting characters: they reorder what the terminal shows
+# (U+202E makes "exe.txt" read "txt.exe"), so untrusted text loses them too.
+BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
 
 
 class _State(Enum):
@@ -39,7 +45,7 @@ class _State(Enum):
 
 def _is_control(char: str) -> bool:
     code = ord(char)
-    return code < 0x20 or code == 0x7F or 0x80 <= code <= 0x9F
+    return code < 0x20 or code == 0x7F or 0x80 <= code <= 0x9F or char in BIDI_CONTROLS
 
 
 class TerminalSanitizer:
@@ -104,9 +110,23 @@ class TerminalSanitizer:
             self._state = _State.TEXT if char == "\\" else _State.STRING
 
 
+# What the sanitizer removes starts with one of these (C0 controls but newline
+# and tab, DEL, C1 controls, bidirectional formatting); text without any comes
+# out as it went in, so that is checked first: the filter is per character.
+_ANY_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f" + "".join(sorted(BIDI_CONTROLS)) + "]")
+
+
 def sanitize(text: str) -> str:
     """Sanitize a complete text (a stored message, a one-shot reply)."""
+    if not _ANY_CONTROL.search(text):
+        return text
     return TerminalSanitizer().feed(text)
+
+
+def sanitize_line(text: str) -> str:
+    """A name or title for one line (a status bar, a list): sanitized, with
+    newlines, tabs and runs of spaces made one space."""
+    return " ".join(sanitize(text).split())
 
 
 # Unicode's "Control Pictures" block shows C0 controls as printable symbols:
@@ -116,8 +136,9 @@ _CONTROL_PICTURES = {code: chr(0x2400 + code) for code in range(0x20)} | {0x7F: 
 
 def show_controls(text: str) -> str:
     """`text` with every control character except newline and tab made visible:
-    C0 controls and DEL as their Control Pictures (ESC as "␛"), C1 controls as
-    "<U+009B>". Nothing else changes, and nothing a terminal acts on is left."""
+    C0 controls and DEL as their Control Pictures (ESC as "␛"), C1 controls and
+    bidirectional formatting characters as "<U+009B>", "<U+202E>". Nothing
+    else changes, and nothing a terminal acts on is left."""
     if not any(_is_control(char) and char not in KEPT_CONTROLS for char in text):
         return text
     return "".join(_visible(char) for char in text)

@@ -17,7 +17,6 @@ mounted).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 
 from textual import on
@@ -36,15 +35,10 @@ from chat.ui.widgets.match_highlight import Place, clear_view, highlight_view
 
 KEYS = "Enter/↑ earlier · ↓ later · Esc close"
 
-# What `sanitize` removes or changes starts with one of these (C0 controls but
-# newline and tab, DEL, C1 controls); text without any comes out as it went in.
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
 
 def _as_shown(text: str) -> str:
-    """`text` as a message view shows it (chat.ui.widgets.message_view):
-    sanitized. Checked first: sanitizing a long conversation takes long."""
-    return sanitize(text) if _CONTROLS.search(text) else text
+    """`text` as a message view shows it (chat.ui.widgets.message_view)."""
+    return sanitize(text)
 
 
 class FindBar(Horizontal):
