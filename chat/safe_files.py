@@ -19,6 +19,7 @@ file and the reason. No Textual here: every layer uses it.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -127,7 +128,7 @@ def _too_big(path: Path, what: str, limit: int) -> UnsafeFileError:
 
 
 def _reason(error: OSError) -> str:
-    if error.errno is not None and error.errno == getattr(os, "ELOOP", -1):
+    if error.errno == errno.ELOOP:
         return "its links form a loop"
     return (error.strerror or str(error)).lower()
 

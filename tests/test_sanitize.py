@@ -21,6 +21,7 @@ HOSTILE = [
     ("keeps\ttabs\nand newlines", "keeps\ttabs\nand newlines"),
     ("unicode é 漢字 😀 stays", "unicode é 漢字 😀 stays"),
     ("unterminated \x1b]0;title\nnext line", "unterminated \nnext line"),
+    ("bidi \u202eexe.txt\u202c and \u2066isolate\u2069", "bidi exe.txt and isolate"),
 ]
 
 
@@ -73,3 +74,15 @@ def test_reply_text_sanitizes() -> None:
     reply = ReplyText()
     out = reply.feed(b"x\x1b[") + reply.feed(b"2Jy")
     assert out == "xy"
+
+
+def test_sanitize_line_makes_one_line() -> None:
+    from chat.sanitize import sanitize_line
+
+    assert sanitize_line("a\n b\t\x1b[31mc\u202e  d ") == "a b c d"
+
+
+def test_show_controls_shows_bidi_overrides() -> None:
+    from chat.sanitize import show_controls
+
+    assert show_controls("a\u202eb\x1bc") == "a<U+202E>b\u241bc"

@@ -11,12 +11,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from chat import __version__, paths
+from chat.cli.terminal_output import guard_terminal_output
 from chat.errors import ConfigError, KvchatError, ModelError
 from chat.model_files import (
     ModelCandidate,
     how_to_get_a_model,
     pick_model,
 )
+from chat.sanitize import sanitize_line
 from chat.settings.effective import format_effective
 from chat.settings.resolve import ResolvedSettings, resolve_settings
 
@@ -178,8 +180,10 @@ def _print_themes(in_use: str) -> None:
         message = unknown_theme_message(in_use, names)
         print(f"chat: warning: {message} chat starts with {DEFAULT_THEME}.", file=sys.stderr)
         in_use = DEFAULT_THEME
-    width = max(len(theme.name) for theme in themes)
-    for theme in themes:
+    # Names and descriptions come from theme files: cleaned even on a pipe.
+    shown_names = [sanitize_line(theme.name) for theme in themes]
+    width = max(len(name) for name in shown_names)
+    for name, theme in zip(shown_names, themes, strict=True):
         mark = "*" if theme.name == in_use else " "
         mode = "dark" if theme.dark else "light"
         notes = [theme.description] if theme.description else []
@@ -187,7 +191,7 @@ def _print_themes(in_use: str) -> None:
             notes.append("(default)")
         if not theme.builtin:
             notes.append(f"(your theme: {theme.path})")
-        print(f"{mark} {theme.name:<{width}}  {mode:<5}  {' '.join(notes)}")
+        print(f"{mark} {name:<{width}}  {mode:<5}  {sanitize_line(' '.join(notes))}")
     print()
     print("* = the theme chat starts with. Pick another for one run with --theme NAME,")
     print("or in the app with Ctrl+P > Theme (saved as ui.theme in config.toml).")
@@ -216,6 +220,7 @@ def _read_prompt(args: argparse.Namespace) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    guard_terminal_output()
     args = build_parser().parse_args(argv)
     try:
         return _run(args)

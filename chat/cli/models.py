@@ -7,6 +7,7 @@ import sys
 import threading
 from typing import TextIO
 
+from chat.cli.terminal_output import write_control
 from chat.models.table import ModelRow, budgets_text, human_bytes, row_dict, settings_rows
 from chat.settings.schema import ModelSettings
 
@@ -59,11 +60,12 @@ def _cells(row: ModelRow) -> tuple[str, ...]:
     )
 
 
-def pull_model(spec: str, err: TextIO = sys.stderr) -> int:
+def pull_model(spec: str, err: TextIO | None = None) -> int:
     """Download `spec` (org/repo[:QUANT] or a .gguf URL), with progress on
     stderr; Ctrl+C cancels. Prints the path to load on stdout."""
     from chat.models.download import DownloadCancelled, DownloadProgress, pull
 
+    err = err or sys.stderr
     cancel = threading.Event()
     terminal = err.isatty()
 
@@ -74,10 +76,12 @@ def pull_model(spec: str, err: TextIO = sys.stderr) -> int:
         left = f", {report.seconds_left:,.0f} s left" if report.seconds_left is not None else ""
         what = "checking" if report.verifying else f"{human_bytes(int(report.speed))}/s{left}"
         part = f" (part {report.part}/{report.parts})" if report.parts > 1 else ""
+        write_control(err, "\r")
         err.write(
-            f"\r{report.file}{part}: {human_bytes(report.done)} of "
-            f"{human_bytes(report.total)} ({share:.0f}%), {what}\x1b[K"
+            f"{report.file}{part}: {human_bytes(report.done)} of "
+            f"{human_bytes(report.total)} ({share:.0f}%), {what}"
         )
+        write_control(err, "\x1b[K")
         err.flush()
 
     try:

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, TextIO
 
 from chat import paths
+from chat.cli.terminal_output import write_control
 from chat.conversations.conversation import ReplyStats
 from chat.engine.base import Engine, Finished, PromptProgress, TokenEvent
 from chat.errors import KvchatError, ServerError
@@ -76,7 +77,8 @@ class _ProgressLine:
 
     def _draw(self) -> None:
         assert self._latest is not None
-        self._stream.write(f"{self._ERASE}{progress_text(self._latest)} · Ctrl+C stops")
+        write_control(self._stream, self._ERASE)
+        self._stream.write(f"{progress_text(self._latest)} · Ctrl+C stops")
         self._stream.flush()
 
     def end(self) -> None:
@@ -87,7 +89,7 @@ class _ProgressLine:
             self._latest = None
             if self._shown:
                 self._shown = False
-                self._stream.write(self._ERASE)
+                write_control(self._stream, self._ERASE)
                 self._stream.flush()
 
 

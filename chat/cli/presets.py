@@ -3,24 +3,26 @@ user's go; bad preset files are named on stderr."""
 
 from __future__ import annotations
 
-import sys
 from typing import TextIO
 
 from chat import paths
+from chat.sanitize import sanitize_line
 from chat.settings.presets import load_presets
 
 
-def print_presets(out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def print_presets(out: TextIO | None = None, err: TextIO | None = None) -> int:
     presets, problems = load_presets()
     for problem in problems:
         # A problem reads "<file>: field 'x': what is wrong."
         print(f"chat: warning: skipped preset file {problem}", file=err)
-    width = max(len(preset.name) for preset in presets)
-    for preset in presets:
+    # Names and descriptions come from the user's files: cleaned even on a pipe.
+    names = [sanitize_line(preset.name) for preset in presets]
+    width = max(len(name) for name in names)
+    for name, preset in zip(names, presets, strict=True):
         notes = [note for note in (preset.description, preset.summary()) if note]
         if not preset.builtin:
             notes.append(f"(your preset: {preset.path})")
-        print(f"{preset.name:<{width}}  {' · '.join(notes)}".rstrip(), file=out)
+        print(sanitize_line(f"{name:<{width}}  {' · '.join(notes)}"), file=out)
     print(file=out)
     print("Use one for a conversation with Ctrl+P > Use preset, or F9, in the app.", file=out)
     print(f"Your own presets: one .toml file each in {paths.user_presets_dir()}", file=out)

@@ -26,12 +26,14 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.command import CommandPalette
 from textual.css.query import NoMatches
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
 from chat import paths
 from chat.conversations.store import Store
 from chat.errors import KvchatError
 from chat.model_files import ModelCandidate, how_to_get_a_model
+from chat.sanitize import sanitize, sanitize_line
 from chat.session.model_loader import (
     EngineFactory,
     ModelLoader,
@@ -198,6 +200,28 @@ class ChatApp(App[None]):
                 timeout=15,
                 markup=False,
             )
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """Every notice of the app and its screens comes here (Screen.notify
+        and Widget.notify call it). Notices quote names from outside (a model's
+        metadata, a file, a server, a title): they are never read as markup and
+        lose escape sequences, whatever the caller asked for."""
+        del markup
+        super().notify(
+            sanitize(message),
+            title=sanitize_line(title),
+            severity=severity,
+            timeout=timeout,
+            markup=False,
+        )
 
     def get_default_screen(self) -> ChatScreen:
         return self.chat_screen

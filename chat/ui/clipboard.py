@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from chat import paths
+from chat.sanitize import sanitize
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
@@ -77,7 +78,10 @@ def copy_text(
     app: App[object], text: str, what: str, environ: Mapping[str, str] = os.environ
 ) -> None:
     """Copy `text` (`what` it is, for the message: "the reply", "code block 2")
-    and tell the user what happened."""
+    and tell the user what happened. What is copied is what the screen shows:
+    escape sequences, control characters (a carriage return would run a line
+    pasted into a shell) and bidirectional overrides are left out."""
+    text = sanitize(text)
     terminal = terminal_without_clipboard(environ)
     if terminal is None:
         app.copy_to_clipboard(text)

@@ -4,13 +4,14 @@ every kvchat palette provider has."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.markup import escape
 
+from chat.sanitize import sanitize_line
 from chat.settings.presets import Preset
 from chat.ui.clipboard import CodeBlock
 from chat.ui.themes import KvchatTheme
@@ -33,13 +34,28 @@ class ListedCommands(Provider):
     def entries(self) -> Sequence[PaletteEntry]:
         raise NotImplementedError
 
-    async def discover(self) -> Hits:
+    def _safe_entries(self) -> Iterator[PaletteEntry]:
+        # Names and help may quote a theme's or a preset's file, and the
+        # palette reads them as markup: for every list, here, they lose escape
+        # sequences and their brackets are escaped.
+        def safe(text: str) -> str:
+            return escape(sanitize_line(text))
+
         for entry in self.entries():
+            yield PaletteEntry(
+                safe(entry.name),
+                safe(entry.help),
+                entry.run,
+                tuple(safe(name) for name in entry.other_names),
+            )
+
+    async def discover(self) -> Hits:
+        for entry in self._safe_entries():
             yield DiscoveryHit(entry.name, entry.run, help=entry.help)
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for entry in self.entries():
+        for entry in self._safe_entries():
             for words in (entry.name, *entry.other_names):
                 score = matcher.match(words)
                 if score > 0:
@@ -190,7 +206,7 @@ class ChatScreenCommands(ListedCommands):
             entries.append(
                 PaletteEntry(
                     f"Copy code block {index + 1}",
-                    escape(f"{block.describe()} · from the selected reply, else the last"),
+                    f"{block.describe()} · from the selected reply, else the last",
                     partial(run, f"copy_code({index})"),
                 )
             )
@@ -215,12 +231,9 @@ class PresetCommands(ListedCommands):
                 notes.append(f"yours: {preset.path}")
             if preset.name == in_use:
                 notes.append("in use")
-            # Names and descriptions come from the user's files: never markup.
-            help_text = escape(" · ".join(note for note in notes if note))
-            name = escape(f"Use preset: {preset.name}")
-            entries.append(
-                PaletteEntry(name, help_text, partial(use, preset.name), (escape(preset.name),))
-            )
+            help_text = " · ".join(note for note in notes if note)
+            name = f"Use preset: {preset.name}"
+            entries.append(PaletteEntry(name, help_text, partial(use, preset.name), (preset.name,)))
         return entries
 
 
@@ -237,7 +250,6 @@ class ThemeCommands(ListedCommands):
             help_text = f"{mode} · {description}" if description else mode
             if theme.name == app.theme:
                 help_text += " · in use"
-            help_text = escape(help_text)  # the palette reads help as markup
             select = partial(setattr, app, "theme", theme.name)
             entries.append(PaletteEntry(theme.name, help_text, select))
         return entries

@@ -18,17 +18,20 @@ from __future__ import annotations
 
 import os
 import selectors
+import time
 from codecs import getincrementaldecoder
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from textual import events
+from textual import constants, events
 from textual._parser import ParseError
 from textual._xterm_parser import XTermParser
 from textual.driver import Driver
 from textual.drivers.linux_driver import LinuxDriver
 from textual.keys import _character_to_key
 from textual.message import Message
+
+from chat.sanitize import sanitize
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -84,9 +87,46 @@ class _Character:
         self.key = character  # never Keys.Ignore, which the parser filters on
 
 
+HOLD_S = constants.ESCAPE_DELAY
+"""How long the start of a paste marker at the end of a read waits for the rest."""
+PASTE_START = "\x1b[200~"
+PASTE_END = "\x1b[201~"
+
+
+def _partial_marker(text: str, marker: str) -> int:
+    """How many characters at the end of `text` could begin `marker` (the
+    rest of it still to be read)."""
+    for size in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-size:]):
+            return size
+    return 0
+
+
+def pasted_text(raw: str) -> str:
+    """What a bracketed paste inserts: its text, whatever it holds. Line ends
+    become newlines (terminals send a pasted newline as a carriage return);
+    escape sequences and other control characters are removed, so a paste is
+    never taken for keys or drawn as a terminal command."""
+    return sanitize(raw.replace("\r\n", "\n").replace("\r", "\n"))
+
+
 class RunParser(XTermParser):
     """Textual's terminal parser, with printable characters read together
-    joined into one `TypedText`."""
+    joined into one `TypedText`, and bracketed pastes read here.
+
+    Textual's parser reads an ESC inside a paste as the start of a key
+    sequence and, when none matches, hands the characters over as keys: a
+    pasted BEL or Ctrl+Q then ran as a key binding. Here everything between
+    the paste's start and end markers is one `Paste` of text, and only the
+    rest of the input goes to Textual's parser."""
+
+    def __init__(self, debug: bool = False) -> None:
+        super().__init__(debug)
+        self._paste: list[str] | None = None
+        """The text of the paste being read; None outside a paste."""
+        self._held = ""
+        """The end of the last read that may be the start of a paste marker."""
+        self._held_at = 0.0
 
     def _sequence_to_key_events(self, sequence: str, alt: bool = False) -> Iterable[Any]:
         if not alt and len(sequence) == 1 and sequence.isprintable():
@@ -94,9 +134,49 @@ class RunParser(XTermParser):
         return super()._sequence_to_key_events(sequence, alt)
 
     def feed(self, data: str) -> Iterable[Message]:
-        return self._runs(super().feed(data))
+        return self._runs(self._split_pastes(data))
+
+    def _split_pastes(self, data: str) -> Iterator[Any]:
+        data = self._held + data
+        self._held = ""
+        while data:
+            if self._paste is None:
+                start = data.find(PASTE_START)
+                if start < 0:
+                    held = _partial_marker(data, PASTE_START)
+                    if held:
+                        data, self._held = data[:-held], data[-held:]
+                        self._held_at = time.monotonic()
+                    yield from self._keys(data)
+                    return
+                yield from self._keys(data[:start])
+                self._paste = []
+                data = data[start + len(PASTE_START) :]
+            else:
+                end = data.find(PASTE_END)
+                if end < 0:
+                    held = _partial_marker(data, PASTE_END)
+                    self._paste.append(data[: len(data) - held])
+                    self._held = data[len(data) - held :]
+                    return
+                self._paste.append(data[:end])
+                yield events.Paste(pasted_text("".join(self._paste)))
+                self._paste = None
+                data = data[end + len(PASTE_END) :]
+
+    def _keys(self, data: str) -> Iterable[Any]:
+        # Textual's parser takes an empty feed for the end of the input.
+        return super().feed(data) if data else ()
 
     def tick(self) -> Iterable[Message]:
+        # The start of a marker that no read completed: the keys it was. An
+        # ESC alone has waited as long as Textual waits to tell the Escape key
+        # from the start of a sequence: it is the Escape key.
+        if self._held and self._paste is None and time.monotonic() - self._held_at > HOLD_S:
+            held, self._held = self._held, ""
+            if held == "\x1b":
+                return [events.Key("escape", "\x1b"), *self._runs(super().tick())]
+            return self._runs([*self._keys(held), *super().tick()])
         return self._runs(super().tick())
 
     def _runs(self, tokens: Iterable[Any]) -> Iterator[Message]:

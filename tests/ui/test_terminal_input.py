@@ -61,3 +61,50 @@ def test_escape_sequences_and_alt_keys_stay_keys() -> None:
     assert list(parser.feed("\x1bx")) == []
     time.sleep(constants.ESCAPE_DELAY + 0.05)
     assert [(event.key, event.character) for event in parser.tick()] == [("alt+x", "x")]
+
+
+def test_a_paste_holding_escapes_and_controls_stays_text() -> None:
+    # Textual's own parser hands an ESC in a paste over as keys: the BEL would
+    # open the editor (Ctrl+G) and the \x11 quit the app (Ctrl+Q).
+    data = (
+        "a\x1b[200~one\x07two\x11three\x1b]0;title\x07four\x1b[31m\r\nfive\x9b2J\u202esix"
+        "\x1b[201~b"
+    )
+    assert parsed(data) == [
+        ("key", "a"),
+        ("paste", "onetwothreefour\nfivesix"),
+        ("key", "b"),
+    ]
+    assert ("paste", "line 1\nline 2\nline 3") in parsed("\x1b[200~line 1\rline 2\r\nline 3\x1b[201~")
+
+
+def test_a_paste_split_across_reads_is_one_paste() -> None:
+    data = "x\x1b[200~first\x1b[1mpart, second part\x1b[201~y"
+    for cut in range(1, len(data)):
+        parser = RunParser()
+        events_seen = [*parser.feed(data[:cut]), *parser.feed(data[cut:])]
+        pastes = [event.text for event in events_seen if isinstance(event, events.Paste)]
+        assert pastes == ["firstpart, second part"], cut
+
+
+def test_the_start_of_a_paste_marker_alone_is_given_back_as_keys() -> None:
+    # What a read ends with that could begin a paste waits for the next read;
+    # when none comes, it is what Textual's parser makes of it.
+    parser = RunParser()
+    seen = [*parser.feed("ab\x1b[20")]
+    assert [event.text for event in seen if isinstance(event, TypedText)] == ["ab"]
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and not any(isinstance(e, events.Key) for e in seen):
+        time.sleep(0.05)
+        seen += parser.tick()
+    time.sleep(constants.ESCAPE_DELAY + 0.05)
+    seen += parser.tick()
+    given_back = [e.character or "" if isinstance(e, events.Key) else e.text for e in seen[1:]]
+    assert "".join(given_back) == "[20"
+
+
+def test_escape_alone_at_the_end_of_a_read_is_the_escape_key() -> None:
+    parser = RunParser()
+    assert list(parser.feed("\x1b")) == []
+    time.sleep(constants.ESCAPE_DELAY + 0.05)
+    assert [event.key for event in parser.tick()] == ["escape"]

@@ -52,6 +52,7 @@ from chat.settings.presets import Preset, find_preset
 from chat.settings.schema import Settings
 from chat.ui.commands import ChatScreenCommands, PresetCommands
 from chat.ui.messages import ReplyUpdate, SwitchModelRequested, SwitchServerRequested
+from chat.ui.untrusted import shown
 from chat.ui.widgets.attachment_strip import AttachmentChip, AttachmentStrip
 from chat.ui.widgets.context_meter import HELP as CONTEXT_HELP
 from chat.ui.widgets.context_meter import ContextMeter, MeterState
@@ -264,7 +265,7 @@ class ChatScreen(Screen[None]):
         doing = f"Connecting to {name}" if server else f"Loading model {name}"
         self.query_one(StatusBar).show_loading(doing)
         notice = self.query_one("#notice", Static)
-        notice.update(Content(f"{doing}…  You can type meanwhile: Enter sends once it is ready."))
+        notice.update(shown(f"{doing}…  You can type meanwhile: Enter sends once it is ready."))
         notice.set_classes("loading")
         notice.display = True
         await self.mount(LoadingIndicator(id="loading"), before=notice)

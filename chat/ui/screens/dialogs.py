@@ -11,6 +11,8 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from chat.ui.untrusted import UntrustedTextArea, editable_line, shown
+
 DIALOG_CSS = """
 .dialog {
     width: 76;
@@ -60,8 +62,8 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog warning" if self._danger else "dialog"):
-            yield Label(Content(self._title), classes="dialog-title")
-            yield Static(Content(self._text), classes="dialog-text")
+            yield Label(shown(self._title), classes="dialog-title")
+            yield Static(shown(self._text), classes="dialog-text")
             with Horizontal(classes="dialog-buttons"):
                 yield Button(self._yes, id="yes", variant="error" if self._danger else "primary")
                 yield Button(self._no, id="no")
@@ -88,7 +90,7 @@ class RenameScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label("Rename conversation", classes="dialog-title")
-            yield Input(self._title, id="title", select_on_focus=True)
+            yield Input(editable_line(self._title), id="title", select_on_focus=True)
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Rename", id="rename", variant="primary")
                 yield Button("Cancel", id="cancel")
@@ -127,7 +129,7 @@ class StorageProblemScreen(ModalScreen[str]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog error"):
             yield Label("Conversations cannot be saved", classes="dialog-title")
-            yield Static(Content(self._problem), classes="dialog-text", id="problem")
+            yield Static(shown(self._problem), classes="dialog-text", id="problem")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Move aside, new database", id="move", variant="warning")
                 yield Button("Continue without saving", id="continue", variant="primary")
@@ -162,10 +164,6 @@ class EditReplyScreen(ModalScreen[str | None]):
         self._text = text
 
     def compose(self) -> ComposeResult:
-        from textual.widgets import TextArea
-
-        from chat.sanitize import sanitize
-
         with Vertical(classes="dialog"):
             yield Label("Edit the reply", classes="dialog-title")
             yield Static(
@@ -175,7 +173,7 @@ class EditReplyScreen(ModalScreen[str | None]):
                 ),
                 classes="dialog-text",
             )
-            yield TextArea(sanitize(self._text), id="reply-text", soft_wrap=True)
+            yield UntrustedTextArea(self._text, id="reply-text", soft_wrap=True)
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Keep the edit (Ctrl+S)", id="keep", variant="primary")
                 yield Button("Cancel", id="cancel")

@@ -5,9 +5,11 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Static
+
+from chat.sanitize import sanitize
+from chat.ui.untrusted import shown
 
 
 class LinkConfirmScreen(ModalScreen[bool]):
@@ -20,7 +22,7 @@ class LinkConfirmScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(id="link-dialog"):
             yield Label("Open this link from the model's reply?")
-            yield Static(Content(self.href), id="link-href", markup=False)
+            yield Static(shown(self.href), id="link-href", markup=False)
             with Horizontal(id="link-buttons"):
                 yield Button("Open", id="open", variant="warning")
                 yield Button("Copy", id="copy")
@@ -34,7 +36,7 @@ class LinkConfirmScreen(ModalScreen[bool]):
             self.app.open_url(self.href)
             self.dismiss(True)
         elif event.button.id == "copy":
-            self.app.copy_to_clipboard(self.href)
+            self.app.copy_to_clipboard(sanitize(self.href))
             self.app.notify("Link copied.")
             self.dismiss(False)
         else:

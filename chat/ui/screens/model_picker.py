@@ -26,6 +26,7 @@ from chat.models.table import ModelRow, budgets_text, human_bytes
 from chat.sanitize import sanitize
 from chat.session.background import in_thread
 from chat.settings.schema import ModelSettings
+from chat.ui.untrusted import shown
 
 
 @dataclass
@@ -222,7 +223,7 @@ class ModelPickerScreen(Screen[Path | None]):
         status = self.query_one("#models-status", Static)
         bar.display = True
         bar.update(total=None, progress=0)
-        status.update(f"Downloading {spec}… Esc cancels.")
+        status.update(shown(f"Downloading {spec}… Esc cancels."))
 
         def progress(report: DownloadProgress) -> None:
             # From the download's thread: post_message never blocks it.

@@ -15,11 +15,12 @@ from textual.message import Message
 from textual.widgets import Static
 
 from chat.conversations.attachments import Attachment
+from chat.ui.untrusted import shown_line
 
 
 def _chip_text(attachment: Attachment, tokens: int | None) -> Content:
     counted = "" if tokens is None else f" · {tokens:,} tokens"
-    return Content(f"📎 {attachment.name}{counted} ✕")
+    return shown_line(f"📎 {attachment.name}{counted} ✕")
 
 
 class AttachmentChip(Static):
@@ -92,7 +93,7 @@ class AttachmentStrip(HorizontalGroup):
         await self.mount_all(
             [AttachmentChip(attachment, tokens) for attachment, tokens in attachments]
             + [
-                Static(Content(f"⚠ {problem}"), markup=False, classes="attachment-problem")
+                Static(shown(f"⚠ {problem}"), markup=False, classes="attachment-problem")
                 for problem in problems
             ]
         )

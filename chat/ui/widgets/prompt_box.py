@@ -23,9 +23,7 @@ from pathlib import Path
 from rich.containers import Lines
 from rich.text import Text
 from textual import events
-from textual.content import Content
 from textual.message import Message
-from textual.widgets import TextArea
 
 from chat.session.draft_attachments import (
     complete_path,
@@ -34,6 +32,7 @@ from chat.session.draft_attachments import (
     shared_prefix,
 )
 from chat.ui.terminal_input import TakesTypedText, TypedText
+from chat.ui.untrusted import UntrustedTextArea, shown_line
 
 # The most matches the border lists (Tab still cycles through all of them).
 SHOWN_COMPLETIONS = 6
@@ -41,7 +40,7 @@ SHOWN_COMPLETIONS = 6
 MENTION_LOOKBACK = 1000
 
 
-class PromptBox(TakesTypedText, TextArea):
+class PromptBox(TakesTypedText, UntrustedTextArea):
     @dataclass
     class Submitted(Message):
         """Enter was pressed over `text` (not blank) in `prompt_box`."""
@@ -173,7 +172,7 @@ class PromptBox(TakesTypedText, TextArea):
         ]
         listed = "  ".join(names[:SHOWN_COMPLETIONS])
         more = f"  +{len(names) - SHOWN_COMPLETIONS}" if len(names) > SHOWN_COMPLETIONS else ""
-        self.border_title = Content(f"Tab: {listed}{more}")
+        self.border_title = shown_line(f"Tab: {listed}{more}")
 
     def get_line(self, line_index: int) -> Text:
         # TextArea draws each row of a wrapped line by dividing the whole line

@@ -22,8 +22,10 @@ from textual.widget import Widget
 from textual.widgets import Input, Label, Select, Static, Switch, TextArea
 
 from chat.errors import ConfigError
+from chat.sanitize import sanitize
 from chat.settings.schema import FieldSpec
 from chat.settings.values import parse_value
+from chat.ui.untrusted import UntrustedTextArea
 
 Control = Input | Switch | Select[object] | TextArea
 
@@ -129,7 +131,7 @@ class SettingField(Vertical):
         if spec.kind == "bool":
             return Switch(value=bool(raw), classes="setting-control")
         if spec.kind in ("text", "str_list"):
-            area = TextArea(
+            area = UntrustedTextArea(
                 str(raw),
                 soft_wrap=True,
                 show_line_numbers=False,
@@ -139,7 +141,7 @@ class SettingField(Vertical):
             area.add_class("multiline")
             return area
         return Input(
-            str(raw),
+            sanitize(str(raw)),
             placeholder=_placeholder(spec),
             restrict=_typing_pattern(spec),
             compact=True,
@@ -194,7 +196,7 @@ class SettingField(Vertical):
             if control.text != raw:
                 control.load_text(str(raw))
         else:
-            control.value = str(raw)
+            control.value = sanitize(str(raw))
 
     def check(self) -> None:
         """Validate what the widget holds; keep it as `value` if it is valid."""

@@ -1,0 +1,122 @@
+"""A home folder full of hostile things, and a hostile model server, for the
+canary tests: every untrusted source kvchat reads carries the canary payload
+(tests.security.canary), each with its own tag."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from tests.engine.remote.fake_servers import FakeServer, openai_routes, serve
+from tests.models.gguf_files import llama_fields, write_gguf
+from tests.security.canary import payload
+from tests.ui.quit_driver import folders_env
+
+THEMES_FOLDER = Path(__file__).resolve().parents[2] / "themes"
+
+TAGS = {
+    "theme": "THEMENAME",
+    "theme_description": "THEMEDESC",
+    "preset": "PRESETNAME",
+    "preset_description": "PRESETDESC",
+    "preset_prompt": "PRESETPROMPT",
+    "title": "CONVTITLE",
+    "user": "USERMSG",
+    "reply": "SAVEDREPLY",
+    "gguf_name": "GGUFNAME",
+    "file_name": "FILENAME",
+    "server_model": "SRVMODEL",
+    "server_reply": "SRVREPLY",
+    "paste": "PASTED",
+}
+
+
+@dataclass
+class HostileHome:
+    folder: Path
+    env: dict[str, str]
+    server: FakeServer
+
+    def chat(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "chat", *args]
+
+
+def _hostile_theme(folder: Path) -> None:
+    theme = tomllib_load(THEMES_FOLDER / "kvchat-dark.toml")
+    theme["name"] = payload(TAGS["theme"])
+    theme["description"] = payload(TAGS["theme_description"])
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "hostile.toml").write_text(tomli_w.dumps(theme), encoding="utf-8")
+
+
+def tomllib_load(path: Path) -> dict[str, object]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10 only
+        import tomli as tomllib
+    return tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+def _hostile_preset(folder: Path) -> None:
+    preset = {
+        "name": payload(TAGS["preset"]),
+        "description": payload(TAGS["preset_description"]),
+        "system_prompt": payload(TAGS["preset_prompt"]),
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "hostile.toml").write_text(tomli_w.dumps(preset), encoding="utf-8")
+
+
+def _hostile_conversation(home: Path, env: dict[str, str]) -> None:
+    source = home / "hostile.json"
+    source.write_text(
+        json.dumps(
+            {
+                "messages": [
+                    {"role": "user", "content": payload(TAGS["user"])},
+                    {"role": "assistant", "content": payload(TAGS["reply"])},
+                ],
+                "kvchat": {"version": 1, "title": payload(TAGS["title"])},
+            }
+        ),
+        encoding="utf-8",
+    )
+    subprocess.run(
+        [sys.executable, "-m", "chat", "--import", str(source)],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+
+
+def _hostile_models(folder: Path) -> None:
+    # A file name may hold anything but "/" and NUL.
+    file_name = payload(TAGS["file_name"]).replace("\x00", "")[:200] + ".gguf"
+    write_gguf(folder / file_name, llama_fields(**{"general.name": payload(TAGS["gguf_name"])}))
+
+
+@pytest.fixture
+def hostile_home(tmp_path: Path) -> Iterator[HostileHome]:
+    env = folders_env(tmp_path)
+    _hostile_theme(tmp_path / "config" / "themes")
+    _hostile_preset(tmp_path / "config" / "presets")
+    _hostile_models(tmp_path / "data" / "models")
+    _hostile_conversation(tmp_path, env)
+    server = serve(
+        openai_routes(
+            words=[payload(TAGS["server_reply"])],
+            model_entry={"id": payload(TAGS["server_model"]), "object": "model"},
+        )
+    )
+    try:
+        yield HostileHome(tmp_path, env, server)
+    finally:
+        server.stop()
