@@ -29,7 +29,7 @@ def payload(tag: str) -> str:
     """Text that, drawn raw, would change the title, write the clipboard, open
     a hyperlink, colour the screen, clear it, start device control strings,
     reorder the line and move the cursor back; and would run as Textual
-    markup. No "/" in it, so it may also be a file name."""
+    markup."""
     return (
         f"{tag} [b]bold[/b] [@click=app.quit]q[/]"
         f"\x1b]0;{MARK}-title\x07"
@@ -94,10 +94,7 @@ def leaks(output: bytes) -> list[Leak]:
 def clipboard_writes(output: bytes) -> list[str]:
     """The texts written to the clipboard (OSC 52) in `output`, decoded."""
     text = output.decode("utf-8", "replace")
-    return [
-        base64.b64decode(data).decode("utf-8", "replace")
-        for data in _CLIPBOARD.findall(text)
-    ]
+    return [base64.b64decode(data).decode("utf-8", "replace") for data in _CLIPBOARD.findall(text)]
 
 
 def assert_no_leak(output: bytes, *tags: str) -> None:

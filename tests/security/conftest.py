@@ -27,6 +27,7 @@ TAGS = {
     "preset": "PRESETNAME",
     "preset_description": "PRESETDESC",
     "preset_prompt": "PRESETPROMPT",
+    "preset_file": "PRESETFILE",
     "title": "CONVTITLE",
     "user": "USERMSG",
     "reply": "SAVEDREPLY",
@@ -64,14 +65,26 @@ def tomllib_load(path: Path) -> dict[str, object]:
     return tomllib.loads(path.read_text(encoding="utf-8"))
 
 
-def _hostile_preset(folder: Path) -> None:
+def _hostile_presets(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    # Names and descriptions with controls are refused, and the warning quotes
+    # the file's name: a hostile one.
+    refused = {"name": payload("x"), "description": payload(TAGS["preset_description"])}
+    (folder / f"{file_name(TAGS['preset_file'])}.toml").write_text(
+        tomli_w.dumps(refused), encoding="utf-8"
+    )
+    # A system prompt may hold anything: it is shown in the settings pane.
     preset = {
-        "name": payload(TAGS["preset"]),
-        "description": payload(TAGS["preset_description"]),
+        "name": f"hostile-{TAGS['preset']}",
+        "description": "a plain description",
         "system_prompt": payload(TAGS["preset_prompt"]),
     }
-    folder.mkdir(parents=True, exist_ok=True)
     (folder / "hostile.toml").write_text(tomli_w.dumps(preset), encoding="utf-8")
+
+
+def file_name(tag: str) -> str:
+    """The payload as a file name may hold it: anything but "/" and NUL."""
+    return payload(tag).replace("\x00", "").replace("/", "")[:200]
 
 
 def _hostile_conversation(home: Path, env: dict[str, str]) -> None:
@@ -98,16 +111,15 @@ def _hostile_conversation(home: Path, env: dict[str, str]) -> None:
 
 
 def _hostile_models(folder: Path) -> None:
-    # A file name may hold anything but "/" and NUL.
-    file_name = payload(TAGS["file_name"]).replace("\x00", "")[:200] + ".gguf"
-    write_gguf(folder / file_name, llama_fields(**{"general.name": payload(TAGS["gguf_name"])}))
+    name = f"{file_name(TAGS['file_name'])}.gguf"
+    write_gguf(folder / name, llama_fields(**{"general.name": payload(TAGS["gguf_name"])}))
 
 
 @pytest.fixture
 def hostile_home(tmp_path: Path) -> Iterator[HostileHome]:
     env = folders_env(tmp_path)
     _hostile_theme(tmp_path / "config" / "themes")
-    _hostile_preset(tmp_path / "config" / "presets")
+    _hostile_presets(tmp_path / "config" / "presets")
     _hostile_models(tmp_path / "data" / "models")
     _hostile_conversation(tmp_path, env)
     server = serve(

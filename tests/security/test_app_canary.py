@@ -70,7 +70,7 @@ def test_the_app_draws_edits_and_copies_no_escape(app: App) -> None:
     # A reply streamed from the server, then copied (F5: the last reply).
     app.terminal.send(b"hello")
     app.press(ENTER, TAGS["server_reply"])
-    app.shows("last: ")
+    app.shows("tok/s")
     app.press(F5, "Copied")
     # The earlier message in F3's edit box (the last message of the user).
     app.press(F3, "Editing")
@@ -88,8 +88,8 @@ def test_the_app_draws_edits_and_copies_no_escape(app: App) -> None:
     app.press(ESC, "Message")
     app.press(F9, TAGS["preset"])
     app.press(ESC, "Message")
-    # The model picker lists the models folder: a GGUF's name from its metadata.
-    app.press(F8, TAGS["gguf_name"])
+    # The model picker lists the models folder, by file name.
+    app.press(F8, TAGS["file_name"])
     app.press(ESC, "Message")
     app.quit()
     output = app.terminal.output

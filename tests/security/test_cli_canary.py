@@ -16,8 +16,8 @@ COMMANDS = {
     "export-md": (["--export", "1"], [TAGS["title"], TAGS["user"], TAGS["reply"]]),
     "export-json": (["--export", "1", "--format", "json"], [TAGS["title"]]),
     "list-themes": (["--list-themes"], [TAGS["theme"], TAGS["theme_description"]]),
-    "list-presets": (["--list-presets"], [TAGS["preset"], TAGS["preset_description"]]),
-    "list-models": (["--list-models"], [TAGS["gguf_name"]]),
+    "list-presets": (["--list-presets"], [TAGS["preset"], TAGS["preset_file"]]),
+    "list-models": (["--list-models"], [TAGS["file_name"]]),
 }
 
 
