@@ -280,7 +280,8 @@ def run_cli(args: list[str], env: dict[str, str], watch: Path | None = None) -> 
     """`python -m chat ARGS` from the checkout, under strace when `watch`
     names a log file (and strace is installed)."""
     command = [sys.executable, "-m", "chat", *args]
-    if watch is not None and STRACE:
+    if watch is not None:
+        assert STRACE is not None
         calls = ",".join(
             f"{call}{suffix}"
             for call in ("open", "rename", "unlink", "mkdir", "symlink", "link")
@@ -289,7 +290,7 @@ def run_cli(args: list[str], env: dict[str, str], watch: Path | None = None) -> 
         calls += ",creat,renameat2"
         command = [STRACE, "-f", "-qq", "-e", f"trace={calls}", "-o", str(watch), *command]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    opened, written = _parse_strace(watch, ROOT) if watch is not None and STRACE else ([], [])
+    opened, written = _parse_strace(watch, ROOT) if watch is not None else ([], [])
     return Watched(done.returncode, done.stdout, done.stderr, opened, written)
 
 
@@ -316,6 +317,20 @@ def _env(tmp_path: Path, **more: str) -> dict[str, str]:
     return env
 
 
+@pytest.fixture(params=["box", "strace"])
+def watch(request: pytest.FixtureRequest, tmp_path: Path) -> Path | None:
+    """None: the box checks only; else the strace log to write, and the
+    process's file calls are checked too."""
+    if request.param == "box":
+        return None
+    if STRACE is None:
+        pytest.skip(
+            "strace is not installed (apt-get install -y strace): the [box] run of "
+            "this test made the same checks on the files, without watching the calls"
+        )
+    return tmp_path / "trace"
+
+
 def _allowed_write(path: str, *folders: Path) -> bool:
     real = os.path.realpath(path)
     return real.startswith("/dev/") or any(
@@ -323,7 +338,9 @@ def _allowed_write(path: str, *folders: Path) -> bool:
     )
 
 
-def test_list_models_over_hostile_stores_reads_no_trap(box: Box, tmp_path: Path) -> None:
+def test_list_models_over_hostile_stores_reads_no_trap(
+    box: Box, tmp_path: Path, watch: Path | None
+) -> None:
     """`chat --list-models` with a hostile Ollama store, a models folder with
     two links to `.`, and a truncated GGUF: quick, sane, no trap touched."""
     store = _hostile_ollama(box)
@@ -336,9 +353,7 @@ def test_list_models_over_hostile_stores_reads_no_trap(box: Box, tmp_path: Path)
     (models / "cut.gguf").write_bytes(whole[:-100])
     before = box.outside_files(store)
     started = time.monotonic()
-    watched = run_cli(
-        ["--list-models"], _env(tmp_path, OLLAMA_MODELS=str(store)), tmp_path / "trace"
-    )
+    watched = run_cli(["--list-models"], _env(tmp_path, OLLAMA_MODELS=str(store)), watch)
     assert time.monotonic() - started < 60
     assert watched.code == 0, watched.stderr
     assert "Traceback" not in watched.stderr
@@ -358,8 +373,10 @@ def test_list_models_over_hostile_stores_reads_no_trap(box: Box, tmp_path: Path)
     for trap in box.traps:
         assert str(trap) not in watched.stdout
     assert box.outside_files(store) == before
-    if not STRACE:
+    if watch is None:
         return
+    good = store / "blobs" / f"sha256-{'b' * 64}"
+    assert str(good) in watched.opened  # the watch sees what the process opens
     for trap in box.traps:
         assert not [p for p in watched.opened if os.path.realpath(p) == str(trap.resolve())], trap
     assert not [p for p in watched.written if "/box/" in p], watched.written
@@ -367,36 +384,37 @@ def test_list_models_over_hostile_stores_reads_no_trap(box: Box, tmp_path: Path)
 
 
 def test_pull_from_a_hostile_mirror_exits_2_and_writes_nothing_outside_the_cache(
-    hub: Hub, box: Box, tmp_path: Path
+    hub: Hub, box: Box, tmp_path: Path, watch: Path | None
 ) -> None:
     hub.commit = OUTSIDE
     cache = box.root / "cache"
     before = box.outside_files(cache)
     env = _env(tmp_path, HF_ENDPOINT=hub.url, HF_HUB_CACHE=str(cache))
-    watched = run_cli(["--pull", REPO], env, tmp_path / "trace")
+    watched = run_cli(["--pull", REPO], env, watch)
     assert watched.code == 2
     assert watched.stdout == ""
     assert watched.stderr.startswith("chat: Refused the commit the server named ")
     assert watched.stderr.count("\n") == 1 and "Traceback" not in watched.stderr
     assert box.outside_files(cache) == before
-    if STRACE:
+    if watch is not None:
         stray = [p for p in watched.written if not _allowed_write(p, cache, tmp_path / "hf-home")]
         assert stray == [], stray
         assert not [p for p in watched.written if "outside" in p]
 
 
-def test_pull_writes_only_inside_the_cache(hub: Hub, tmp_path: Path) -> None:
+def test_pull_writes_only_inside_the_cache(hub: Hub, tmp_path: Path, watch: Path | None) -> None:
     cache = tmp_path / "cache"
     env = _env(tmp_path, HF_ENDPOINT=hub.url, HF_HUB_CACHE=str(cache))
-    watched = run_cli(["--pull", REPO], env, tmp_path / "trace")
+    watched = run_cli(["--pull", REPO], env, watch)
     assert watched.code == 0, watched.stderr
     path = Path(watched.stdout.strip())
     assert path.read_bytes() == hub.files[REPO]["tiny-Q4_K_M.gguf"]
     assert path == cache / "models--org--Tiny-GGUF" / "snapshots" / COMMIT / "tiny-Q4_K_M.gguf"
     assert not [p for p in cache.rglob("*") if p.name.endswith((".incomplete", ".lock"))]
-    if STRACE:
+    if watch is not None:
         stray = [p for p in watched.written if not _allowed_write(p, cache, tmp_path / "hf-home")]
         assert stray == [], stray
+        assert any(p.endswith(".incomplete") for p in watched.written)  # the watch sees writes
 
 
 def test_a_killed_download_resumes_from_where_its_partial_file_ends(
