@@ -463,3 +463,19 @@ def test_leftovers_of_an_earlier_killed_download_are_removed(hub: Hub, tmp_path:
     stale.write_bytes(content[:1000])
     pull(REPO, lambda _: None, threading.Event(), cache_dir=cache, endpoint=hub.url)
     assert not stale.exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_model_path_that_is_no_regular_file_is_refused_at_once(tmp_path: Path, kind: str) -> None:
+    from chat.errors import ModelError
+    from chat.model_files import check_gguf
+    from chat.models.metadata import read_metadata
+
+    path = tmp_path / "model.gguf"
+    if kind == "fifo":
+        os.mkfifo(path)  # opening it for reading would wait for a writer
+    else:
+        path.symlink_to("/dev/zero")  # reading it would never end
+    for check in (check_gguf, read_metadata):
+        with pytest.raises(ModelError, match=r"is a (pipe \(FIFO\)|device): only regular files"):
+            check(path)  # type: ignore[operator]
