@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -437,6 +437,7 @@ def _fetch_file(
             finally:
                 # Removed while held: a waiter then finds the blob and stops.
                 lock.unlink(missing_ok=True)
+                _remove_if_empty(lock.parent)
     where.link(pointer, blob)
     return pointer
 
@@ -470,6 +471,11 @@ def _download_resuming(
                 displayed_filename=file.path.rsplit("/", 1)[-1],
                 tqdm_class=cast(Any, meter.bar_class()),
             )
+
+
+def _remove_if_empty(folder: Path) -> None:
+    with suppress(OSError):  # not empty: another download's lock is there
+        folder.rmdir()
 
 
 def _remove_leftovers(blob: Path) -> None:

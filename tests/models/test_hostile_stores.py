@@ -479,3 +479,13 @@ def test_a_model_path_that_is_no_regular_file_is_refused_at_once(tmp_path: Path,
     for check in (check_gguf, read_metadata):
         with pytest.raises(ModelError, match=r"is a (pipe \(FIFO\)|device): only regular files"):
             check(path)  # type: ignore[operator]
+
+
+def test_list_models_shows_store_names_without_their_escapes(tmp_path: Path) -> None:
+    store = tmp_path / "ollama"
+    write_gguf(store / "blobs" / f"sha256-{'d' * 64}")
+    _manifest(store, "evil\x1b]0;pwned\x07", "latest\x1b[2J", f"sha256:{'d' * 64}")
+    watched = run_cli(["--list-models"], _env(tmp_path, OLLAMA_MODELS=str(store)))
+    assert watched.code == 0, watched.stderr
+    assert "evil" in watched.stdout
+    assert "\x1b" not in watched.stdout and "\x07" not in watched.stdout
