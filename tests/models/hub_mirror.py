@@ -11,7 +11,10 @@ and hf_api.py):
 - `GET` of the same, with `Range: bytes=N-` answered 206 (resuming).
 
 Faults on demand: drop the connection after N bytes (once), serve other bytes
-than the SHA-256 says, send slowly, or a file that is not there.
+than the SHA-256 says, send slowly, or a file that is not there. Hostile
+answers on demand: a commit that is a path (`commit`), an ETag that is a path
+or names another blob (`etags`), and file names that climb out (`..` in a key
+of `files`) are served as given.
 """
 
 from __future__ import annotations
@@ -41,6 +44,10 @@ class Hub:
     """Files served with other bytes than their SHA-256 says (same length)."""
     delay_s: float = 0.0
     """Pause between pieces of `SEND_CHUNK` bytes of a GET: a slow network."""
+    commit: str = COMMIT
+    """What the API and `X-Repo-Commit` say a revision points at."""
+    etags: dict[str, str] = field(default_factory=dict)
+    """file path -> the ETag (and X-Linked-Etag) answered instead of its SHA-256."""
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
     """(method, path, Range header) of every request."""
     release: threading.Event = field(default_factory=threading.Event)
@@ -81,7 +88,7 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                 self._file(hub.files["plain"][plain[1]], plain[1], head)
                 return
             code = "RepoNotFound" if not resolve or resolve[1] not in hub.files else "EntryNotFound"
-            self._reply(404, b"{}", {"X-Error-Code": code, "X-Repo-Commit": COMMIT})
+            self._reply(404, b"{}", {"X-Error-Code": code, "X-Repo-Commit": hub.commit})
 
         def _api(self, repo: str, kind: str) -> None:
             if repo not in hub.files:
@@ -102,7 +109,7 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                     }
                     for name, size, sha in entries
                 ]
-                body = {"id": repo, "modelId": repo, "sha": COMMIT, "siblings": siblings}
+                body = {"id": repo, "modelId": repo, "sha": hub.commit, "siblings": siblings}
             else:
                 body = [  # type: ignore[assignment]
                     {
@@ -117,9 +124,9 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
             self._reply(200, json.dumps(body).encode(), {"Content-Type": "application/json"})
 
         def _file(self, data: bytes, name: str, head: bool) -> None:
-            sha = _sha(data)
+            sha = hub.etags.get(name, _sha(data))
             headers = {
-                "X-Repo-Commit": COMMIT,
+                "X-Repo-Commit": hub.commit,
                 "ETag": f'"{sha}"',
                 "X-Linked-Etag": f'"{sha}"',
                 "X-Linked-Size": str(len(data)),

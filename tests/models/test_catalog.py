@@ -45,9 +45,9 @@ def test_every_source_is_listed_by_its_own_names(tmp_path: Path) -> None:
     lms = tmp_path / "lmstudio"
     write_gguf(lms / "lmstudio-community" / "Phi-4-GGUF" / "Phi-4-Q4_K_M.gguf")
     ollama = tmp_path / "ollama"
-    _ollama_model(ollama, "llama3.2", "3b", "aaaa")
-    _ollama_model(ollama, "llama3.2", "latest", "aaaa")  # the same blob, another tag
-    _ollama_model(ollama, "mymodel", "v1", "bbbb", namespace="someone")
+    _ollama_model(ollama, "llama3.2", "3b", "a" * 64)
+    _ollama_model(ollama, "llama3.2", "latest", "a" * 64)  # the same blob, another tag
+    _ollama_model(ollama, "mymodel", "v1", "b" * 64, namespace="someone")
     models = tmp_path / "models"
     write_gguf(models / "mine.gguf")
     (models / "notes.txt").write_text("not a model")
@@ -108,8 +108,8 @@ def test_missing_unreadable_and_broken_places_are_skipped(tmp_path: Path) -> Non
     bad = ollama / "manifests" / "registry.ollama.ai" / "library" / "broken" / "latest"
     bad.parent.mkdir(parents=True)
     bad.write_text("{not json")
-    _ollama_model(ollama, "gone", "latest", "cccc")
-    (ollama / "blobs" / "sha256-cccc").unlink()
+    _ollama_model(ollama, "gone", "latest", "c" * 64)
+    (ollama / "blobs" / f"sha256-{'c' * 64}").unlink()
 
     found = find_models(ModelRoots(models_dir=tmp_path / "nowhere", hf_cache=hf, ollama=(ollama,)))
     assert [e.name for e in found] == ["org/repo/ok.gguf"]

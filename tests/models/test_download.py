@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from hashlib import sha256
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,18 @@ def hub() -> Iterator[Hub]:
     }
     with running_hub(Hub(files={REPO: files, "other/NoQ4": {"x-Q8_0.gguf": _model(9000, 6)}})) as h:
         yield h
+
+
+def _ranges(hub: Hub, name: str) -> list[str | None]:
+    """The Range headers of the GET requests for the file `name`."""
+    return [r for method, p, r in hub.requests if method == "GET" and p.endswith(name)]
+
+
+def _leftovers(folder: Path) -> list[str]:
+    """Partial files and lock files under `folder`."""
+    return sorted(
+        p.name for p in folder.rglob("*") if p.name.endswith((".incomplete", ".lock", "-tmp"))
+    )
 
 
 class Reports:
@@ -190,9 +203,10 @@ def test_unknown_repo_is_one_sentence(hub: Hub, tmp_path: Path) -> None:
         _pull(hub, "https://example.com/model.bin", tmp_path / "cache")
 
 
-def test_cancel_stops_at_once_and_leaves_no_model(hub: Hub, tmp_path: Path) -> None:
+def test_cancel_stops_at_once_and_the_next_pull_resumes(hub: Hub, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    hub.files[REPO]["tiny-Q4_K_M.gguf"] = _model(5 * MiB, 9)
+    content = _model(5 * MiB, 9)
+    hub.files[REPO]["tiny-Q4_K_M.gguf"] = content
     hub.delay_s = 0.02  # 64 KB every 20 ms: the file takes about 2 s
     cancel = threading.Event()
 
@@ -204,9 +218,19 @@ def test_cancel_stops_at_once_and_leaves_no_model(hub: Hub, tmp_path: Path) -> N
     with pytest.raises(DownloadCancelled, match=r"^The download was cancelled\.$"):
         pull(REPO, cancel_after_first_report, cancel, cache_dir=cache, endpoint=hub.url)
     assert time.monotonic() - started < 2
-    # huggingface_hub removes its temporary file once the transfer stops.
-    wait_for(lambda: not list(cache.rglob("*.incomplete")))
+    # The transfer's thread stops at its next step and lets go of the lock.
+    wait_for(lambda: not list(cache.rglob("*.lock")))
     assert find_models(ModelRoots(hf_cache=cache)) == []
+    (partial,) = cache.rglob("*.incomplete")
+    assert partial.name == f"{sha256(content).hexdigest()}.incomplete"
+    kept = partial.stat().st_size
+    assert 0 < kept < len(content)
+    hub.delay_s = 0.0
+    hub.requests.clear()
+    path, _ = _pull(hub, REPO, cache)
+    assert path.read_bytes() == content
+    assert _ranges(hub, "Q4_K_M.gguf") == [f"bytes={kept}-"]
+    assert _leftovers(cache) == []
 
 
 def test_progress_reports_speed_and_time_left(hub: Hub, tmp_path: Path) -> None:

@@ -134,3 +134,53 @@ async def test_closing_the_picker_while_it_lists_models(monkeypatch: pytest.Monk
         await wait_for(lambda: app.screen is screen and release.is_set(), pilot)
         await pilot.pause(0.2)
         assert app.is_running and app.screen is screen
+
+
+async def test_a_truncated_model_and_links_to_dot_in_the_models_folder(tmp_path: Path) -> None:
+    # The models folder (KVCHAT_DATA_DIR/models) holds two links to `.`, which
+    # made the picker's listing run forever, and a GGUF cut short, which was
+    # offered as usable.
+    from chat import paths
+    from tests.models.gguf_files import llama_fields, write_gguf
+
+    models = paths.models_dir()
+    whole = write_gguf(tmp_path / "whole.gguf", llama_fields(), {"token_embd.weight": (256, 64)})
+    models.mkdir(parents=True)
+    (models / "cut-short.gguf").write_bytes(whole.read_bytes()[:-100])
+    (models / "a").symlink_to(".")
+    (models / "b").symlink_to(".")
+    app = make_app(ScriptedEngine(replies=[["hi"]]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        picker = await _open_picker(app, pilot)
+        table = picker.query_one(DataTable)
+        rows = [table.get_row_at(i) for i in range(table.row_count)]
+        cut = [row for row in rows if "cut-short.gguf" in str(row[0])]
+        assert len(cut) == 1, [str(row[0]) for row in rows]
+        assert str(cut[0][1]).startswith("The model file is cut short: ")
+        picker.query_one("#models-filter", Input).value = "cut-short"
+        await wait_for(lambda: table.row_count == 1, pilot)
+        await pilot.press("enter")
+
+        def said() -> bool:
+            return any("cut short" in str(n.message) for n in app._notifications)
+
+        await wait_for(said, pilot)
+        assert app.screen is picker  # not loaded
+
+
+async def test_a_hostile_mirror_is_refused_in_the_picker(hub: Hub, tmp_path: Path) -> None:
+    hub.commit = "../../../../outside"
+    app = make_app(ScriptedEngine(replies=[["hi"]]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        picker = await _open_picker(app, pilot)
+        await pilot.press("ctrl+d")
+        await pilot.press(*REPO, "enter")
+        status = picker.query_one("#models-status")
+        await wait_for(
+            lambda: "Refused the commit the server named" in str(status.render()), pilot, timeout=20
+        )
+        assert app.screen is picker
+    assert not (tmp_path / "outside").exists()
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith((".incomplete", ".lock"))]
