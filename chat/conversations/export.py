@@ -44,6 +44,13 @@ def file_stem(conv: Conversation) -> str:
     title = unicodedata.normalize("NFC", conv.title or conv.default_title())
     slug = re.sub(r"[\W_]+", "-", title.lower()).strip("-")[:50].rstrip("-")
     slug = slug or "conversation"
+    try:
+        os.fsencode(slug)
+    except UnicodeEncodeError:
+        # The file system's encoding (a non-UTF-8 locale, LC_ALL=C) cannot hold
+        # these letters: their ASCII base letters ("café" -> "cafe") instead.
+        ascii_slug = unicodedata.normalize("NFKD", slug).encode("ascii", "ignore").decode()
+        slug = re.sub(r"[^a-z0-9]+", "-", ascii_slug).strip("-") or "conversation"
     return f"{slug}-{conv.id}" if conv.id is not None else slug
 
 

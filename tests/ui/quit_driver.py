@@ -102,12 +102,24 @@ class QuitRun:
 class Terminal:
     """A child process on a pseudo-terminal; everything it writes is kept."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], size: tuple[int, int]) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        size: tuple[int, int],
+        cwd: Path | None = None,
+    ) -> None:
         master, slave = pty.openpty()
         columns, rows = size
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
         self.process = subprocess.Popen(
-            argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True
+            argv,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
         )
         os.close(slave)
         self._master = master
@@ -148,6 +160,11 @@ class Terminal:
                     return False
                 self._changed.wait(left)
         return True
+
+    def hang_up(self) -> None:
+        """Close the terminal's other end, as a terminal emulator that is gone."""
+        os.close(self._master)
+        self._master = os.open(os.devnull, os.O_RDONLY)  # for close()
 
     def send(self, keys: bytes) -> None:
         os.write(self._master, keys)
