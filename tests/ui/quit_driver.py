@@ -108,7 +108,10 @@ class Terminal:
         env: dict[str, str],
         size: tuple[int, int],
         cwd: Path | None = None,
+        controlling: bool = False,
     ) -> None:
+        """`controlling`: the terminal is the child's controlling terminal, as
+        in a terminal emulator or tmux (closing it then sends SIGHUP too)."""
         master, slave = pty.openpty()
         columns, rows = size
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
@@ -120,6 +123,7 @@ class Terminal:
             env=env,
             cwd=cwd,
             start_new_session=True,
+            preexec_fn=_take_as_controlling_terminal if controlling else None,
         )
         os.close(slave)
         self._master = master
@@ -188,6 +192,11 @@ class Terminal:
             self.process.wait()
         self._reader.join(5)
         os.close(self._master)
+
+
+def _take_as_controlling_terminal() -> None:
+    # In the child, a session leader by now: its stdin becomes its terminal.
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
 def folders_env(home: Path, threads: int | None = None) -> dict[str, str]:
