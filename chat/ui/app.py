@@ -258,7 +258,11 @@ class ChatApp(App[None]):
     def on_mount(self) -> None:
         share_the_gil_quickly()
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._hang_up)
+            loop = asyncio.get_running_loop()
+            # SIGTERM (a shutdown, `kill`) ends kvchat as a hang-up does: saved,
+            # the terminal restored, exit status 0 as after Ctrl+Q.
+            for number in (signal.SIGHUP, signal.SIGTERM):
+                loop.add_signal_handler(number, self._hang_up)
         # Start once the chat screen is on screen: the first frame never waits
         # for llama.cpp to be imported or the model to load.
         self.call_after_refresh(self._start)
