@@ -19,6 +19,7 @@ from chat.ui.app import ChatApp, Launch
 from chat.ui.screens import quit_unsaved
 from chat.ui.screens.chat import ChatScreen
 from chat.ui.screens.quit_unsaved import QuitUnsavedScreen
+from chat.ui.terminal_input import TerminalGone
 from chat.ui.widgets.status_bar import StatusBar
 from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine, scripted_factory
@@ -288,3 +289,23 @@ async def test_quitting_anyway_or_going_back_to_the_chat(
     assert app.return_code == 0
     assert not list(home.iterdir())
     assert not database.exists()
+
+
+async def test_a_hang_up_with_unsaved_messages_saves_them_to_a_file_unasked(
+    read_only_folder: Fault, home: Path
+) -> None:
+    """No one is there to answer a dialog (the terminal went away, SIGTERM)."""
+    database = read_only_folder.folder / "conversations.db"
+    app, _notices = app_saving_to(database)
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        await send(pilot, "typed before the window closed")
+        await turn_done(screen, pilot, 2)
+        app.post_message(TerminalGone())
+        await wait_for(lambda: app.return_code is not None, pilot)
+        farewell = " ".join(str(text) for text in app._exit_renderables)
+    assert app.return_code == 0
+    (saved,) = home.glob("kvchat-unsaved-*.json")
+    assert str(saved) in farewell
+    contents = [m["content"] for m in json.loads(saved.read_text(encoding="utf-8"))["messages"]]
+    assert contents[-2:] == ["typed before the window closed", "reply 0"]
