@@ -54,7 +54,8 @@ class QuitUnsavedScreen(ModalScreen[str | None]):
             "Wait: kvchat keeps trying and quits once they are saved (free some "
             "space, or make the folder writable). Save to a file: the conversation "
             "goes to a JSON file in your home folder or the temporary folder "
-            "(chat --import reads it back). Quit anyway: the unsaved messages are lost."
+            "(chat --import reads it back). Quit anyway: the unsaved messages are lost, and "
+            "a reply that was being saved reads as interrupted next time."
         )
         with Vertical(classes="dialog error"):
             yield Label("Quit without saving?", classes="dialog-title")
