@@ -4,7 +4,9 @@ model, then run the TUI or one-shot mode."""
 from __future__ import annotations
 
 import argparse
+import codecs
 import gc
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -213,13 +215,51 @@ def _check_theme(name: str) -> None:
 def _read_prompt(args: argparse.Namespace) -> str | None:
     """The one-shot prompt: -p, or standard input when it is not a terminal."""
     if args.prompt is not None:
-        return str(args.prompt)
+        return _undo_surrogates(str(args.prompt))
     if not sys.stdin.isatty():
-        return sys.stdin.read()
+        return _undo_surrogates(sys.stdin.read())
     return None
 
 
+def _undo_surrogates(text: str) -> str:
+    """Bytes the locale's encoding could not decode (UTF-8 typed under LC_ALL=C)
+    reach Python as lone surrogates, which no model can take: read them as
+    UTF-8, and what is not UTF-8 as U+FFFD."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+OUTPUT_ERRORS = "kvchat.escape"
+
+
+def _escape(error: UnicodeError) -> tuple[str, int]:
+    """What the output cannot encode, as JSON writes it (`\\u00e9`, a pair for
+    characters past U+FFFF): text stays readable and JSON output stays JSON.
+    (Python's backslashreplace writes `\\xe9`, which JSON does not allow.)"""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    escaped = []
+    for character in error.object[error.start : error.end]:
+        code = ord(character)
+        if code > 0xFFFF:
+            code -= 0x10000
+            escaped.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            escaped.append(f"\\u{code:04x}")
+    return "".join(escaped), error.end
+
+
+def _output_never_fails() -> None:
+    """Characters the output's encoding cannot hold (a non-UTF-8 locale such as
+    LC_ALL=C), and file names that are not UTF-8 (lone surrogates), print as
+    escapes rather than end kvchat with UnicodeEncodeError."""
+    codecs.register_error(OUTPUT_ERRORS, _escape)
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors=OUTPUT_ERRORS)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _output_never_fails()
     guard_terminal_output()
     args = build_parser().parse_args(argv)
     try:

@@ -44,6 +44,13 @@ def file_stem(conv: Conversation) -> str:
     title = unicodedata.normalize("NFC", conv.title or conv.default_title())
     slug = re.sub(r"[\W_]+", "-", title.lower()).strip("-")[:50].rstrip("-")
     slug = slug or "conversation"
+    try:
+        os.fsencode(slug)
+    except UnicodeEncodeError:
+        # The file system's encoding (a non-UTF-8 locale, LC_ALL=C) cannot hold
+        # these letters: their ASCII base letters ("café" -> "cafe") instead.
+        ascii_slug = unicodedata.normalize("NFKD", slug).encode("ascii", "ignore").decode()
+        slug = re.sub(r"[^a-z0-9]+", "-", ascii_slug).strip("-") or "conversation"
     return f"{slug}-{conv.id}" if conv.id is not None else slug
 
 
@@ -89,3 +96,28 @@ def export_conversation(
     """Write the conversation to a new file and return its path."""
     target = folder if folder is not None else default_folder()
     return write_new_file(target, file_stem(conv), fmt, export_text(conv, sampling, fmt))
+
+
+UNSAVED_PREFIX = "kvchat-unsaved-"
+
+
+def rescue_folders() -> list[Path]:
+    """Where `export_elsewhere` tries, in order: the home folder (where the user
+    looks first), then the temporary folder (often another disk, or memory)."""
+    return [Path.home(), Path(tempfile.gettempdir())]
+
+
+def export_elsewhere(
+    conv: Conversation, sampling: Mapping[str, Any], folders: list[Path] | None = None
+) -> Path:
+    """Write the whole conversation as JSON (what `chat --import` reads) to the
+    first of `folders` (default: `rescue_folders()`) that takes it; for turns the
+    database could not save. Raises KvchatError naming why each folder failed."""
+    problems = []
+    text = export_text(conv, sampling, "json")
+    for folder in folders if folders is not None else rescue_folders():
+        try:
+            return write_new_file(folder, UNSAVED_PREFIX + file_stem(conv), "json", text)
+        except KvchatError as error:
+            problems.append(str(error).removeprefix("kvchat cannot write the export: ").rstrip("."))
+    raise KvchatError(f"kvchat cannot write the conversation to a file: {'; '.join(problems)}.")

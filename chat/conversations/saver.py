@@ -368,6 +368,16 @@ class ConversationSaver:
             conversation.id = None
             conversation.title = ""
 
+    def unsaved_messages(self, conversation: Conversation) -> int:
+        """How many of `conversation`'s messages are not wholly in the database:
+        never written, or a reply whose final text was not (a full disk). Quitting
+        asks what to do with them."""
+        count = sum(1 for message in conversation.tree if message.id is None)
+        final = self._final_unsaved
+        if final is not None and final[0].id is not None:
+            count += 1
+        return count
+
     # -- how writes went
 
     def _blocked(self, conversation: Conversation) -> bool:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rich.text import Text
 from textual import events
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -33,6 +34,7 @@ from chat import paths
 from chat.conversations.store import Store
 from chat.errors import KvchatError
 from chat.model_files import ModelCandidate, how_to_get_a_model
+from chat.safe_files import shown_path
 from chat.sanitize import sanitize, sanitize_line
 from chat.session.model_loader import (
     EngineFactory,
@@ -270,7 +272,7 @@ class ChatApp(App[None]):
     # cache kept), instead of running on with no screen, or dying mid-write.
 
     async def on_terminal_gone(self, _event: TerminalGone) -> None:
-        await self.action_quit()
+        await self._quit(ask=False)
 
     def _hang_up(self) -> None:
         self.post_message(TerminalGone())
@@ -280,7 +282,11 @@ class ChatApp(App[None]):
     def on_mount(self) -> None:
         share_the_gil_quickly()
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._hang_up)
+            loop = asyncio.get_running_loop()
+            # SIGTERM (a shutdown, `kill`) ends kvchat as a hang-up does: saved,
+            # the terminal restored, exit status 0 as after Ctrl+Q.
+            for number in (signal.SIGHUP, signal.SIGTERM):
+                loop.add_signal_handler(number, self._hang_up)
         # Start once the chat screen is on screen: the first frame never waits
         # for llama.cpp to be imported or the model to load.
         self.call_after_refresh(self._start)
@@ -390,6 +396,16 @@ class ChatApp(App[None]):
         self.settings_flow.switch_server(message.url, message.kind, message.model)
 
     async def action_quit(self) -> None:
+        from chat.ui.screens.quit_unsaved import QuitUnsavedScreen
+
+        if isinstance(self.screen, QuitUnsavedScreen):
+            return  # the user is deciding what to do with unsaved messages
+        await self._quit(ask=True)
+
+    async def _quit(self, *, ask: bool) -> None:
+        """`ask`: messages that cannot be saved make a dialog ask what to do with
+        them; else (no one may be there: a hang-up, SIGTERM) they are saved to a
+        file elsewhere, named on the terminal after the app ends."""
         if self._quit_by is not None:
             return  # already quitting (Ctrl+Q twice, or a hang-up during a quit)
         screen = self.chat_screen
@@ -406,6 +422,73 @@ class ChatApp(App[None]):
         screen.stop_generating()
         while screen.generating and time.monotonic() < self._quit_by:
             await asyncio.sleep(0.01)
+        if self._unsaved_messages():
+            if ask:
+                self._ask_about_unsaved()
+                return
+            self._save_elsewhere_on_exit()
+        self._leave_and_exit()
+
+    def _unsaved_messages(self) -> int:
+        """Messages the database does not hold and cannot take now (0 when saving works)."""
+        screen = self.chat_screen
+        saver = screen.saver
+        if saver.not_saving is None:
+            return 0
+        screen.session.save_all()  # one more try: the disk may have room again
+        return saver.unsaved_messages(screen.conversation)
+
+    def _ask_about_unsaved(self) -> None:
+        from chat.ui.screens.quit_unsaved import QuitUnsavedScreen
+
+        self._quit_by = None  # not quitting while the user decides
+        screen = self.chat_screen
+
+        def saved() -> bool:
+            screen.session.save_all()
+            return screen.saver.unsaved_messages(screen.conversation) == 0
+
+        dialog = QuitUnsavedScreen(
+            screen.saver.unsaved_messages(screen.conversation),
+            screen.saver.not_saving or "the database cannot be written",
+            saved,
+            self._export_elsewhere,
+        )
+        self.push_screen(dialog, self._unsaved_answer)
+
+    def _unsaved_answer(self, answer: str | None) -> None:
+        if answer is None:
+            return  # back to the chat
+        self._quit_by = time.monotonic() + QUIT_WAIT_S
+        if answer.startswith("saved-elsewhere:"):
+            self._say_on_exit(answer.removeprefix("saved-elsewhere:"))
+        self._leave_and_exit()
+
+    def _export_elsewhere(self) -> Path:
+        from chat.conversations.export import export_elsewhere
+
+        session = self.chat_screen.session
+        return export_elsewhere(session.conversation, session.conversation_settings().sampling)
+
+    def _save_elsewhere_on_exit(self) -> None:
+        try:
+            path = self._export_elsewhere()
+        except KvchatError as error:
+            self._exit_renderables.append(Text(f"kvchat: messages not saved. {error}"))
+            return
+        self._say_on_exit(str(path))
+
+    def _say_on_exit(self, path: str) -> None:
+        # Printed on the terminal once the app has left it (if there still is one).
+        self._exit_renderables.append(
+            Text(
+                f"kvchat could not save the conversation in its database; it is in "
+                f"{shown_path(path)} (chat --import {shown_path(path)} brings it back)."
+            )
+        )
+
+    def _leave_and_exit(self) -> None:
+        screen = self.chat_screen
         if not screen.generating:
             screen.session.leave()  # its KV cache, for instant resume next time
         self.exit()

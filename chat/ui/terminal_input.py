@@ -21,7 +21,7 @@ import selectors
 import time
 from codecs import getincrementaldecoder
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from textual import constants, events
 from textual._parser import ParseError
@@ -199,8 +199,47 @@ def _run_event(run: list[str]) -> Message:
     return TypedText("".join(run))
 
 
+class TerminalOutput:
+    """The terminal's output stream, for Textual's writer thread, that drops what
+    cannot be written once the terminal is gone (EIO, EPIPE). Textual's thread
+    dies on that error; its queue then fills and the app, leaving, waits on it
+    for ever: a closed window left kvchat running."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> None:
+        if not self.gone:
+            try:
+                self._stream.write(text)
+            except OSError:
+                self.gone = True
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except OSError:
+                self.gone = True
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+
 class TypingDriver(LinuxDriver):
-    """Textual's driver for Linux and macOS, reading input with `RunParser`."""
+    """Textual's driver for Linux and macOS, reading input with `RunParser`, and
+    writing through `TerminalOutput`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        stream = self._file
+        assert stream is not None  # Textual checked there is a terminal to draw on
+        # Not a TextIOWrapper: Textual's writer thread calls only write, flush, fileno.
+        self._file = TerminalOutput(stream)  # type: ignore[assignment]
 
     def run_input_thread(self) -> None:
         # Textual 8.2's LinuxDriver.run_input_thread, with RunParser and a

@@ -102,12 +102,28 @@ class QuitRun:
 class Terminal:
     """A child process on a pseudo-terminal; everything it writes is kept."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], size: tuple[int, int]) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        size: tuple[int, int],
+        cwd: Path | None = None,
+        controlling: bool = False,
+    ) -> None:
+        """`controlling`: the terminal is the child's controlling terminal, as
+        in a terminal emulator or tmux (closing it then sends SIGHUP too)."""
         master, slave = pty.openpty()
         columns, rows = size
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
         self.process = subprocess.Popen(
-            argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True
+            argv,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_take_as_controlling_terminal if controlling else None,
         )
         os.close(slave)
         self._master = master
@@ -149,6 +165,11 @@ class Terminal:
                 self._changed.wait(left)
         return True
 
+    def hang_up(self) -> None:
+        """Close the terminal's other end, as a terminal emulator that is gone."""
+        os.close(self._master)
+        self._master = os.open(os.devnull, os.O_RDONLY)  # for close()
+
     def send(self, keys: bytes) -> None:
         os.write(self._master, keys)
 
@@ -171,6 +192,11 @@ class Terminal:
             self.process.wait()
         self._reader.join(5)
         os.close(self._master)
+
+
+def _take_as_controlling_terminal() -> None:
+    # In the child, a session leader by now: its stdin becomes its terminal.
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
 def folders_env(home: Path, threads: int | None = None) -> dict[str, str]:

@@ -6,15 +6,20 @@ again, without touching what was saved before."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from textual.widgets import Static
 
 import chat.ui.database_flow as database_flow
 from chat.conversations.store import Store
 from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
+from chat.ui.screens import quit_unsaved
 from chat.ui.screens.chat import ChatScreen
+from chat.ui.screens.quit_unsaved import QuitUnsavedScreen
+from chat.ui.terminal_input import TerminalGone
 from chat.ui.widgets.status_bar import StatusBar
 from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine, scripted_factory
@@ -164,3 +169,143 @@ async def test_a_reply_streaming_while_the_disk_fills_is_saved_when_it_frees(
         await wait_for(lambda: not screen.saver.failing, pilot, 10)
         assert "not saving" not in status(app)
     assert saved_turns(database) == [[("user", "count"), ("assistant", "".join(tokens))]]
+
+
+# Quitting while messages are not saved (issue 27): the dialog's three answers.
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The user's home folder, where "Save to a file" writes first."""
+    folder = tmp_path / "home"
+    folder.mkdir()
+    monkeypatch.setenv("HOME", str(folder))
+    monkeypatch.setattr(quit_unsaved, "WAIT_RETRY_S", 0.2)
+    return folder
+
+
+async def quit_into_dialog(app: ChatApp, pilot) -> QuitUnsavedScreen:  # type: ignore[no-untyped-def]
+    await pilot.press("ctrl+q")
+    await wait_for(lambda: isinstance(app.screen, QuitUnsavedScreen), pilot)
+    assert isinstance(app.screen, QuitUnsavedScreen)
+    return app.screen
+
+
+def dialog_text(dialog: QuitUnsavedScreen) -> str:
+    return str(dialog.query_one("#problem", Static).render())
+
+
+async def test_quitting_on_a_full_disk_waits_then_saves_the_cut_reply_whole(
+    small_folder: Fault, home: Path
+) -> None:
+    """The reply was streaming when the disk filled: Ctrl+Q stops it, says the
+    messages are not saved and why; Wait quits once the disk has room, with the
+    reply saved whole, as stopped, not as one kvchat was killed writing."""
+    if not small_folder.real:
+        pytest.fail("this machine cannot mount a small tmpfs (root is needed)")
+    database = small_folder.folder / "conversations.db"
+    tokens = [f"{n:03d}" + "-" * 96 for n in range(400)]  # its rows outgrow a page
+    engine = ScriptedEngine(replies=[tokens], delay=0.02, hold_after=10)
+    app, notices = app_saving_to(database, engine)
+    async with app.run_test() as pilot:
+        await ready(app, pilot)
+        await wait_for(lambda: app.store is not None, pilot)
+        await send(pilot, "count")
+        await wait_for(engine.holding.is_set, pilot)
+        small_folder.break_again()
+        engine.release.set()
+        await wait_for(lambda: not_saving_notices(notices), pilot, 10)
+        dialog = await quit_into_dialog(app, pilot)
+        streamed = app.chat_screen.conversation.messages[-1]
+        assert streamed.role == "assistant"  # stopped by the quit: the reply has ended
+        assert "1 message is not saved" in dialog_text(dialog)
+        assert f"the disk holding {database.parent} is full" in dialog_text(dialog)
+        await pilot.click("#wait")
+        await wait_for(lambda: "Waiting" in dialog_text(dialog), pilot)
+        assert app.return_code is None  # still waiting for room
+        small_folder.heal()
+        await wait_for(lambda: app.return_code is not None, pilot)
+    assert app.return_code == 0
+    with Store(database) as store:
+        (summary,) = store.list_conversations()
+        reply = store.get_conversation(summary.id).messages[-1]
+    assert reply.content == streamed.content
+    assert len(reply.content) > 10 * 99  # more than the part saved before the disk filled
+    assert reply.state == "complete"
+    assert reply.stats is not None and reply.stats.finish_reason == "stopped"
+    assert not list(home.iterdir())  # nothing written elsewhere
+
+
+@pytest.mark.parametrize("fault_name", ["small_folder", "read_only_folder"])
+async def test_quitting_unsaved_messages_saves_them_to_a_file_it_names(
+    fault_name: str, home: Path, request: pytest.FixtureRequest
+) -> None:
+    fault: Fault = request.getfixturevalue(fault_name)
+    if not fault.real:
+        pytest.fail("this machine cannot mount a small tmpfs (root is needed)")
+    database = fault.folder / "conversations.db"
+    app, _notices = app_saving_to(database)
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        if fault.kind == "full":
+            await wait_for(lambda: app.store is not None, pilot)
+            await send(pilot, "saved before the disk filled")
+            await turn_done(screen, pilot, 2)
+            fault.break_again()
+        await send(pilot, "asked while it cannot be saved")
+        await turn_done(screen, pilot, 4 if fault.kind == "full" else 2)
+        dialog = await quit_into_dialog(app, pilot)
+        assert "2 messages are not saved" in dialog_text(dialog)
+        await pilot.click("#elsewhere")
+        await wait_for(lambda: app.return_code is not None, pilot)
+        farewell = " ".join(str(text) for text in app._exit_renderables)
+    assert app.return_code == 0
+    (saved,) = home.glob("kvchat-unsaved-*.json")
+    assert str(saved) in farewell and "chat --import" in farewell
+    contents = [m["content"] for m in json.loads(saved.read_text(encoding="utf-8"))["messages"]]
+    assert contents[-2:] == [
+        "asked while it cannot be saved",
+        "reply 1" if fault.kind == "full" else "reply 0",
+    ]
+
+
+async def test_quitting_anyway_or_going_back_to_the_chat(
+    read_only_folder: Fault, home: Path
+) -> None:
+    database = read_only_folder.folder / "conversations.db"
+    app, _notices = app_saving_to(database)
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        await send(pilot, "never saved")
+        await turn_done(screen, pilot, 2)
+        await quit_into_dialog(app, pilot)
+        await pilot.press("escape")  # back to the chat, which goes on
+        await wait_for(lambda: app.screen is screen, pilot)
+        await send(pilot, "still chatting")
+        await turn_done(screen, pilot, 4)
+        await quit_into_dialog(app, pilot)
+        await pilot.click("#quit")
+        await wait_for(lambda: app.return_code is not None, pilot)
+    assert app.return_code == 0
+    assert not list(home.iterdir())
+    assert not database.exists()
+
+
+async def test_a_hang_up_with_unsaved_messages_saves_them_to_a_file_unasked(
+    read_only_folder: Fault, home: Path
+) -> None:
+    """No one is there to answer a dialog (the terminal went away, SIGTERM)."""
+    database = read_only_folder.folder / "conversations.db"
+    app, _notices = app_saving_to(database)
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        await send(pilot, "typed before the window closed")
+        await turn_done(screen, pilot, 2)
+        app.post_message(TerminalGone())
+        await wait_for(lambda: app.return_code is not None, pilot)
+        farewell = " ".join(str(text) for text in app._exit_renderables)
+    assert app.return_code == 0
+    (saved,) = home.glob("kvchat-unsaved-*.json")
+    assert str(saved) in farewell
+    contents = [m["content"] for m in json.loads(saved.read_text(encoding="utf-8"))["messages"]]
+    assert contents[-2:] == ["typed before the window closed", "reply 0"]
