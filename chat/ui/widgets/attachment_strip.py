@@ -20,7 +20,7 @@ from chat.ui.untrusted import shown_line
 
 def _chip_text(attachment: Attachment, tokens: int | None) -> Content:
     counted = "" if tokens is None else f" · {tokens:,} tokens"
-    return shown_line(f"📎 {attachment.name}{counted} ✕")
+    return untrusted.shown_line(f"📎 {attachment.name}{counted} ✕")
 
 
 class AttachmentChip(Static):
@@ -93,7 +93,7 @@ class AttachmentStrip(HorizontalGroup):
         await self.mount_all(
             [AttachmentChip(attachment, tokens) for attachment, tokens in attachments]
             + [
-                Static(shown(f"⚠ {problem}"), markup=False, classes="attachment-problem")
+                Static(untrusted.shown(f"⚠ {problem}"), markup=False, classes="attachment-problem")
                 for problem in problems
             ]
         )
