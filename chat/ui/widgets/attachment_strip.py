@@ -15,7 +15,7 @@ from textual.message import Message
 from textual.widgets import Static
 
 from chat.conversations.attachments import Attachment
-from chat.ui.untrusted import shown_line
+from chat.ui import untrusted
 
 
 def _chip_text(attachment: Attachment, tokens: int | None) -> Content:
