@@ -20,6 +20,7 @@ why, in words. No Textual here.
 
 from __future__ import annotations
 
+import os
 import re
 import stat
 from collections.abc import Sequence
@@ -69,8 +70,8 @@ def read_attachment(path_text: str, base: Path | None = None) -> Attachment:
     try:
         if path.is_dir():
             raise AttachmentError(f"{name} is a folder: only a file can be attached.")
-        status = path.stat()
-        if stat.S_ISREG(status.st_mode) and status.st_size > MAX_ATTACHMENT_BYTES:
+        status = _status(path)
+        if status and stat.S_ISREG(status.st_mode) and status.st_size > MAX_ATTACHMENT_BYTES:
             raise AttachmentError(
                 f"{name} is too large to attach ({_size(status.st_size)}; the limit is "
                 f"{_size(MAX_ATTACHMENT_BYTES)})."
@@ -105,6 +106,17 @@ def read_attachment(path_text: str, base: Path | None = None) -> Attachment:
             f"{name} is not a text file kvchat can read (it is not UTF-8 text)."
         ) from error
     return Attachment(name, text.replace("\r\n", "\n"))
+
+
+def _status(path: Path) -> os.stat_result | None:
+    """The file's status; None when only opening it can say what is wrong (a
+    link loop); FileNotFoundError as is."""
+    try:
+        return path.stat()
+    except FileNotFoundError:
+        raise
+    except OSError:
+        return None
 
 
 def _size(size: int) -> str:

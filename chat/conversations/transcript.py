@@ -511,11 +511,21 @@ def _conversation_from_list(items: list[Any], meta: dict[str, Any]) -> Conversat
     return conv
 
 
+def _size_of(path: Path) -> int:
+    """The file's size, 0 when only opening it can say what is wrong (a link loop)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        raise
+    except OSError:
+        return 0
+
+
 def read_import_file(path: Path) -> tuple[Conversation, dict[str, Any]]:
     """`parse_import` of a file, refusing files over MAX_IMPORT_BYTES before reading."""
     limit_mb = MAX_IMPORT_BYTES // 1_000_000
     try:
-        size = path.stat().st_size
+        size = _size_of(path)
         if size > MAX_IMPORT_BYTES:
             raise ImportFormatError(
                 f"it is {size / 1_000_000:.1f} MB and kvchat imports files up to {limit_mb} MB",
