@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, TextIO
 from chat import paths
 from chat.conversations.conversation import ReplyStats
 from chat.engine.base import Engine, Finished, PromptProgress, TokenEvent
-from chat.errors import KvchatError, ServerError
+from chat.errors import ChatTemplateError, KvchatError, ServerError
 from chat.model_files import ModelCandidate
 from chat.session.prompt_progress import SHOW_AFTER_S, progress_text
 from chat.settings.schema import Settings
@@ -115,7 +115,7 @@ def run_oneshot(
 ) -> int:
     """Load `model`, stream the reply to `out`. Raises `KvchatError` for problems
     the user can fix."""
-    from chat.engine.chat_template import PLAIN_TEMPLATE_HINT, ChatTemplateError
+    from chat.engine.chat_template import PLAIN_TEMPLATE_HINT
     from chat.engine.llama import load_engine
     from chat.engine.llama_log import log_problem
 

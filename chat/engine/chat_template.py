@@ -14,7 +14,7 @@ render here, besides the sandbox, has limits it checks as it goes:
 - the template's own source: at most `MAX_SOURCE_BYTES`.
 
 Whatever goes wrong (a limit, the template's own `raise_exception`, a Jinja
-error) is a `ChatTemplateError` naming the model and the reason in one
+error) is a `chat.errors.ChatTemplateError` naming the model and the reason in one
 sentence. The rendering matches llama-cpp-python's `Jinja2ChatFormatter`
 (the same environment options, extensions, `tojson`, globals). No Textual here.
 """
@@ -36,7 +36,7 @@ import jinja2.parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
 from jinja2.utils import Namespace
 
-from chat.errors import ModelError
+from chat.errors import ChatTemplateError
 from chat.safe_files import human_limit
 from chat.sanitize import sanitize_line
 
@@ -51,16 +51,6 @@ PLAIN_TEMPLATE_HINT = (
     "Start kvchat with --plain-template (or set plain_template = true under "
     "[model]) to use plain ChatML instead."
 )
-
-
-class ChatTemplateError(ModelError):
-    """A model's chat template cannot be used: it failed or ran over a limit.
-    `reason` says why in a few words, without the model's name."""
-
-    def __init__(self, model: str, reason: str) -> None:
-        self.model = model
-        self.reason = reason
-        super().__init__(f"The chat template of {model} {reason}.")
 
 
 class _Overrun(Exception):

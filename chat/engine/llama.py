@@ -36,7 +36,7 @@ from chat.engine.base import (
     PromptProgress,
     TokenEvent,
 )
-from chat.engine.chat_template import ChatTemplate, ChatTemplateError
+from chat.engine.chat_template import ChatTemplate
 from chat.engine.kv_state import KvState, StateIdentity, common_prefix, model_fingerprint
 from chat.engine.prompt_tokens import (
     PieceTokenizer,
@@ -54,6 +54,7 @@ from chat.engine.threads import (
 )
 from chat.engine.token_probs import Logits, ProbabilityRecorder
 from chat.errors import (
+    ChatTemplateError,
     EngineBusyError,
     EngineClosedError,
     KvchatError,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import signal
 import time
 from collections.abc import Mapping, Sequence
@@ -34,8 +35,10 @@ from chat.errors import KvchatError
 from chat.model_files import ModelCandidate, how_to_get_a_model
 from chat.session.model_loader import (
     EngineFactory,
+    ModelFailed,
     ModelLoader,
     ModelReady,
+    Reload,
     load_llama,
 )
 from chat.settings.config_file import update_config
@@ -319,6 +322,8 @@ class ChatApp(App[None]):
             await self.chat_screen.show_problem(outcome.error)
         else:
             await self.chat_screen.show_model(engine)
+        if outcome.template_failed:
+            self._offer_plain_template(outcome)
         if not outcome.reload:
             return
         self.settings_flow.reload_failed()
@@ -330,6 +335,34 @@ class ChatApp(App[None]):
             severity="error",
             timeout=20,
         )
+
+    def _offer_plain_template(self, failed: ModelFailed) -> None:
+        """The model's chat template cannot be used: plain ChatML instead, only
+        if the user agrees (for this run; model.plain_template keeps it)."""
+        from chat.ui.screens.dialogs import ConfirmScreen
+
+        question = ConfirmScreen(
+            "Use plain ChatML instead?",
+            f"{failed.error}\n\nkvchat can format the conversation as plain ChatML "
+            "instead, for this run. A model trained on another format may answer "
+            "worse. (plain_template under Model in the settings does it every time.)",
+            "Use plain ChatML",
+        )
+
+        async def answered(agreed: bool | None) -> None:
+            if not agreed or self.models.busy:
+                return
+            settings = copy.deepcopy(self.settings.model)
+            settings.plain_template = True
+            model = failed.model
+            if self.models.engine is None:
+                await self.chat_screen.show_loading(model.name)
+                self.models.load(model, settings)
+            else:
+                await self.chat_screen.show_reloading(model.name)
+                self.models.reload(Reload(model, settings), save=failed.save)
+
+        self.push_screen(question, answered)
 
     # The settings pane.
 

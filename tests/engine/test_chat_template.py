@@ -9,7 +9,8 @@ import time
 import pytest
 
 from chat.engine import chat_template
-from chat.engine.chat_template import ChatTemplate, ChatTemplateError
+from chat.engine.chat_template import ChatTemplate
+from chat.errors import ChatTemplateError
 from tests.hostile_files import returns_within
 
 CHATML = (

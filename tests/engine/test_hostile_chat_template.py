@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from chat.engine.chat_template import ChatTemplateError
+from chat.errors import ChatTemplateError
 from chat.settings.schema import ModelSettings
 from tests.engine.template_models import with_chat_template
 
