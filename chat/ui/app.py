@@ -126,6 +126,8 @@ class ChatApp(App[None]):
         self.database = launch.database if launch.database is not None else paths.database_file()
         self.store: Store | None = None
         self._startup_problems = list(launch.startup_problems)
+        self._log_problem_told: str | None = None
+        """The last llama.cpp log problem told (`_tell_log_problem`)."""
         self._theme_problems: list[FileProblem] = []
         self._quit_by: float | None = None
         """When quitting must be done waiting (see QUIT_WAIT_S); None: not quitting."""
@@ -309,6 +311,7 @@ class ChatApp(App[None]):
             return  # the user quit while it loaded
         if isinstance(outcome, ModelReady):
             await self.chat_screen.show_model(outcome.engine)
+            self._tell_log_problem()
             if outcome.reload:
                 self.settings.model = outcome.settings
                 self.settings_flow.reload_done()
@@ -335,6 +338,17 @@ class ChatApp(App[None]):
             severity="error",
             timeout=20,
         )
+
+    def _tell_log_problem(self) -> None:
+        """llama.cpp's log cannot be written (the model runs all the same):
+        said once, in a notice, not at every load."""
+        from chat.engine.llama_log import log_problem
+
+        problem = log_problem()
+        if problem is None or problem == self._log_problem_told:
+            return
+        self._log_problem_told = problem
+        self.notify(problem, title="No llama.cpp log", severity="warning", timeout=15, markup=False)
 
     def _offer_plain_template(self, failed: ModelFailed) -> None:
         """The model's chat template cannot be used: plain ChatML instead, only
