@@ -13,6 +13,16 @@ class ModelError(KvchatError):
     """A model file is missing, is not a GGUF, or failed to load."""
 
 
+class ChatTemplateError(ModelError):
+    """A model's chat template cannot be used: it failed or ran over a limit
+    (chat.engine.chat_template). `reason` says why in a few words."""
+
+    def __init__(self, model: str, reason: str) -> None:
+        self.model = model
+        self.reason = reason
+        super().__init__(f"The chat template of {model} {reason}.")
+
+
 class PromptTooLongError(KvchatError):
     """The prompt does not fit in the model's context window."""
 

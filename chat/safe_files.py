@@ -60,12 +60,26 @@ def human_limit(size: int) -> str:
     return f"{size} GiB"
 
 
+def _kind_of_path(path: Path) -> str | None:
+    """What `path` is when that is why it cannot be opened (a socket), else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else _kind_of(mode)
+
+
 def open_regular(path: Path, *, what: str = "file") -> int:
     """An open, blocking-mode file descriptor on `path`, which must be a
     regular file (links are followed; a link loop is refused)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as error:
+        kind = _kind_of_path(path)  # a socket cannot be opened: say what it is
+        if kind is not None:
+            raise UnsafeFileError(
+                f"The {what} {shown_path(path)} is {kind}: only regular files are read."
+            ) from error
         raise UnsafeFileError(
             f"The {what} {shown_path(path)} cannot be opened: {_reason(error)}."
         ) from error
@@ -192,3 +206,11 @@ def walk_files(root: Path, *, max_depth: int = 8, max_entries: int = 20_000) -> 
                 yield path
 
     yield from visit(root, 0)
+
+
+def refusal_detail(error: UnsafeFileError, path: Path, what: str = "file") -> str:
+    """`error`'s sentence without its opening "The <what> <path>", for a
+    message that names the file itself ("notes.txt: is a pipe (FIFO): ...")."""
+    message = str(error)
+    opening = f"The {what} {shown_path(path)} "
+    return message[len(opening) :] if message.startswith(opening) else message

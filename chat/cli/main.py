@@ -37,6 +37,7 @@ SETTING_FLAGS = {
     "model": "model.path",
     "ctx": "model.n_ctx",
     "gpu_layers": "model.n_gpu_layers",
+    "plain_template": "model.plain_template",
     "temperature": "sampling.temperature",
     "top_p": "sampling.top_p",
     "seed": "sampling.seed",
@@ -83,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", metavar="N", help="most tokens in one reply")
     parser.add_argument("--ctx", metavar="N", help="context window in tokens (0 = the model's own)")
     parser.add_argument("--gpu-layers", metavar="N", help="layers to offload to the GPU (-1 = all)")
+    parser.add_argument(
+        "--plain-template",
+        action="store_const",
+        const=True,
+        help="use plain ChatML if the model's chat template fails or runs over its limits",
+    )
     remote = parser.add_argument_group(
         "model servers", "use a running llama-server, vLLM, Ollama or OpenAI-compatible server"
     )

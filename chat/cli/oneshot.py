@@ -22,7 +22,7 @@ from chat import paths
 from chat.cli.terminal_output import write_control
 from chat.conversations.conversation import ReplyStats
 from chat.engine.base import Engine, Finished, PromptProgress, TokenEvent
-from chat.errors import KvchatError, ServerError
+from chat.errors import ChatTemplateError, KvchatError, ServerError
 from chat.model_files import ModelCandidate
 from chat.session.prompt_progress import SHOW_AFTER_S, progress_text
 from chat.settings.schema import Settings
@@ -117,22 +117,32 @@ def run_oneshot(
 ) -> int:
     """Load `model`, stream the reply to `out`. Raises `KvchatError` for problems
     the user can fix."""
+    from chat.engine.chat_template import PLAIN_TEMPLATE_HINT
     from chat.engine.llama import load_engine
     from chat.engine.llama_log import log_problem
 
     # llama-cpp-python prints model metadata to sys.stderr while loading; that
     # is noise here (llama.cpp's own log already goes to the log file).
-    with _ctrl_c_held() as pressed, contextlib.redirect_stderr(io.StringIO()):
-        engine = load_engine(model.path, settings.model, paths.log_file())
-        engine.choose_threads(settings.model, spare_core=False)  # no UI to leave a core to
-    if pressed:
-        engine.close()
-        raise KeyboardInterrupt
-    # The reply does not need the log: a log that cannot be written is a warning.
-    problem = log_problem()
-    if problem is not None:
-        print(f"chat: warning: {problem}", file=sys.stderr)
-    return _reply(engine, prompt, settings, {"model_path": str(model.path)}, as_json, out)
+    try:
+        with _ctrl_c_held() as pressed, contextlib.redirect_stderr(io.StringIO()):
+            engine = load_engine(model.path, settings.model, paths.log_file())
+            engine.choose_threads(settings.model, spare_core=False)  # no UI to leave a core to
+        if pressed:
+            engine.close()
+            raise KeyboardInterrupt
+        # The reply does not need the log: a log that cannot be written is a warning.
+        problem = log_problem()
+        if problem is not None:
+            print(f"chat: warning: {problem}", file=sys.stderr)
+        if engine.plain_template_reason is not None:
+            print(
+                f"chat: warning: {engine.plain_template_reason} Using plain ChatML, as asked.",
+                file=sys.stderr,
+            )
+        return _reply(engine, prompt, settings, {"model_path": str(model.path)}, as_json, out)
+    except ChatTemplateError as error:
+        # Plain ChatML only with the user's word: say how to give it.
+        raise KvchatError(f"{error} {PLAIN_TEMPLATE_HINT}") from None
 
 
 def run_oneshot_on_server(

@@ -20,12 +20,15 @@ why, in words. No Textual here.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from chat.errors import KvchatError
+from chat.safe_files import UnsafeFileError, read_bytes, refusal_detail
 from chat.sanitize import sanitize
 
 MAX_ATTACHMENT_BYTES = 1024 * 1024
@@ -67,21 +70,26 @@ def read_attachment(path_text: str, base: Path | None = None) -> Attachment:
     try:
         if path.is_dir():
             raise AttachmentError(f"{name} is a folder: only a file can be attached.")
-        size = path.stat().st_size
-        if size > MAX_ATTACHMENT_BYTES:
+        status = _status(path)
+        if status and stat.S_ISREG(status.st_mode) and status.st_size > MAX_ATTACHMENT_BYTES:
             raise AttachmentError(
-                f"{name} is too large to attach ({_size(size)}; the limit is "
+                f"{name} is too large to attach ({_size(status.st_size)}; the limit is "
                 f"{_size(MAX_ATTACHMENT_BYTES)})."
             )
-        with open(path, "rb") as file:
-            # Read one byte past the limit: a file that grew since stat() is still refused.
-            data = file.read(MAX_ATTACHMENT_BYTES + 1)
+        # Regular files only, opened without blocking: `@/dev/stdin` would read
+        # kvchat's own terminal, a FIFO would wait for a writer forever.
+        data = read_bytes(path, MAX_ATTACHMENT_BYTES, what="file")
     except FileNotFoundError as error:
         raise AttachmentError(
             f"{name} does not exist (looked for {display_name(str(path))})."
         ) from error
     except PermissionError as error:
         raise AttachmentError(f"{name} cannot be read: permission denied.") from error
+    except UnsafeFileError as error:
+        if isinstance(error.__cause__, PermissionError):
+            raise AttachmentError(f"{name} cannot be read: permission denied.") from error
+        detail = refusal_detail(error, path, "file")
+        raise AttachmentError(f"{name} cannot be attached: it {detail}") from error
     except OSError as error:
         reason = error.strerror or str(error)
         raise AttachmentError(f"{name} cannot be read: {reason}.") from error
@@ -98,6 +106,17 @@ def read_attachment(path_text: str, base: Path | None = None) -> Attachment:
             f"{name} is not a text file kvchat can read (it is not UTF-8 text)."
         ) from error
     return Attachment(name, text.replace("\r\n", "\n"))
+
+
+def _status(path: Path) -> os.stat_result | None:
+    """The file's status; None when only opening it can say what is wrong (a
+    link loop); FileNotFoundError as is."""
+    try:
+        return path.stat()
+    except FileNotFoundError:
+        raise
+    except OSError:
+        return None
 
 
 def _size(size: int) -> str:

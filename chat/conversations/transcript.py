@@ -38,6 +38,7 @@ from chat.conversations.conversation import (
 )
 from chat.conversations.tree import MessageTree
 from chat.errors import KvchatError
+from chat.safe_files import UnsafeFileError, read_bytes, refusal_detail
 from chat.sanitize import show_controls
 from chat.settings.schema import URL_PATTERN
 from chat.settings.server import public_url
@@ -510,25 +511,38 @@ def _conversation_from_list(items: list[Any], meta: dict[str, Any]) -> Conversat
     return conv
 
 
+def _size_of(path: Path) -> int:
+    """The file's size, 0 when only opening it can say what is wrong (a link loop)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        raise
+    except OSError:
+        return 0
+
+
 def read_import_file(path: Path) -> tuple[Conversation, dict[str, Any]]:
     """`parse_import` of a file, refusing files over MAX_IMPORT_BYTES before reading."""
     limit_mb = MAX_IMPORT_BYTES // 1_000_000
     try:
-        size = path.stat().st_size
+        size = _size_of(path)
         if size > MAX_IMPORT_BYTES:
             raise ImportFormatError(
                 f"it is {size / 1_000_000:.1f} MB and kvchat imports files up to {limit_mb} MB",
                 source=str(path),
             )
-        # Read at most one byte past the limit: the size may lie (a pipe, a growing file).
-        with open(path, "rb") as file:
-            data = file.read(MAX_IMPORT_BYTES + 1)
+        # A regular file only, opened without blocking (a FIFO, `/dev/stdin`,
+        # `/dev/zero` are refused), read at most to the limit.
+        data = read_bytes(path, MAX_IMPORT_BYTES, what="file")
+    except UnsafeFileError as error:
+        detail = refusal_detail(error, path, "file").rstrip(".")
+        if detail.startswith("is larger than"):
+            detail = f"it is larger than the {limit_mb} MB that kvchat imports"
+        else:
+            detail = f"it {detail}"
+        raise ImportFormatError(detail, source=str(path)) from None
     except OSError as error:
         raise ImportFormatError(f"cannot read it ({error.strerror})", source=str(path)) from None
-    if len(data) > MAX_IMPORT_BYTES:
-        raise ImportFormatError(
-            f"it is larger than the {limit_mb} MB that kvchat imports", source=str(path)
-        )
     try:
         text = data.decode("utf-8-sig")  # tolerate the BOM some Windows editors write
     except UnicodeDecodeError as error:

@@ -23,7 +23,6 @@ from typing import Any
 
 import llama_cpp
 import numpy as np
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from chat import paths
 from chat.conversations.conversation import FinishReason, ReplyStats, TokenChoice
@@ -37,6 +36,7 @@ from chat.engine.base import (
     PromptProgress,
     TokenEvent,
 )
+from chat.engine.chat_template import ChatTemplate
 from chat.engine.kv_state import KvState, StateIdentity, common_prefix, model_fingerprint
 from chat.engine.prompt_tokens import (
     PieceTokenizer,
@@ -54,6 +54,7 @@ from chat.engine.threads import (
 )
 from chat.engine.token_probs import Logits, ProbabilityRecorder
 from chat.errors import (
+    ChatTemplateError,
     EngineBusyError,
     EngineClosedError,
     KvchatError,
@@ -61,7 +62,7 @@ from chat.errors import (
     PromptTooLongError,
 )
 from chat.model_files import check_gguf
-from chat.sanitize import sanitize
+from chat.sanitize import sanitize, sanitize_line
 from chat.settings.schema import ModelSettings, SamplingSettings, key_cache_type_for
 
 # Used only when a GGUF carries no chat template: ChatML is the most common format.
@@ -178,7 +179,11 @@ def load_engine(path: Path, settings: ModelSettings, log_path: Path) -> LlamaEng
             f"Could not load the model {path}: {reason.rstrip('.')}.{log_hint}"
         ) from error
     llm.verbose = False  # no per-call chatter on stderr from now on
-    return LlamaEngine(llm, path, settings)
+    try:
+        return LlamaEngine(llm, path, settings)
+    except BaseException:
+        llm.close()  # a chat template that cannot be used: free the model at once
+        raise
 
 
 _CALIBRATION_DECODE_TOKENS = 24
@@ -256,9 +261,10 @@ class LlamaEngine:
             gpu_layers=min(requested, n_layers) if supported else 0,
             gpu_supported=supported,
         )
-        # One formatter per mode: tokenize_chat runs on the UI thread and the
-        # engine thread at once, so they must not share mutable state.
-        self._formatters = {flag: self._chat_formatter(flag) for flag in (True, False)}
+        self.plain_template_reason: str | None = None
+        """Why the model's own chat template is not used (plain ChatML is,
+        as the user asked with `model.plain_template`), or None."""
+        self._formatters = self._chat_templates(path, settings.plain_template)
         self._reply_opening: bytes | None = None
         markers = self._message_markers()
         self._prompt_tokenizer = PieceTokenizer(self._tokenize, markers)
@@ -302,15 +308,32 @@ class LlamaEngine:
             return ""
         return bytes(self._llm.detokenize([token_id], special=True)).decode("utf-8", "replace")
 
-    def _chat_formatter(self, add_generation_prompt: bool) -> Jinja2ChatFormatter:
-        template = self._llm.metadata.get("tokenizer.chat_template") or CHATML_TEMPLATE
-        eos = self._llm.token_eos()
-        return Jinja2ChatFormatter(
-            template=template,
-            eos_token=self._token_text(eos),
+    def _chat_templates(self, path: Path, plain_allowed: bool) -> dict[bool, ChatTemplate]:
+        """The chat template, compiled once per mode (tokenize_chat runs on the
+        UI thread and the engine thread at once: no state shared between them)
+        and tried on one message, the least any conversation needs. A template
+        that fails raises `ChatTemplateError`, unless `plain_allowed`: then
+        plain ChatML is used instead."""
+        source = self._llm.metadata.get("tokenizer.chat_template") or CHATML_TEMPLATE
+        try:
+            templates = {flag: self._chat_template(path, source, flag) for flag in (True, False)}
+            templates[True](messages=[{"role": "user", "content": "Hello"}])
+        except ChatTemplateError as error:
+            if not plain_allowed or source == CHATML_TEMPLATE:
+                raise
+            self.plain_template_reason = str(error)
+            return {
+                flag: self._chat_template(path, CHATML_TEMPLATE, flag) for flag in (True, False)
+            }
+        return templates
+
+    def _chat_template(self, path: Path, source: str, add_generation_prompt: bool) -> ChatTemplate:
+        return ChatTemplate(
+            source,
+            model=sanitize_line(path.name),
+            eos_token=self._token_text(self._llm.token_eos()),
             bos_token=self._token_text(self._llm.token_bos()),
             add_generation_prompt=add_generation_prompt,
-            stop_token_ids=[eos],
         )
 
     def tokenize_chat(
@@ -389,7 +412,7 @@ class LlamaEngine:
         render = self._formatters[add_generation_prompt]
         # The template sees role and content only.
         shown = [{k: v for k, v in m.items() if k != "token_ids"} for m in messages]
-        rendered = render(messages=shown)  # type: ignore[arg-type]
+        rendered = render(messages=shown)
         text = rendered.prompt.encode("utf-8")
         add_bos = not rendered.added_special
         sampled = {i: ids for i, m in enumerate(messages) if (ids := self._reply_tokens(m))}
@@ -399,7 +422,7 @@ class LlamaEngine:
             {**m, "content": _reply_placeholder(i)} if i in sampled else m
             for i, m in enumerate(shown)
         ]
-        layout = render(messages=marked).prompt.encode("utf-8")  # type: ignore[arg-type]
+        layout = render(messages=marked).prompt.encode("utf-8")
         parts: list[PromptPart] = []
         spelled = b""  # the text the parts stand for
         for i, ids in sampled.items():
@@ -430,7 +453,7 @@ class LlamaEngine:
         marker = _reply_placeholder(last).encode("utf-8")
         before = _cut_at(parts, marker)
         shown = [{k: v for k, v in m.items() if k != "token_ids"} for m in messages]
-        full = self._formatters[False](messages=shown).prompt.encode("utf-8")  # type: ignore[arg-type]
+        full = self._formatters[False](messages=shown).prompt.encode("utf-8")
         content = str(messages[last].get("content", "")).encode("utf-8")
         spelled = b"".join(p if isinstance(p, bytes) else self._spell(p) for p in before or [])
         if before is None or not full.startswith(spelled + content):
@@ -484,8 +507,8 @@ class LlamaEngine:
             asked = [{"role": r, "content": "x"} for r in roles]
             answered = [*asked, {"role": "assistant", "content": placeholder}]
             try:
-                prompt = self._formatters[True](messages=asked).prompt  # type: ignore[arg-type]
-                history = self._formatters[False](messages=answered).prompt  # type: ignore[arg-type]
+                prompt = self._formatters[True](messages=asked).prompt
+                history = self._formatters[False](messages=answered).prompt
             except Exception:  # some templates refuse one shape or the other
                 continue
             if not history.startswith(prompt + placeholder):

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import stat
 import sys
 import threading
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
 from chat import paths
+from chat.safe_files import shown_path
 
 LOG_MAX_BYTES = 2 * 1024 * 1024
 """Size at which the log is rotated: the logs of many model loads (some KB each)."""
@@ -45,19 +48,25 @@ _path: Path | None = None
 _handler: _DroppingFileHandler | None = None
 _open_error: OSError | None = None
 """Why the log file could not be opened at the last `open_log`."""
+_not_regular: str | None = None
+"""The log's path is there but is no regular file (a FIFO would block the
+model load on opening it, a device would swallow the lines): why, in words."""
 
 
 def open_log(path: Path) -> None:
     """Write the log to `path` from now on (creating its folder). Never raises:
     if the file cannot be opened, lines are dropped and `log_problem()` says why."""
-    global _path, _handler, _open_error
+    global _path, _handler, _open_error, _not_regular
     with _lock:
         if path == _path and _handler is not None and _handler.error is None:
             return  # already writing there
         _close_handler()
-        _path, _open_error = path, None
+        _path, _open_error, _not_regular = path, None, None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            if not _regular_or_absent(path):
+                _not_regular = f"{shown_path(path)} is not a regular file"
+                return
             _handler = _DroppingFileHandler(
                 path, maxBytes=LOG_MAX_BYTES, backupCount=LOG_BACKUPS, encoding="utf-8"
             )
@@ -79,10 +88,21 @@ def log_problem() -> str | None:
     a sentence naming the folder; None while it is written."""
     with _lock:
         error = _open_error or (_handler.error if _handler is not None else None)
-        path = _path
+        path, not_regular = _path, _not_regular
+    if not_regular is not None:
+        return f"llama.cpp's log is not being written: {not_regular}."
     if error is None or path is None:
         return None
     return f"llama.cpp's log is not being written: {paths.folder_problem(path.parent, error)}."
+
+
+def _regular_or_absent(path: Path) -> bool:
+    """Whether `path` is a regular file or nothing yet (links followed); a
+    link loop or an unreadable folder raises OSError, reported as such."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return True
 
 
 def close_log() -> None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from chat.conversations.attachments import Attachment, attachment_block
 from chat.conversations.conversation import Conversation, Message, system_messages
+from chat.errors import ChatTemplateError
 
 TokenizeChat = Callable[[Sequence[dict[str, str]], bool], list[int]]
 """`Engine.tokenize_chat`: chat messages, and whether to open the reply."""
@@ -185,7 +186,21 @@ class ContextBudget:
     ) -> WindowPlan:
         """Which earlier messages to send with `new_text` (None: regenerate the
         reply to the last message). When the turn cannot fit, `problem` says
-        why, and the caller refuses to send it."""
+        why, and the caller refuses to send it (a chat template that fails on
+        this conversation is such a problem: the text stays, the app goes on)."""
+        try:
+            return self._plan(system_prompt, messages, new_text, max_tokens, policy)
+        except ChatTemplateError as error:
+            return WindowPlan(self.n_ctx, 0, 0, 0, 0, (), (), str(error))
+
+    def _plan(
+        self,
+        system_prompt: str,
+        messages: Sequence[Message],
+        new_text: str | None,
+        max_tokens: int,
+        policy: str,
+    ) -> WindowPlan:
         counts = self.count_messages(system_prompt, messages)
         anchor = messages[0] if messages else None
         system = self.system_tokens(system_prompt)

@@ -26,7 +26,7 @@ from enum import Enum
 from pathlib import Path
 
 from chat.engine.base import Engine
-from chat.errors import KvchatError, ModelError
+from chat.errors import ChatTemplateError, KvchatError, ModelError
 from chat.model_files import ModelCandidate, how_to_get_a_model, pick_model, same_path
 from chat.session.background import start_thread
 from chat.settings.schema import FIELDS, ModelSettings
@@ -70,6 +70,9 @@ class ModelFailed:
     model: ModelCandidate
     reload: bool = False
     save: bool = False
+    template_failed: bool = False
+    """The model's chat template cannot be used (and plain ChatML was not
+    asked for): the user may agree to plain ChatML and load it again."""
 
 
 LoadOutcome = ModelReady | ModelFailed
@@ -162,6 +165,9 @@ class ModelLoader:
                 engine = self.server_factory(model.server)
             else:
                 engine = self.factory(model.path, settings)
+        except ChatTemplateError as error:
+            offer = not settings.plain_template
+            self._report(ModelFailed(str(error), model, reload, save, template_failed=offer))
         except KvchatError as error:
             self._report(ModelFailed(str(error), model, reload, save))
         except Exception as error:  # llama.cpp failures we did not foresee

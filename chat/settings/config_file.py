@@ -21,7 +21,9 @@ from typing import Any
 import tomli_w
 
 from chat.errors import ConfigError
+from chat.safe_files import UnsafeFileError, read_bytes, refusal_detail, shown_path
 from chat.settings.schema import FIELDS, SECTIONS, Settings
+from chat.settings.user_files import USER_FILE_LIMIT
 from chat.settings.values import format_value, get_value, parse_value, set_value
 
 if sys.version_info >= (3, 11):
@@ -109,20 +111,34 @@ def _syntax_problem(path: Path, text: str, error: Exception) -> ConfigProblem:
     )
 
 
+def _dangling_link(path: Path) -> bool:
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return path.is_symlink()
+    except OSError:  # a link loop, say: read_bytes names it
+        return False
+    return False
+
+
 def read_config(path: Path) -> tuple[Settings, list[ConfigProblem], set[str]]:
     """Like load_config, and also the keys the file set."""
     settings = Settings()
     problems: list[ConfigProblem] = []
     applied: set[str] = set()
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return settings, problems, applied
-    except OSError as error:
-        reason = error.strerror or str(error)
-        problems.append(
-            ConfigProblem(path, None, None, f"cannot be read ({reason}). Using the defaults.")
-        )
+    if _dangling_link(path):
+        # A dotfile setup whose target moved: saying nothing would hide it.
+        target = shown_path(os.readlink(path))
+        message = f"is a link to {target}, which does not exist. Using the defaults."
+        problems.append(ConfigProblem(path, None, None, message))
+        return settings, problems, applied
+    try:
+        data = read_bytes(path, USER_FILE_LIMIT, what="config file")
+    except UnsafeFileError as error:
+        detail = refusal_detail(error, path, "config file").rstrip(".")
+        problems.append(ConfigProblem(path, None, None, f"{detail}. Using the defaults."))
         return settings, problems, applied
     try:
         text = data.decode("utf-8")
@@ -197,18 +213,21 @@ def save_config(settings: Settings, path: Path, *, keep_backup: bool = False) ->
         path.parent.mkdir(parents=True, exist_ok=True)
         if keep_backup and path.exists():
             shutil.copy2(path, backup_path(path))
+        # A linked config.toml (a dotfile setup) is written through the link:
+        # replacing the link with a plain file would cut it from its repository.
+        target = Path(os.path.realpath(path))
         # Write beside the target so os.replace is a rename on one file system:
         # a crash leaves either the old file or the new one, never half of one.
         with tempfile.NamedTemporaryFile(
-            "w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", delete=False
+            "w", encoding="utf-8", dir=target.parent, prefix=f".{target.name}.", delete=False
         ) as temp:
             temp_name = temp.name
             temp.write(text)
             temp.flush()
             os.fsync(temp.fileno())
-        if path.exists():
-            os.chmod(temp_name, stat.S_IMODE(path.stat().st_mode))
-        os.replace(temp_name, path)
+        if target.exists():
+            os.chmod(temp_name, stat.S_IMODE(target.stat().st_mode))
+        os.replace(temp_name, target)
         temp_name = None
     except OSError as error:
         reason = error.strerror or str(error)

@@ -174,7 +174,7 @@ def load_preset_file(path: Path | str) -> Preset:
     """Read one preset file; raises `UserFileError` (see `preset_from_document`),
     also for a file that cannot be read or is not TOML."""
     path = Path(path)
-    document = read_toml_file(path)
+    document = read_toml_file(path, "preset file")
     return preset_from_document(document, path)
 
 

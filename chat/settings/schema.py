@@ -219,6 +219,11 @@ class ModelSettings:
         special=((None, "measured"),),
     )
     n_batch: int = _setting(512, "int", "Prompt tokens evaluated per batch.", 1, 65_536)
+    plain_template: bool = _setting(
+        False,
+        "bool",
+        "Use plain ChatML instead of a model's chat template that fails or runs over its limits.",
+    )
     cache_type_k: str = _setting(
         "auto",
         "choice",

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from chat.errors import ConfigError
+from chat.safe_files import UnsafeFileError, read_bytes, refusal_detail
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -80,16 +81,21 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     return f"; did you mean '{close[0]}'?" if close else "."
 
 
-def read_toml_file(path: Path) -> dict[str, Any]:
-    """The parsed file; raises `UserFileError` for a file that cannot be read,
-    is not UTF-8 or is not TOML."""
+USER_FILE_LIMIT = 1024 * 1024
+"""Config, theme and preset files are a few KiB: a larger one is refused unread."""
+
+
+def read_toml_file(path: Path, what: str = "file") -> dict[str, Any]:
+    """The parsed file; raises `UserFileError` for a file that cannot be read
+    (not a regular file, larger than USER_FILE_LIMIT, unreadable), is not
+    UTF-8 or is not TOML. A FIFO or a device is refused, never waited on."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bytes(path, USER_FILE_LIMIT, what=what).decode("utf-8")
     except UnicodeDecodeError:
         raise UserFileError([FileProblem(path, None, "is not UTF-8 text.")]) from None
-    except OSError as error:
-        reason = error.strerror or str(error)
-        raise UserFileError([FileProblem(path, None, f"cannot be read: {reason}.")]) from None
+    except UnsafeFileError as error:
+        detail = refusal_detail(error, path, what)
+        raise UserFileError([FileProblem(path, None, detail)]) from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import signal
 import time
 from collections.abc import Mapping, Sequence
@@ -38,8 +39,10 @@ from chat.safe_files import shown_path
 from chat.sanitize import sanitize, sanitize_line
 from chat.session.model_loader import (
     EngineFactory,
+    ModelFailed,
     ModelLoader,
     ModelReady,
+    Reload,
     load_llama,
 )
 from chat.settings.config_file import update_config
@@ -127,6 +130,8 @@ class ChatApp(App[None]):
         self.database = launch.database if launch.database is not None else paths.database_file()
         self.store: Store | None = None
         self._startup_problems = list(launch.startup_problems)
+        self._log_problem_told: str | None = None
+        """The last llama.cpp log problem told (`_tell_log_problem`)."""
         self._theme_problems: list[FileProblem] = []
         self._quit_by: float | None = None
         """When quitting must be done waiting (see QUIT_WAIT_S); None: not quitting."""
@@ -336,6 +341,7 @@ class ChatApp(App[None]):
             return  # the user quit while it loaded
         if isinstance(outcome, ModelReady):
             await self.chat_screen.show_model(outcome.engine)
+            self._tell_log_problem()
             if outcome.reload:
                 self.settings.model = outcome.settings
                 self.settings_flow.reload_done()
@@ -349,6 +355,8 @@ class ChatApp(App[None]):
             await self.chat_screen.show_problem(outcome.error)
         else:
             await self.chat_screen.show_model(engine)
+        if outcome.template_failed:
+            self._offer_plain_template(outcome)
         if not outcome.reload:
             return
         self.settings_flow.reload_failed()
@@ -360,6 +368,45 @@ class ChatApp(App[None]):
             severity="error",
             timeout=20,
         )
+
+    def _tell_log_problem(self) -> None:
+        """llama.cpp's log cannot be written (the model runs all the same):
+        said once, in a notice, not at every load."""
+        from chat.engine.llama_log import log_problem
+
+        problem = log_problem()
+        if problem is None or problem == self._log_problem_told:
+            return
+        self._log_problem_told = problem
+        self.notify(problem, title="No llama.cpp log", severity="warning", timeout=15, markup=False)
+
+    def _offer_plain_template(self, failed: ModelFailed) -> None:
+        """The model's chat template cannot be used: plain ChatML instead, only
+        if the user agrees (for this run; model.plain_template keeps it)."""
+        from chat.ui.screens.dialogs import ConfirmScreen
+
+        question = ConfirmScreen(
+            "Use plain ChatML instead?",
+            f"{failed.error}\n\nkvchat can format the conversation as plain ChatML "
+            "instead, for this run. A model trained on another format may answer "
+            "worse. (plain_template under Model in the settings does it every time.)",
+            "Use plain ChatML",
+        )
+
+        async def answered(agreed: bool | None) -> None:
+            if not agreed or self.models.busy:
+                return
+            settings = copy.deepcopy(self.settings.model)
+            settings.plain_template = True
+            model = failed.model
+            if self.models.engine is None:
+                await self.chat_screen.show_loading(model.name)
+                self.models.load(model, settings)
+            else:
+                await self.chat_screen.show_reloading(model.name)
+                self.models.reload(Reload(model, settings), save=failed.save)
+
+        self.push_screen(question, answered)
 
     # The settings pane.
 

@@ -1,6 +1,7 @@
 """Opening the conversation database at start. One that kvchat cannot use
 (damaged, or from a newer kvchat) is left untouched, and the user decides:
-move it aside and start a new one, go on without saving, or quit. One that
+move it aside and start a new one (a damaged one only), go on without saving,
+or quit. One that
 cannot be opened at all (its folder cannot be created, is read-only or full)
 is tried again every few seconds: chatting goes on meanwhile, and saving
 starts by itself once the folder works."""
@@ -49,7 +50,11 @@ class DatabaseFlow:
         except (CorruptDatabaseError, NewerSchemaError) as error:
             from chat.ui.screens.dialogs import StorageProblemScreen
 
-            self._app.push_screen(StorageProblemScreen(str(error)), self._choice)
+            # A newer kvchat's database is sound: it is never moved aside.
+            newer = isinstance(error, NewerSchemaError)
+            self._app.push_screen(
+                StorageProblemScreen(str(error), can_move=not newer), self._choice
+            )
             return
         except StoreError as error:
             self._cannot_open(error)

@@ -195,7 +195,7 @@ def load_theme_file(path: Path | str, *, require_all_variables: bool = False) ->
     type, a colour that does not parse, an unknown `[variables]` name.
     """
     path = Path(path)
-    document = read_toml_file(path)
+    document = read_toml_file(path, "theme file")
 
     problems: list[FileProblem] = []
     textual_names = textual_variables()

@@ -21,6 +21,7 @@ from chat.conversations.attachments import (
 from chat.conversations.conversation import Conversation, Message
 from chat.conversations.store import SCHEMA_VERSION, Store
 from chat.conversations.transcript import parse_import, to_json, to_markdown
+from chat.safe_files import UnsafeFileError
 from chat.session.draft_attachments import (
     DraftAttachments,
     complete_path,
@@ -74,11 +75,15 @@ def test_refuses_missing_folder_and_unreadable(
         read_attachment("docs", tmp_path)
     (tmp_path / "secret.txt").write_text("hidden")
 
-    def denied(*args: object, **kwargs: object) -> None:
+    def denied(path: Path, limit: int, what: str) -> None:
         # chmod 0 is no obstacle to root, which the tests may run as.
-        raise PermissionError(13, "Permission denied")
+        try:
+            raise PermissionError(13, "Permission denied")
+        except PermissionError as error:
+            message = f"The {what} {path} cannot be opened: permission denied."
+            raise UnsafeFileError(message) from error
 
-    monkeypatch.setattr(attachments, "open", denied, raising=False)
+    monkeypatch.setattr(attachments, "read_bytes", denied)
     with pytest.raises(AttachmentError, match=r"secret\.txt cannot be read: permission denied"):
         read_attachment("secret.txt", tmp_path)
 

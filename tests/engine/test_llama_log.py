@@ -111,3 +111,18 @@ def test_a_failed_load_names_no_log_that_was_not_written(
     said = str(refused.value)
     assert "model is corrupted or incomplete" in said  # llama.cpp's reason, kept anyway
     assert "log" not in said
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "socket"])
+def test_a_log_path_that_is_no_regular_file_is_not_opened(
+    demo_model: Path, tmp_path: Path, kind: str
+) -> None:
+    """A FIFO there would block the load on opening it; a device would
+    swallow the lines: neither is written, and the user is told why."""
+    from tests.hostile_files import hostile_file, returns_within
+
+    log = hostile_file(kind, tmp_path / "llama.log")
+    assert returns_within(lambda: answer(demo_model, log), seconds=120).strip()
+    assert llama_log.log_problem() == (
+        f"llama.cpp's log is not being written: {log} is not a regular file."
+    )

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import Button, DataTable, Input, Static
 
 import chat.conversations.store as store_module
 from chat import paths
@@ -638,6 +638,29 @@ async def test_newer_schema_is_explained_and_can_be_kept() -> None:
         await ready(app, pilot)
         assert "not saving" in str(app.query_one("#status", Static).render())
     assert db().read_bytes() == before
+
+
+async def test_a_newer_kvchat_s_database_is_never_offered_to_move_aside() -> None:
+    db().parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(db()) as conn:
+        conn.execute("CREATE TABLE conversations (id INTEGER PRIMARY KEY)")
+        conn.execute("PRAGMA user_version = 99")
+    before = db().read_bytes()
+    app = make_app(ScriptedEngine())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await dialog(app, pilot, StorageProblemScreen)
+        problem = str(app.screen.query_one("#problem", Static).render())
+        assert "was written by a newer version of kvchat" in problem
+        assert "kvchat has not changed it" in problem
+        assert not app.screen.query("#move")
+        buttons = [str(b.label) for b in app.screen.query(Button)]
+        assert buttons == ["Continue without saving", "Quit"]
+        await pilot.click("#continue")
+        screen = await ready(app, pilot)
+        await send(pilot, "hello")
+        await turn_done(screen, pilot, 2)
+    assert db().read_bytes() == before
+    assert sorted(p.name for p in db().parent.iterdir()) == [db().name]
 
 
 # --- export ----------------------------------------------------------------------------

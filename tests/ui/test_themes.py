@@ -376,7 +376,7 @@ def test_unreadable_file_is_reported(tmp_path: Path) -> None:
         ("folder.toml", None),
         ("latin1.toml", None),
     }
-    assert any("cannot be read" in str(problem) for problem in problems)
+    assert any("is a folder: only regular files are read" in str(p) for p in problems)
     assert any("UTF-8" in str(problem) for problem in problems)
 
 

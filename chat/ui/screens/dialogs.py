@@ -115,23 +115,27 @@ class RenameScreen(ModalScreen[str | None]):
 class StorageProblemScreen(ModalScreen[str]):
     """The conversation database cannot be used: kvchat has not touched it. The
     user decides: "move" it aside and start a new one, "continue" without
-    saving, or "quit". Nothing happens to the file without the first answer."""
+    saving, or "quit". Nothing happens to the file without the first answer.
+    `can_move` False (a database from a newer kvchat, which is sound): no
+    "move" at all, since the newer kvchat still needs the file where it is."""
 
     # Three buttons in a row, within the dialog's 76 columns: an 80-column
     # terminal shows every one of them.
     DEFAULT_CSS = "StorageProblemScreen { align: center middle; }" + DIALOG_CSS
     BINDINGS = [Binding("escape", "dismiss('continue')", "Continue without saving")]
 
-    def __init__(self, problem: str) -> None:
+    def __init__(self, problem: str, *, can_move: bool = True) -> None:
         super().__init__()
         self._problem = problem
+        self._can_move = can_move
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog error"):
             yield Label("Conversations cannot be saved", classes="dialog-title")
             yield Static(shown(self._problem), classes="dialog-text", id="problem")
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Move aside, new database", id="move", variant="warning")
+                if self._can_move:
+                    yield Button("Move aside, new database", id="move", variant="warning")
                 yield Button("Continue without saving", id="continue", variant="primary")
                 yield Button("Quit", id="quit")
 
