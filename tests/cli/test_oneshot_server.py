@@ -114,7 +114,10 @@ def test_json_names_the_server_and_model_but_no_key_or_password(
     assert "model_path" not in data
     assert data["reply"] == "Hello there!"
     assert data["stats"]["generated_tokens"] == 3
-    assert connect.configs[0].url == url  # the engine gets the URL as given
+    # The credentials were taken out when the flag was read; they go as basic auth.
+    [config] = connect.configs
+    assert config.url == "http://gpu-box:8000/v1?token=abc"
+    assert config.auth == ("me", "hunter2") and "hunter2" not in repr(config)
     for secret in (KEY, "hunter2", "abc"):
         assert secret not in out + err
 
@@ -290,7 +293,7 @@ def test_print_config_shows_the_server_flags_and_never_the_key(
     )
     out, err = capsys.readouterr()
     assert status == 0 and err == ""
-    assert 'url = "http://me:***@h:1"  # from --server' in out
+    assert 'url = "http://***@h:1"  # from --server' in out
     assert 'kind = "vllm"  # from --server-kind' in out
     assert 'model = "m"  # from --server-model' in out
     assert 'api_key_env = "MY_KEY"  # from --api-key-env' in out

@@ -5,6 +5,11 @@ The one place httpx is used. Rules kept here for every server kind:
 - the API key goes only into the `Authorization: Bearer` header; it is never
   part of a message, a repr or a log line (httpx's own errors do not carry
   headers, and every message here is built from the URL and status only);
+- credentials given in the URL (`ServerConfig.auth`) go as basic auth, only
+  when there is no API key (one `Authorization` header), and the URL named in
+  messages is `public_url`'s: no user name, password or query;
+- redirects are not followed (the key or password would go to wherever one
+  points): one is reported, with where it pointed;
 - TLS certificates are verified (httpx's default);
 - whatever the server says is untrusted: lines are capped (`MAX_LINE_BYTES`),
   JSON is checked for shape, and its text is sanitized before anyone shows it;
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import socket
 import ssl
 import threading
@@ -26,7 +32,8 @@ import httpx
 
 from chat.engine.remote import ServerConfig
 from chat.errors import ServerAuthError, ServerError, ServerUnreachableError
-from chat.sanitize import sanitize
+from chat.sanitize import sanitize, sanitize_line
+from chat.settings.server import public_url, split_credentials
 
 MAX_LINE_BYTES = 1 << 20
 """One streamed line (one event) longer than this is refused: no server sends
@@ -47,13 +54,20 @@ class ServerHttp:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.url = base_url(config.url)
+        address = base_url(config.url)
+        # The server as messages and records name it.
+        self.url = public_url(address) or address
         headers = {"Accept": "application/json"}
+        auth = None
         if config.api_key:
             headers["Authorization"] = f"Bearer {config.api_key}"
+        elif config.auth is not None:
+            auth = httpx.BasicAuth(*config.auth)
         self._client = httpx.Client(
-            base_url=self.url,
+            base_url=address,
             headers=headers,
+            auth=auth,
+            follow_redirects=False,
             timeout=httpx.Timeout(config.read_timeout_s, connect=config.connect_timeout_s),
         )
 
@@ -96,7 +110,7 @@ class ServerHttp:
         read waiting on it ends at once (the lines simply stop)."""
         try:
             with self._client.stream("POST", path, json=body) as response:
-                if response.status_code >= 400:
+                if response.status_code >= 300:
                     response.read()
                     self.check_status(response, path)
                 done = threading.Event()
@@ -156,14 +170,32 @@ class ServerHttp:
             return ServerUnreachableError(
                 f"The server at {self.url} sent nothing for {self.config.read_timeout_s:g} s."
             )
+        if isinstance(error, httpx.RemoteProtocolError) and _not_http(error):
+            # Something answered, but not a model server: no "is it running?".
+            return ServerError(
+                f"The server at {self.url} answered with something that is not HTTP. "
+                "Check the URL and port."
+            )
+        if isinstance(error, httpx.RemoteProtocolError) and "without sending a response" in str(
+            error
+        ):
+            return ServerUnreachableError(
+                f"The server at {self.url} accepted the connection but closed it without answering."
+            )
         if isinstance(error, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
             return ServerUnreachableError(f"The connection to the server at {self.url} dropped.")
         return ServerError(f"Talking to the server at {self.url} failed ({type(error).__name__}).")
 
     def check_status(self, response: httpx.Response, path: str) -> None:
         status = response.status_code
-        if status < 400:
+        if status < 300:
             return
+        if status < 400:
+            raise ServerError(
+                f"The server at {self.url} answered {path} with a redirect ({status}) to "
+                f"{redirect_target(response)}, which kvchat does not follow. If that is "
+                "the server, use its URL."
+            )
         if status in (401, 403):
             variable = self.config.api_key_env
             if self.config.api_key:
@@ -176,6 +208,22 @@ class ServerHttp:
         said = server_message(response)
         detail = f": {said}" if said else "."
         raise ServerError(f"The server at {self.url} answered {path} with {status}{detail}")
+
+
+def redirect_target(response: httpx.Response) -> str:
+    """Where a redirect points, safe to show: no credentials or query, one line."""
+    location = response.headers.get("location", "").strip()
+    if not location:
+        return "no address"
+    bare = split_credentials(location)[0]
+    return sanitize_line(public_url(bare) or bare.partition("?")[0])[:_MAX_SHOWN]
+
+
+def _not_http(error: httpx.RemoteProtocolError) -> bool:
+    """Whether the bytes that came back were not an HTTP response at all (h11
+    names them "illegal" or "malformed"), rather than a connection cut short."""
+    said = str(error)
+    return "illegal" in said or "malformed" in said or "invalid" in said.lower()
 
 
 def server_message(response: httpx.Response) -> str:
@@ -211,6 +259,16 @@ def _checked(line: bytes, url: str) -> bytes:
             "the reply was abandoned."
         )
     return line
+
+
+def json_number(value: object) -> float | None:
+    """A JSON number as a float, or None: `true` and `false` are not numbers
+    (Python's bool is an int), nor are the NaN and Infinity that Python's
+    json module reads."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
 
 
 def parse_json_line(line: bytes, url: str) -> dict[str, Any]:
