@@ -24,6 +24,7 @@ from chat.engine.base import EngineEvent, Finished, TokenEvent
 from chat.engine.remote import ServerConfig
 from chat.errors import ServerUnreachableError
 from chat.settings.schema import SamplingSettings
+from tests.engine.remote.fake_servers import RawServer, Reply, openai_routes, serve
 from tests.fakes import ScriptedEngine
 from tests.servers import RunningServer, llama_server
 
@@ -393,3 +394,66 @@ def test_a_refused_or_missing_key_is_one_sentence(
     assert "MY_KEY" in result.stderr  # the variable to set, never a key
     assert "Traceback" not in result.stderr
     assert KEY not in result.stderr and "sk-wrong" not in result.stderr
+
+
+# --- against hostile servers on loopback (issue 27) -----------------------------------
+
+
+def one_sentence(result: subprocess.CompletedProcess[str]) -> str:
+    """The run failed as a user's mistake does: exit 2, one clean line on stderr."""
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("chat: ") and result.stderr.count("\n") == 1
+    assert "Traceback" not in result.stderr
+    assert not any(c in result.stderr for c in "\x1b\x07\u202e\x9b"), repr(result.stderr)
+    return result.stderr
+
+
+def test_one_shot_shows_a_hostile_servers_model_names_clean() -> None:
+    name = "m\x1b]0;pwned\x07\x1b[2J\u202eevil"
+    server = serve(openai_routes(model_entry={"id": name, "object": "model"}))
+    try:
+        result = chat_subprocess(
+            "-p", "Hi", "--server", server.url, "--server-model", "x", key=None
+        )
+    finally:
+        server.stop()
+    said = one_sentence(result)
+    assert "does not serve the model 'x'" in said and "evil" in said, said
+
+
+def test_one_shot_with_a_server_killed_is_one_sentence() -> None:
+    server = serve(openai_routes())
+    url = server.url
+    server.stop()
+    said = one_sentence(chat_subprocess("-p", "Hi", "--server", url, key=None))
+    assert f"Nothing answers at {url}" in said
+
+
+def test_one_shot_names_a_redirect_and_never_the_password() -> None:
+    target = serve(openai_routes())
+    routes = {
+        ("GET", path): (lambda _: Reply(307, {}, {"Location": f"{target.url}/v1"}))
+        for path in ("/props", "/api/version", "/v1/models")
+    }
+    server = serve(routes)
+    host = server.url.removeprefix("http://")
+    try:
+        result = chat_subprocess("-p", "Hi", "--server", f"http://me:hunter2@{host}", key=None)
+    finally:
+        server.stop()
+        target.stop()
+    said = one_sentence(result)
+    assert f"redirect (307) to {target.url}/v1" in said and "not follow" in said, said
+    assert "hunter2" not in said and "me@" not in said
+    assert server.seen[0].headers["Authorization"].startswith("Basic ")
+    assert target.seen == []
+
+
+def test_one_shot_says_when_an_answer_is_not_http() -> None:
+    raw = RawServer(b"\x1b]0;pwned\x07garbage\r\n\r\n")
+    url = raw.url
+    try:
+        said = one_sentence(chat_subprocess("-p", "Hi", "--server", url, key=None))
+    finally:
+        raw.stop()
+    assert "not HTTP" in said and url in said and "Nothing answers" not in said

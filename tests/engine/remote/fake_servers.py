@@ -60,8 +60,11 @@ class FakeServer:
     """Set when a client went away mid-stream (a write failed)."""
     tls: ssl.SSLContext | None = None
     """Serve HTTPS with this context."""
+    _connections: set[socket.socket] = field(default_factory=set)
 
-    def start(self) -> None:
+    def start(self, port: int = 0) -> None:
+        """Serve on `port` (0: any free one; a port given again brings a
+        stopped server back where clients look for it)."""
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -69,6 +72,14 @@ class FakeServer:
 
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                server._connections.add(self.connection)
+
+            def finish(self) -> None:
+                server._connections.discard(self.connection)
+                super().finish()
 
             def do_GET(self) -> None:
                 self._handle("GET")
@@ -124,7 +135,7 @@ class FakeServer:
                     server.stream_closed.set()
                     self.close_connection = True
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         if self.tls is not None:
             self._server.socket = self.tls.wrap_socket(self._server.socket, server_side=True)
@@ -138,9 +149,17 @@ class FakeServer:
         host, port = self._server.server_address[:2]
         return f"{'https' if self.tls else 'http'}://{host}:{port}"
 
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
     def stop(self) -> None:
+        """Stop as a killed server does: open (kept-alive) connections too."""
         self._server.shutdown()
         self._server.server_close()
+        for connection in list(self._connections):
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
 
     def last(self, path: str) -> Seen:
         return [s for s in self.seen if s.path == path][-1]
