@@ -20,8 +20,10 @@ from typing import Any
 
 import tomli_w
 
-from chat.errors import ConfigError
+from chat.errors import ConfigError, KvchatError
+from chat.safe_files import read_text
 from chat.settings.schema import FIELDS, SECTIONS, Settings
+from chat.settings.server import url_as_saved
 from chat.settings.values import format_value, get_value, parse_value, set_value
 
 if sys.version_info >= (3, 11):
@@ -189,6 +191,9 @@ def save_config(settings: Settings, path: Path, *, keep_backup: bool = False) ->
         value = get_value(settings, key)
         if value is not None and value != spec.default:  # TOML has no null
             document.setdefault(spec.section, {})[spec.name] = value
+    url = document.get("server", {}).get("url")
+    if isinstance(url, str):  # read without its credentials: keep those the file has
+        document["server"]["url"] = url_as_saved(url, _url_in_file(path))
     text = "# kvchat settings; only values that differ from the defaults are listed.\n\n"
     text += tomli_w.dumps(document, multiline_strings=True)
 
@@ -217,6 +222,21 @@ def save_config(settings: Settings, path: Path, *, keep_backup: bool = False) ->
         if temp_name is not None:
             with contextlib.suppress(OSError):
                 os.unlink(temp_name)
+
+
+_URL_READ_LIMIT = 1 << 20
+"""A config file read again for its server URL is at most this big."""
+
+
+def _url_in_file(path: Path) -> str | None:
+    """`server.url` as the config file at `path` spells it, if it can be read."""
+    try:
+        document = tomllib.loads(read_text(path, _URL_READ_LIMIT, what="config file"))
+    except (OSError, KvchatError, ValueError):
+        return None
+    table = document.get("server")
+    url = table.get("url") if isinstance(table, dict) else None
+    return url if isinstance(url, str) else None
 
 
 def update_config(path: Path, key: str, value: object) -> Path | None:

@@ -142,6 +142,16 @@ def credentials_for(url: str) -> tuple[str, str] | None:
         return _remembered.get(_origin(url))
 
 
+def url_as_saved(url: str, in_file: str | None) -> str:
+    """`url` as the config file is to hold it: the file's own spelling when
+    that is the same URL with credentials the user wrote there (saving the
+    settings must not drop them), else `url`, which holds none: kvchat never
+    writes credentials into a file that did not hold them."""
+    if in_file is not None and split_credentials(in_file.strip())[0] == url:
+        return in_file.strip()
+    return url
+
+
 def forget_credentials() -> None:
     """Forget every server's credentials (a test starts afresh with this)."""
     with _remembered_lock:

@@ -13,6 +13,7 @@ from chat.engine.remote import SERVER_KINDS as ENGINE_KINDS
 from chat.engine.remote import ServerConfig, ServerKind
 from chat.errors import ConfigError
 from chat.session.server_choice import ApiKeyMissingError, server_config
+from chat.settings.config_file import save_config
 from chat.settings.effective import format_effective
 from chat.settings.resolve import resolve_settings
 from chat.settings.schema import FIELDS, SERVER_KINDS, ServerSettings, Settings
@@ -283,3 +284,22 @@ def test_a_named_variable_that_is_not_set_is_refused_by_name(environ: dict[str, 
     assert isinstance(caught.value, ConfigError)
     assert caught.value.variable == "MY_KEY"
     assert "MY_KEY" in str(caught.value) and "is not set" in str(caught.value)
+
+
+def test_saving_the_settings_keeps_the_credentials_the_config_file_holds(tmp_path: Path) -> None:
+    """The setting holds the URL without them; Save (the settings pane, a theme
+    change) writes the file's own spelling back rather than drop them."""
+    config = tmp_path / "config.toml"
+    config.write_text('[server]\nurl = "http://me:hunter2@box:8080"\n')
+    settings = resolve_settings(config, {}, {}).settings
+    settings.sampling.temperature = 0.3
+    save_config(settings, config)
+    text = config.read_text()
+    assert 'url = "http://me:hunter2@box:8080"' in text and "temperature = 0.3" in text
+    # Another URL, or credentials that came from elsewhere, are never written.
+    settings.server.url = "http://box:9090"
+    save_config(settings, config)
+    assert "hunter2" not in config.read_text()
+    assert parse_value("server.url", "http://you:pw@box:9090") == "http://box:9090"
+    save_config(settings, config)
+    assert "pw@" not in config.read_text()
