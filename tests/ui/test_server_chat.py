@@ -6,6 +6,7 @@ and the palette goes back to the local model."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ from tests.engine.remote.fake_servers import (
     serve,
     vllm_routes,
 )
-from tests.servers import RunningServer, free_port, llama_server
+from tests.servers import RunningServer, free_port, llama_cpp_server, llama_server
 from tests.ui.conftest import reply_on_screen, run_command, send
 
 
@@ -325,3 +326,28 @@ async def test_credentials_in_the_url_are_nowhere_on_screen_or_in_the_database()
         assert b"hunter2" not in dump
     finally:
         server.stop()
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("launch", [llama_server, llama_cpp_server], ids=["llama-server", "python"])
+async def test_sending_after_a_real_server_was_killed_keeps_the_message(
+    tmp_path: Path, launch: Callable[[Path], AbstractContextManager[RunningServer]]
+) -> None:
+    """A real server (llama-server counts on the server, inside Enter;
+    llama-cpp-python's is estimated here) killed between two turns."""
+    with launch(tmp_path) as doomed:
+        app = server_app(doomed.url)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = app.chat_screen
+            await wait_for(lambda: screen.engine is not None, pilot, timeout=60)
+            await turn(screen, pilot, "Name a colour.")
+            doomed.kill()
+            sent = len(screen.conversation.messages)
+            await send(pilot, "And another?")
+            box = screen.query_one(PromptBox)
+            await wait_for(
+                lambda: box.text == "And another?" and not screen.generating, pilot, timeout=30
+            )
+            said = [n for n in app_notices(app) if doomed.url in n]
+            assert said and "Nothing answers" in said[-1], said
+            assert len(screen.conversation.messages) == sent and app.is_running
