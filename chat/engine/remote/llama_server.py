@@ -69,7 +69,7 @@ class LlamaServerEngine(RemoteEngine):
         n_ctx = window_size(reported)
         if n_ctx is None and reported is None:
             raise ServerError(f"The llama-server at {http.url} did not say its context size.")
-        source = "llama-server /props (per slot)"
+        source, known = "llama-server /props (per slot)", n_ctx is not None
         if n_ctx is None:  # a figure no slot has: the window is not known
             n_ctx = ASSUMED_N_CTX
             source = f"unknown: {out_of_bounds_note(reported)}; {ASSUMED_N_CTX:,} assumed"
@@ -82,7 +82,7 @@ class LlamaServerEngine(RemoteEngine):
             n_ctx,
             source,
             n_ctx_train=n_ctx_train,
-            n_ctx_known=source.startswith("llama-server"),
+            n_ctx_known=known,
         )
         eos = props.get("eos_token")
         self._eos = eos if isinstance(eos, str) else ""
