@@ -351,3 +351,36 @@ async def test_sending_after_a_real_server_was_killed_keeps_the_message(
             said = [n for n in app_notices(app) if doomed.url in n]
             assert said and "Nothing answers" in said[-1], said
             assert len(screen.conversation.messages) == sent and app.is_running
+
+
+async def test_switching_to_a_server_that_is_down_keeps_the_draft_and_the_server() -> None:
+    """The settings pane's URL, Apply, to a server that is down: one sentence,
+    the chat goes on with the server it had, the draft stays in the box."""
+    from chat.ui.screens.settings import SettingsScreen
+    from tests.ui.test_settings_pane import open_pane, set_field
+
+    server = serve(openai_routes())
+    dead = f"http://127.0.0.1:{free_port()}"
+    try:
+        app = server_app(server.url)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = app.chat_screen
+            await wait_for(lambda: screen.engine is not None, pilot, timeout=30)
+            box = screen.query_one(PromptBox)
+            box.insert("half a thought")
+            pane = await open_pane(app, pilot)
+            await set_field(pane, pilot, "server.url", dead)
+            await pilot.click("#apply")
+            await wait_for(lambda: not isinstance(app.screen, SettingsScreen), pilot)
+            await wait_for(lambda: any(dead in n for n in app_notices(app)), pilot, timeout=30)
+            await wait_for(lambda: screen.engine is not None, pilot, timeout=30)
+            assert box.text == "half a thought" and app.is_running
+            assert app.settings.server.url == server.url
+            # The draft is sent to the server still in use.
+            await turn(screen, pilot, "")
+            assert [m.content for m in screen.conversation.messages[-2:]] == [
+                "half a thought",
+                "Hello there, friend.",
+            ]
+    finally:
+        server.stop()
