@@ -457,3 +457,14 @@ def test_one_shot_says_when_an_answer_is_not_http() -> None:
     finally:
         raw.stop()
     assert "not HTTP" in said and url in said and "Nothing answers" not in said
+
+
+def test_one_shot_with_a_server_that_drops_mid_reply_keeps_the_text() -> None:
+    server = serve(openai_routes(drop=True))
+    try:
+        result = chat_subprocess("-p", "Hi", "--server", server.url, key=None)
+    finally:
+        server.stop()
+    said = one_sentence(result)
+    assert result.stdout == "Hello there, friend.\n"
+    assert "dropped" in said or "unfinished" in said, said
