@@ -97,9 +97,10 @@ def url_for_display(url: str) -> str:
     return f"{scheme}://***@{host}{path}{rest}"
 
 
-_USERINFO = re.compile(r"^(\s*[A-Za-z][A-Za-z0-9+.-]*://)([^/?#]*)@")
+_USERINFO = re.compile(r"^(\s*[A-Za-z][A-Za-z0-9+.-]*:/{1,2})([^/?#]*)@")
 """The user name and password of a URL: up to the last @ before the path, as
-`urlsplit` reads it (a password may hold an unescaped @)."""
+`urlsplit` reads it (a password may hold an unescaped @). One slash is enough:
+a URL made a `Path` (a served model's `ModelInfo.path`) has lost the other."""
 _remembered: dict[str, tuple[str, str]] = {}
 _remembered_lock = threading.Lock()
 
