@@ -38,6 +38,9 @@ from chat.settings.server import public_url, split_credentials
 MAX_LINE_BYTES = 1 << 20
 """One streamed line (one event) longer than this is refused: no server sends
 events that size, and reading on would let a broken one fill memory."""
+MAX_JSON_BYTES = 16 << 20
+"""An answer that is one JSON document (a model list, a tokenized chat) longer
+than this is refused: a model list of that size is not one."""
 _MAX_SHOWN = 300
 """How much of a server's own error message goes into ours."""
 _CANCEL_POLL_S = 0.05
@@ -86,20 +89,36 @@ class ServerHttp:
 
     def _json(self, method: str, path: str, body: dict[str, Any] | None, missing_ok: bool) -> Any:
         try:
-            response = self._client.request(method, path, json=body)
+            with self._client.stream(method, path, json=body) as response:
+                data = self._read_capped(response, path)
         except httpx.HTTPError as error:
             raise self.transport_error(error) from None
         if missing_ok and response.status_code in (404, 405, 501):
             return None
-        self.check_status(response, path)
+        self.check_status(response, path, data)
         try:
-            return response.json()
+            return json.loads(data)
         except ValueError:
             if missing_ok:  # an HTML page or plain text where JSON was probed for
                 return None
             raise ServerError(
                 f"The server at {self.url} answered {path} with something that is not JSON."
             ) from None
+
+    def _read_capped(self, response: httpx.Response, path: str) -> bytes:
+        """The body (decoded as its Content-Encoding says), refused when over
+        `MAX_JSON_BYTES` rather than let a broken server fill memory."""
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > MAX_JSON_BYTES:
+                raise ServerError(
+                    f"The server at {self.url} answered {path} with over "
+                    f"{MAX_JSON_BYTES >> 20} MiB; kvchat stopped reading."
+                )
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     @contextlib.contextmanager
     def stream(
@@ -111,8 +130,7 @@ class ServerHttp:
         try:
             with self._client.stream("POST", path, json=body) as response:
                 if response.status_code >= 300:
-                    response.read()
-                    self.check_status(response, path)
+                    self.check_status(response, path, self._read_capped(response, path))
                 done = threading.Event()
                 watcher = threading.Thread(
                     target=_shut_down_on_cancel,
@@ -186,7 +204,7 @@ class ServerHttp:
             return ServerUnreachableError(f"The connection to the server at {self.url} dropped.")
         return ServerError(f"Talking to the server at {self.url} failed ({type(error).__name__}).")
 
-    def check_status(self, response: httpx.Response, path: str) -> None:
+    def check_status(self, response: httpx.Response, path: str, body: bytes) -> None:
         status = response.status_code
         if status < 300:
             return
@@ -205,7 +223,7 @@ class ServerHttp:
                 what = "needs an API key"
                 todo = f"Set {variable} to the key." if variable else "Set the API key."
             raise ServerAuthError(f"The server at {self.url} {what} ({status}). {todo}")
-        said = server_message(response)
+        said = server_message(body)
         detail = f": {said}" if said else "."
         raise ServerError(f"The server at {self.url} answered {path} with {status}{detail}")
 
@@ -226,14 +244,15 @@ def _not_http(error: httpx.RemoteProtocolError) -> bool:
     return "illegal" in said or "malformed" in said or "invalid" in said.lower()
 
 
-def server_message(response: httpx.Response) -> str:
-    """The server's own error text, made safe to show and short."""
+def server_message(body: bytes) -> str:
+    """The server's own error text (from its answer's `body`), made safe to
+    show and short."""
     try:
-        body = response.json()
+        said = json.loads(body)
     except ValueError:
-        text = response.text
+        text = body[: _MAX_SHOWN * 4].decode("utf-8", "replace")
     else:
-        text = error_text(body) or ""
+        text = error_text(said) or ""
     return sanitize(" ".join(text.split()))[:_MAX_SHOWN]
 
 

@@ -105,7 +105,9 @@ class FakeServer:
                 return self._stream(answer)
 
             def _json(self, reply: Reply) -> None:
-                data = json.dumps(reply.body).encode()
+                # bytes go as they are (an HTML error page, garbage)
+                raw = reply.body
+                data = raw if isinstance(raw, bytes) else json.dumps(raw).encode()
                 self.send_response(reply.status)
                 self.send_header("Content-Type", "application/json")
                 for name, value in reply.headers.items():

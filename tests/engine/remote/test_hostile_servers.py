@@ -260,3 +260,22 @@ def test_true_is_not_a_llama_server_timing(fake: list[FakeServer]) -> None:
     event["timings"]["predicted_per_second"] = True
     _read_timings(json.loads(json.dumps(event)), summary)
     assert summary.prompt_tokens is None and summary.decode_tps is None
+
+
+def test_a_model_list_too_big_to_be_one_is_refused(fake: list[FakeServer]) -> None:
+    from chat.engine.remote.http import MAX_JSON_BYTES
+
+    entries = [{"id": "m" * 1000, "object": "model"}] * (MAX_JSON_BYTES // 1000)
+    routes = {("GET", "/v1/models"): lambda _: Reply(body={"data": entries})}
+    with pytest.raises(ServerError, match="over 16 MiB; kvchat stopped reading"):
+        connect_to(start(fake, routes), kind="openai")
+
+
+def test_an_error_page_is_shown_short_and_clean(fake: list[FakeServer]) -> None:
+    page = "<html>" + CANARY * 10_000 + "</html>"
+    routes = {("GET", "/v1/models"): lambda _: Reply(502, page.encode())}
+    with pytest.raises(ServerError) as caught:
+        connect_to(start(fake, routes), kind="openai")
+    message = str(caught.value)
+    assert "502: <html>" in message and "evil" in message and len(message) < 500
+    assert_clean(message)
