@@ -293,7 +293,6 @@ async def test_a_hostile_model_name_never_reaches_the_status_bar() -> None:
         async with app.run_test(size=(120, 40)) as pilot:
             screen = app.chat_screen
             await wait_for(lambda: screen.engine is not None, pilot, timeout=30)
-            status = str(screen.query_one(StatusBar).render())
             await wait_for(lambda: "evil" in str(screen.query_one(StatusBar).render()), pilot)
             status = str(screen.query_one(StatusBar).render())
             assert not any(c in status for c in "\x1b\x07\u202e"), repr(status)
@@ -318,6 +317,11 @@ async def test_credentials_in_the_url_are_nowhere_on_screen_or_in_the_database()
             status = str(screen.query_one(StatusBar).render())
             assert host in status and "hunter2" not in status and "me@" not in status
             conv_id = screen.conversation.id
+            # The settings pane shows the URL as the setting holds it: without them.
+            from tests.ui.test_settings_pane import open_pane
+
+            pane = await open_pane(app, pilot)
+            assert pane.field("server.url").control.value == f"http://{host}"
         assert conv_id is not None
         with Store() as store:
             saved = store.get_conversation(conv_id)
