@@ -34,6 +34,17 @@ def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(autouse=True)
+def no_remembered_credentials() -> Iterator[None]:
+    """Credentials read from a server URL are kept for the process
+    (chat.settings.server): each test starts without any."""
+    from chat.settings.server import forget_credentials
+
+    forget_credentials()
+    yield
+    forget_credentials()
+
+
+@pytest.fixture(autouse=True)
 def no_hard_exit(monkeypatch: pytest.MonkeyPatch) -> None:
     """`chat` leaves with os._exit when one of its threads outlives the app
     (chat.cli.main). Tests that run the CLI in this process would then end

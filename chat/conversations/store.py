@@ -38,7 +38,7 @@ from chat.conversations.conversation import (
 from chat.conversations.token_probs_codec import StoredTokenChoices, encode_token_probs
 from chat.conversations.tree import MessageTree
 from chat.errors import StoreError
-from chat.settings.server import public_url
+from chat.settings.server import public_url, split_credentials
 
 BUSY_TIMEOUT_S = 5.0
 """How long a write waits for another kvchat process to finish its own."""
@@ -625,6 +625,12 @@ def _backend_value(backend: str) -> str:
     return backend
 
 
+def _model_path_value(path: str) -> str:
+    """The model's path as stored: for a model server, its URL made a path,
+    never with a user name or password (databases before issue 27 held them)."""
+    return split_credentials(path)[0]
+
+
 def _server_url_value(url: str) -> str:
     """The server URL as stored: never a user name, password or query, even if
     the caller's conversation holds one."""
@@ -839,7 +845,7 @@ class Store:
                 conv.title,
                 conv.created,
                 conv.updated,
-                conv.model_path,
+                _model_path_value(conv.model_path),
                 conv.model_name,
                 conv.system_prompt,
                 _sampling_json(sampling),
@@ -1022,7 +1028,12 @@ class Store:
         `backend`, `server_url` and `preset` (see `Conversation`) stay as they
         are when not given."""
         assignments = "system_prompt = ?, sampling = ?, model_path = ?, model_name = ?"
-        params: list[Any] = [system_prompt, _sampling_json(sampling), model_path, model_name]
+        params: list[Any] = [
+            system_prompt,
+            _sampling_json(sampling),
+            _model_path_value(model_path),
+            model_name,
+        ]
         if backend is not None:
             assignments += ", backend = ?"
             params.append(_backend_value(backend))

@@ -41,7 +41,7 @@ from chat.errors import KvchatError
 from chat.safe_files import UnsafeFileError, read_bytes, refusal_detail
 from chat.sanitize import show_controls
 from chat.settings.schema import URL_PATTERN
-from chat.settings.server import public_url
+from chat.settings.server import public_url, split_credentials
 
 FORMAT_VERSION = 2
 """Version of the "kvchat" object in exported JSON; import refuses newer ones.
@@ -87,11 +87,10 @@ def to_markdown(
     conv.link_shown()
     leaves = conv.tree.leaves()
     lines = [f"# {conv.title or conv.default_title()}", ""]
-    if conv.model_name or conv.model_path:
-        model = conv.model_name or Path(conv.model_path).name
-        lines.append(
-            f"- **Model:** {model}" + (f" (`{conv.model_path}`)" if conv.model_path else "")
-        )
+    model_path = split_credentials(conv.model_path)[0]  # a server's, from older databases
+    if conv.model_name or model_path:
+        model = conv.model_name or Path(model_path).name
+        lines.append(f"- **Model:** {model}" + (f" (`{model_path}`)" if model_path else ""))
     if conv.made_on_server:
         url = public_url(conv.server_url)
         lines.append(f"- **Server:** {conv.backend}" + (f" at {url}" if url else ""))
@@ -167,7 +166,7 @@ def to_json(conv: Conversation, sampling: Mapping[str, Any]) -> str:
             "created": conv.created,
             "updated": conv.updated,
             "model": conv.model_name,
-            "model_path": conv.model_path,
+            "model_path": split_credentials(conv.model_path)[0],
             # "local", or the kind of model server, with its URL (no key, no password).
             "backend": conv.backend,
             "server_url": public_url(conv.server_url) if conv.server_url else "",

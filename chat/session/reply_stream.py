@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from chat.conversations.saver import SAVE_INTERVAL_S
 from chat.engine.base import ChatMessages, Engine, Finished, PromptProgress, TokenEvent
-from chat.errors import KvchatError, PromptTooLongError
+from chat.errors import KvchatError, PromptTooLongError, ServerError
 from chat.session.background import start_thread
 from chat.session.frame_pacing import FASTEST_FRAME_S
 from chat.settings.schema import SamplingSettings
@@ -55,10 +55,12 @@ class ReplyEnded:
 @dataclass(frozen=True)
 class ReplyFailed:
     """No reply: `error` says why, in words. `prompt_too_long`: the prompt did
-    not fit the window, and nothing was generated."""
+    not fit the window, and nothing was generated. `server_failed`: a model
+    server could not be used (down, or answering garbage) before any text came."""
 
     error: str
     prompt_too_long: bool = False
+    server_failed: bool = False
 
 
 ReplyEvent = ReplyChunk | PromptProgress | ReplyEnded | ReplyFailed
@@ -157,6 +159,8 @@ class ReplyStream:
                     self._deliver(ReplyEnded(event))
         except PromptTooLongError as error:
             self._deliver(ReplyFailed(str(error), prompt_too_long=True))
+        except ServerError as error:
+            self._deliver(ReplyFailed(str(error), server_failed=True))
         except KvchatError as error:
             self._deliver(ReplyFailed(str(error)))
         except Exception as error:  # a bug or a llama.cpp failure: say so, keep the app alive

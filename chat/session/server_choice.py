@@ -19,6 +19,7 @@ from typing import cast
 from chat.engine.remote import ServerConfig, ServerKind
 from chat.errors import ConfigError
 from chat.settings.schema import SERVER_KINDS, ServerSettings
+from chat.settings.server import credentials_for, read_url
 
 
 class ApiKeyMissingError(ConfigError):
@@ -48,8 +49,12 @@ def server_config(settings: ServerSettings, environ: Mapping[str, str]) -> Serve
         if not api_key:
             raise ApiKeyMissingError(settings.api_key_env)
     kind = settings.kind if settings.kind in SERVER_KINDS else "auto"
+    # The setting holds the URL without credentials (they were taken out when
+    # it was read, `read_url`); those given for this server go as basic auth.
+    url = read_url(settings.url)
     return ServerConfig(
-        url=settings.url,
+        url=url,
+        auth=credentials_for(url),
         kind=cast(ServerKind, kind),
         model=settings.model or None,
         api_key=api_key,

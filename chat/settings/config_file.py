@@ -20,9 +20,10 @@ from typing import Any
 
 import tomli_w
 
-from chat.errors import ConfigError
-from chat.safe_files import UnsafeFileError, read_bytes, refusal_detail, shown_path
+from chat.errors import ConfigError, KvchatError
+from chat.safe_files import UnsafeFileError, read_bytes, read_text, refusal_detail, shown_path
 from chat.settings.schema import FIELDS, SECTIONS, Settings
+from chat.settings.server import url_as_saved
 from chat.settings.user_files import USER_FILE_LIMIT
 from chat.settings.values import format_value, get_value, parse_value, set_value
 
@@ -205,6 +206,9 @@ def save_config(settings: Settings, path: Path, *, keep_backup: bool = False) ->
         value = get_value(settings, key)
         if value is not None and value != spec.default:  # TOML has no null
             document.setdefault(spec.section, {})[spec.name] = value
+    url = document.get("server", {}).get("url")
+    if isinstance(url, str):  # read without its credentials: keep those the file has
+        document["server"]["url"] = url_as_saved(url, _url_in_file(path))
     text = "# kvchat settings; only values that differ from the defaults are listed.\n\n"
     text += tomli_w.dumps(document, multiline_strings=True)
 
@@ -236,6 +240,17 @@ def save_config(settings: Settings, path: Path, *, keep_backup: bool = False) ->
         if temp_name is not None:
             with contextlib.suppress(OSError):
                 os.unlink(temp_name)
+
+
+def _url_in_file(path: Path) -> str | None:
+    """`server.url` as the config file at `path` spells it, if it can be read."""
+    try:
+        document = tomllib.loads(read_text(path, USER_FILE_LIMIT, what="config file"))
+    except (OSError, KvchatError, ValueError):
+        return None
+    table = document.get("server")
+    url = table.get("url") if isinstance(table, dict) else None
+    return url if isinstance(url, str) else None
 
 
 def update_config(path: Path, key: str, value: object) -> Path | None:

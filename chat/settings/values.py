@@ -9,6 +9,7 @@ import re
 
 from chat.errors import ConfigError
 from chat.settings.schema import FIELDS, FieldSpec, Settings, plain_number
+from chat.settings.server import read_url, split_credentials
 
 # Strings that mean "no value" (None) for the optional kinds, so that a user can
 # clear a field by leaving it blank or say KVCHAT_SEED=random.
@@ -140,6 +141,17 @@ def _parse_optional_str(spec: FieldSpec, raw: object) -> str | None:
     return value
 
 
+def _parse_server_url(spec: FieldSpec, raw: object) -> str | None:
+    """A server URL without its user name and password (kept aside for that
+    server by `read_url`): refused or accepted, they are never shown or kept."""
+    shown = split_credentials(raw)[0] if isinstance(raw, str) else raw
+    try:
+        value = _parse_optional_str(spec, raw)
+    except ValueRefused as refused:
+        raise ValueRefused(spec, shown, refused.problem) from None
+    return read_url(value) if value is not None else None
+
+
 def parse_value(key: str, raw: object) -> object:
     """Check and convert one value for setting `key`, or raise ConfigError.
 
@@ -164,6 +176,8 @@ def parse_value(key: str, raw: object) -> object:
         return _parse_choice(spec, raw)
     if kind == "str_list":
         return _parse_str_list(spec, raw)
+    if kind == "optional_str" and key == "server.url":
+        return _parse_server_url(spec, raw)
     if kind == "optional_str":
         return _parse_optional_str(spec, raw)
     if not isinstance(raw, str):

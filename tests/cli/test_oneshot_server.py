@@ -24,6 +24,7 @@ from chat.engine.base import EngineEvent, Finished, TokenEvent
 from chat.engine.remote import ServerConfig
 from chat.errors import ServerUnreachableError
 from chat.settings.schema import SamplingSettings
+from tests.engine.remote.fake_servers import RawServer, Reply, openai_routes, serve
 from tests.fakes import ScriptedEngine
 from tests.servers import RunningServer, llama_server
 
@@ -114,7 +115,10 @@ def test_json_names_the_server_and_model_but_no_key_or_password(
     assert "model_path" not in data
     assert data["reply"] == "Hello there!"
     assert data["stats"]["generated_tokens"] == 3
-    assert connect.configs[0].url == url  # the engine gets the URL as given
+    # The credentials were taken out when the flag was read; they go as basic auth.
+    [config] = connect.configs
+    assert config.url == "http://gpu-box:8000/v1?token=abc"
+    assert config.auth == ("me", "hunter2") and "hunter2" not in repr(config)
     for secret in (KEY, "hunter2", "abc"):
         assert secret not in out + err
 
@@ -290,7 +294,7 @@ def test_print_config_shows_the_server_flags_and_never_the_key(
     )
     out, err = capsys.readouterr()
     assert status == 0 and err == ""
-    assert 'url = "http://me:***@h:1"  # from --server' in out
+    assert 'url = "http://***@h:1"  # from --server' in out
     assert 'kind = "vllm"  # from --server-kind' in out
     assert 'model = "m"  # from --server-model' in out
     assert 'api_key_env = "MY_KEY"  # from --api-key-env' in out
@@ -390,3 +394,77 @@ def test_a_refused_or_missing_key_is_one_sentence(
     assert "MY_KEY" in result.stderr  # the variable to set, never a key
     assert "Traceback" not in result.stderr
     assert KEY not in result.stderr and "sk-wrong" not in result.stderr
+
+
+# --- against hostile servers on loopback (issue 27) -----------------------------------
+
+
+def one_sentence(result: subprocess.CompletedProcess[str]) -> str:
+    """The run failed as a user's mistake does: exit 2, one clean line on stderr."""
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("chat: ") and result.stderr.count("\n") == 1
+    assert "Traceback" not in result.stderr
+    assert not any(c in result.stderr for c in "\x1b\x07\u202e\x9b"), repr(result.stderr)
+    return result.stderr
+
+
+def test_one_shot_shows_a_hostile_servers_model_names_clean() -> None:
+    name = "m\x1b]0;pwned\x07\x1b[2J\u202eevil"
+    server = serve(openai_routes(model_entry={"id": name, "object": "model"}))
+    try:
+        result = chat_subprocess(
+            "-p", "Hi", "--server", server.url, "--server-model", "x", key=None
+        )
+    finally:
+        server.stop()
+    said = one_sentence(result)
+    assert "does not serve the model 'x'" in said and "evil" in said, said
+
+
+def test_one_shot_with_a_server_killed_is_one_sentence() -> None:
+    server = serve(openai_routes())
+    url = server.url
+    server.stop()
+    said = one_sentence(chat_subprocess("-p", "Hi", "--server", url, key=None))
+    assert f"Nothing answers at {url}" in said
+
+
+def test_one_shot_names_a_redirect_and_never_the_password() -> None:
+    target = serve(openai_routes())
+    routes = {
+        ("GET", path): (lambda _: Reply(307, {}, {"Location": f"{target.url}/v1"}))
+        for path in ("/props", "/api/version", "/v1/models")
+    }
+    server = serve(routes)
+    host = server.url.removeprefix("http://")
+    try:
+        result = chat_subprocess("-p", "Hi", "--server", f"http://me:hunter2@{host}", key=None)
+    finally:
+        server.stop()
+        target.stop()
+    said = one_sentence(result)
+    assert f"redirect (307) to {target.url}/v1" in said and "not follow" in said, said
+    assert "hunter2" not in said and "me@" not in said
+    assert server.seen[0].headers["Authorization"].startswith("Basic ")
+    assert target.seen == []
+
+
+def test_one_shot_says_when_an_answer_is_not_http() -> None:
+    raw = RawServer(b"\x1b]0;pwned\x07garbage\r\n\r\n")
+    url = raw.url
+    try:
+        said = one_sentence(chat_subprocess("-p", "Hi", "--server", url, key=None))
+    finally:
+        raw.stop()
+    assert "not HTTP" in said and url in said and "Nothing answers" not in said
+
+
+def test_one_shot_with_a_server_that_drops_mid_reply_keeps_the_text() -> None:
+    server = serve(openai_routes(drop=True))
+    try:
+        result = chat_subprocess("-p", "Hi", "--server", server.url, key=None)
+    finally:
+        server.stop()
+    said = one_sentence(result)
+    assert result.stdout == "Hello there, friend.\n"
+    assert "dropped" in said or "unfinished" in said, said

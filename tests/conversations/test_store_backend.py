@@ -222,3 +222,22 @@ def test_import_checks_the_backend(backend: object, url: object, said: str) -> N
     with pytest.raises(ImportFormatError) as caught:
         parse_import(json.dumps(data))
     assert said in str(caught.value)
+
+
+def test_a_servers_model_path_never_keeps_a_password(store: Store, db_path: Path) -> None:
+    """A served model's `model_path` is its server's URL made a path; kvchat
+    before issue 27 wrote it with the URL's user name and password."""
+    conv = on_server()
+    conv.model_path = "http:/me:hunter2@gpu-box:8000/v1"  # as Path(url) spelled it
+    conv_id = store.create_conversation(conv)
+    with sqlite3.connect(db_path) as conn:
+        (stored,) = conn.execute("SELECT model_path FROM conversations").fetchone()
+    assert stored == "http:/gpu-box:8000/v1"
+    store.update_conversation_settings(conv_id, "", {}, "http:/me:hunter2@gpu-box:8000/v1", "m")
+    assert not any(b"hunter2" in f.read_bytes() for f in db_path.parent.iterdir())
+    # A database written before: its exports leave the password out.
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("UPDATE conversations SET model_path = 'http:/me:hunter2@gpu-box:8000/v1'")
+    old = store.get_conversation(conv_id)
+    for text in (to_json(old, {}), to_markdown(old)):
+        assert "hunter2" not in text and "gpu-box:8000" in text

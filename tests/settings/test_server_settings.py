@@ -13,10 +13,11 @@ from chat.engine.remote import SERVER_KINDS as ENGINE_KINDS
 from chat.engine.remote import ServerConfig, ServerKind
 from chat.errors import ConfigError
 from chat.session.server_choice import ApiKeyMissingError, server_config
+from chat.settings.config_file import save_config
 from chat.settings.effective import format_effective
 from chat.settings.resolve import resolve_settings
 from chat.settings.schema import FIELDS, SERVER_KINDS, ServerSettings, Settings
-from chat.settings.server import public_url, url_for_display
+from chat.settings.server import credentials_for, public_url, url_for_display
 from chat.settings.values import parse_value
 
 KEY = "sk-test-0123456789abcdef"  # a made-up key: it must never be shown
@@ -57,11 +58,54 @@ def test_range_text(key: str, text: str) -> None:
         "https://api.example.com/v1",
         "HTTP://LOCALHOST:11434/",
         "http://[::1]:8000/v1",
-        "http://me:secret@gpu-box:8080",
     ],
 )
 def test_urls_accepted(url: str) -> None:
     assert parse_value("server.url", f" {url} ") == url
+
+
+@pytest.mark.parametrize(
+    ("raw", "kept", "credentials"),
+    [
+        ("http://me:secret@gpu-box:8080", "http://gpu-box:8080", ("me", "secret")),
+        ("https://me:p%40ss@box/v1?x=1", "https://box/v1?x=1", ("me", "p@ss")),
+        ("http://token@box", "http://box", ("token", "")),
+    ],
+)
+def test_credentials_are_taken_out_when_a_url_is_read(
+    raw: str, kept: str, credentials: tuple[str, str]
+) -> None:
+    """The setting never holds them (the settings pane, --print-config, the
+    database see it); they are kept for that server and used as basic auth."""
+    assert parse_value("server.url", raw) == kept
+    assert credentials_for(kept) == credentials
+    config = server_config(ServerSettings(url=kept), {})
+    assert config is not None and config.url == kept and config.auth == credentials
+    # For that server only: another port or host gets none.
+    assert credentials_for(kept.replace("box", "other")) is None
+    assert server_config(ServerSettings(url="http://gpu-box:8081"), {}).auth is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("source", ["config file", "environment"])
+def test_credentials_from_the_config_file_or_environment_are_taken_out(
+    tmp_path: Path, source: str
+) -> None:
+    config = tmp_path / "config.toml"
+    env: dict[str, str] = {}
+    if source == "config file":
+        config.write_text('[server]\nurl = "http://me:hunter2@box:8080"\n')
+    else:
+        env["KVCHAT_SERVER_URL"] = "http://me:hunter2@box:8080"
+    settings = resolve_settings(config, {}, env).settings
+    assert settings.server.url == "http://box:8080"
+    assert "hunter2" not in repr(settings)
+    assert credentials_for("http://box:8080/v1") == ("me", "hunter2")
+
+
+def test_a_refused_url_is_named_without_its_password() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_value("server.url", "http://me:hunter2@bad host:80")
+    assert "hunter2" not in str(caught.value) and "bad host" in str(caught.value)
 
 
 @pytest.mark.parametrize(
@@ -171,7 +215,7 @@ def test_print_config_shows_the_variable_name_never_a_key_or_password(tmp_path: 
     env = {"KVCHAT_SERVER_API_KEY_ENV": "MY_KEY", "MY_KEY": KEY}
     text = format_effective(resolve_settings(config, {}, env))
     assert "[server]" in text
-    assert 'url = "http://me:***@box:8080/v1"  # from config file' in text
+    assert 'url = "http://***@box:8080/v1"  # from config file' in text
     assert 'api_key_env = "MY_KEY"  # from KVCHAT_SERVER_API_KEY_ENV' in text
     assert "# model = (the server's first model)  # default" in text
     assert KEY not in text and "hunter2" not in text
@@ -184,9 +228,9 @@ def test_print_config_shows_the_variable_name_never_a_key_or_password(tmp_path: 
         (
             "HTTPS://me:pw@Host.example:8443/v1?key=abc#x",
             "https://Host.example:8443/v1",
-            "https://me:***@Host.example:8443/v1?key=abc#x",
+            "https://***@Host.example:8443/v1?key=abc#x",
         ),
-        ("http://user@h/", "http://h/", "http://user@h/"),
+        ("http://user@h/", "http://h/", "http://***@h/"),
         ("http://[::1]:8000", "http://[::1]:8000", "http://[::1]:8000"),
         ("not a url", "", "not a url"),
     ],
@@ -240,3 +284,22 @@ def test_a_named_variable_that_is_not_set_is_refused_by_name(environ: dict[str, 
     assert isinstance(caught.value, ConfigError)
     assert caught.value.variable == "MY_KEY"
     assert "MY_KEY" in str(caught.value) and "is not set" in str(caught.value)
+
+
+def test_saving_the_settings_keeps_the_credentials_the_config_file_holds(tmp_path: Path) -> None:
+    """The setting holds the URL without them; Save (the settings pane, a theme
+    change) writes the file's own spelling back rather than drop them."""
+    config = tmp_path / "config.toml"
+    config.write_text('[server]\nurl = "http://me:hunter2@box:8080"\n')
+    settings = resolve_settings(config, {}, {}).settings
+    settings.sampling.temperature = 0.3
+    save_config(settings, config)
+    text = config.read_text()
+    assert 'url = "http://me:hunter2@box:8080"' in text and "temperature = 0.3" in text
+    # Another URL, or credentials that came from elsewhere, are never written.
+    settings.server.url = "http://box:9090"
+    save_config(settings, config)
+    assert "hunter2" not in config.read_text()
+    assert parse_value("server.url", "http://you:pw@box:9090") == "http://box:9090"
+    save_config(settings, config)
+    assert "pw@" not in config.read_text()

@@ -10,7 +10,10 @@ Contract used by the rest of kvchat (settings, CLI, loader):
   environment variable the settings name; it is never stored or shown.
 - `connect` raises `chat.errors.ServerError` subclasses with a sentence for the
   user (naming the URL; for 401/403 the variable to set; for an unknown model
-  the served models in `UnknownServerModelError.models`).
+  the served models in `UnknownServerModelError.models`). Whatever the
+  server said (model names, its error text) is one safe line by then;
+  nothing names the URL's credentials (see `chat.settings.server`). Facts
+  about httpx these rely on: docs/servers.md.
 - A reply whose connection drops (or whose stream breaks) after some text
   ends with a `Finished` whose finish reason is "error" and whose `error`
   says why: the text so far is kept. Before any text, the error is raised.

@@ -36,10 +36,16 @@ from chat.errors import (
     PromptTooLongError,
     ServerError,
 )
+from chat.sanitize import sanitize_line
 from chat.settings.schema import SamplingSettings
 
 PREFILL_WAIT_S = 60.0
 """A reply sent while its prompt is being prefilled waits this long at most."""
+MAX_N_CTX = 1 << 24
+"""The largest context window a server's word is taken for: far above any
+model's, below figures that only a broken or hostile server sends."""
+MAX_NAME_CHARS = 200
+"""A served model's name is cut to this for showing (the status bar, errors)."""
 PLACEHOLDER_TOKEN_ID = 0
 """Stands for a token whose id the server does not report (see `Piece`)."""
 
@@ -92,12 +98,14 @@ def server_model_info(
     count_exact: bool = True,
 ) -> ModelInfo:
     """What the status bar and the meter show of a served model: its window
-    (and where that figure came from); no layers or GPU figures of ours."""
+    (and where that figure came from); no layers or GPU figures of ours. The
+    name is the server's word: made one safe line here, for every place that
+    shows or records it (requests use the server's own spelling)."""
     return ModelInfo(
         path=Path(http.url),
-        name=name,
+        name=sanitize_line(name)[:MAX_NAME_CHARS] or "unnamed model",
         n_ctx=n_ctx,
-        n_ctx_train=n_ctx_train or n_ctx,
+        n_ctx_train=window_size(n_ctx_train) or n_ctx,
         n_layers=0,
         gpu_layers=0,
         gpu_supported=False,
@@ -107,6 +115,25 @@ def server_model_info(
         n_ctx_known=n_ctx_known,
         count_exact=count_exact,
     )
+
+
+def window_size(value: object) -> int | None:
+    """A context window as a server reports it, if it is one: a whole number
+    (a JSON `true` is not one) from 1 to `MAX_N_CTX`."""
+    if type(value) is int and 0 < value <= MAX_N_CTX:
+        return value
+    return None
+
+
+def out_of_bounds_note(value: object) -> str:
+    """Why a reported window was not taken, for `ModelInfo.n_ctx_source`."""
+    shown = sanitize_line(repr(value))[:40]
+    return f"the server reported {shown}, not a window of 1 to {MAX_N_CTX:,} tokens"
+
+
+def shown_names(names: Sequence[str]) -> list[str]:
+    """Served model names as they may be shown: one safe line each."""
+    return [sanitize_line(name)[:MAX_NAME_CHARS] for name in names]
 
 
 def exact_request(tokens: list[int], n_ctx: int) -> Request:

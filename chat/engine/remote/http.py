@@ -5,6 +5,11 @@ The one place httpx is used. Rules kept here for every server kind:
 - the API key goes only into the `Authorization: Bearer` header; it is never
   part of a message, a repr or a log line (httpx's own errors do not carry
   headers, and every message here is built from the URL and status only);
+- credentials given in the URL (`ServerConfig.auth`) go as basic auth, only
+  when there is no API key (one `Authorization` header), and the URL named in
+  messages is `public_url`'s: no user name, password or query;
+- redirects are not followed (the key or password would go to wherever one
+  points): one is reported, with where it pointed;
 - TLS certificates are verified (httpx's default);
 - whatever the server says is untrusted: lines are capped (`MAX_LINE_BYTES`),
   JSON is checked for shape, and its text is sanitized before anyone shows it;
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import socket
 import ssl
 import threading
@@ -26,11 +32,15 @@ import httpx
 
 from chat.engine.remote import ServerConfig
 from chat.errors import ServerAuthError, ServerError, ServerUnreachableError
-from chat.sanitize import sanitize
+from chat.sanitize import sanitize, sanitize_line
+from chat.settings.server import public_url, split_credentials
 
 MAX_LINE_BYTES = 1 << 20
 """One streamed line (one event) longer than this is refused: no server sends
 events that size, and reading on would let a broken one fill memory."""
+MAX_JSON_BYTES = 16 << 20
+"""An answer that is one JSON document (a model list, a tokenized chat) longer
+than this is refused: a model list of that size is not one."""
 _MAX_SHOWN = 300
 """How much of a server's own error message goes into ours."""
 _CANCEL_POLL_S = 0.05
@@ -47,13 +57,20 @@ class ServerHttp:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.url = base_url(config.url)
+        address = base_url(config.url)
+        # The server as messages and records name it.
+        self.url = public_url(address) or address
         headers = {"Accept": "application/json"}
+        auth = None
         if config.api_key:
             headers["Authorization"] = f"Bearer {config.api_key}"
+        elif config.auth is not None:
+            auth = httpx.BasicAuth(*config.auth)
         self._client = httpx.Client(
-            base_url=self.url,
+            base_url=address,
             headers=headers,
+            auth=auth,
+            follow_redirects=False,
             timeout=httpx.Timeout(config.read_timeout_s, connect=config.connect_timeout_s),
         )
 
@@ -72,20 +89,36 @@ class ServerHttp:
 
     def _json(self, method: str, path: str, body: dict[str, Any] | None, missing_ok: bool) -> Any:
         try:
-            response = self._client.request(method, path, json=body)
+            with self._client.stream(method, path, json=body) as response:
+                data = self._read_capped(response, path)
         except httpx.HTTPError as error:
             raise self.transport_error(error) from None
         if missing_ok and response.status_code in (404, 405, 501):
             return None
-        self.check_status(response, path)
+        self.check_status(response, path, data)
         try:
-            return response.json()
+            return json.loads(data)
         except ValueError:
             if missing_ok:  # an HTML page or plain text where JSON was probed for
                 return None
             raise ServerError(
                 f"The server at {self.url} answered {path} with something that is not JSON."
             ) from None
+
+    def _read_capped(self, response: httpx.Response, path: str) -> bytes:
+        """The body (decoded as its Content-Encoding says), refused when over
+        `MAX_JSON_BYTES` rather than let a broken server fill memory."""
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > MAX_JSON_BYTES:
+                raise ServerError(
+                    f"The server at {self.url} answered {path} with over "
+                    f"{MAX_JSON_BYTES >> 20} MiB; kvchat stopped reading."
+                )
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     @contextlib.contextmanager
     def stream(
@@ -96,9 +129,8 @@ class ServerHttp:
         read waiting on it ends at once (the lines simply stop)."""
         try:
             with self._client.stream("POST", path, json=body) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    self.check_status(response, path)
+                if response.status_code >= 300:
+                    self.check_status(response, path, self._read_capped(response, path))
                 done = threading.Event()
                 watcher = threading.Thread(
                     target=_shut_down_on_cancel,
@@ -156,14 +188,32 @@ class ServerHttp:
             return ServerUnreachableError(
                 f"The server at {self.url} sent nothing for {self.config.read_timeout_s:g} s."
             )
+        if isinstance(error, httpx.RemoteProtocolError) and _not_http(error):
+            # Something answered, but not a model server: no "is it running?".
+            return ServerError(
+                f"The server at {self.url} answered with something that is not HTTP. "
+                "Check the URL and port."
+            )
+        if isinstance(error, httpx.RemoteProtocolError) and "without sending a response" in str(
+            error
+        ):
+            return ServerUnreachableError(
+                f"The server at {self.url} accepted the connection but closed it without answering."
+            )
         if isinstance(error, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
             return ServerUnreachableError(f"The connection to the server at {self.url} dropped.")
         return ServerError(f"Talking to the server at {self.url} failed ({type(error).__name__}).")
 
-    def check_status(self, response: httpx.Response, path: str) -> None:
+    def check_status(self, response: httpx.Response, path: str, body: bytes) -> None:
         status = response.status_code
-        if status < 400:
+        if status < 300:
             return
+        if status < 400:
+            raise ServerError(
+                f"The server at {self.url} answered {path} with a redirect ({status}) to "
+                f"{redirect_target(response)}, which kvchat does not follow. If that is "
+                "the server, use its URL."
+            )
         if status in (401, 403):
             variable = self.config.api_key_env
             if self.config.api_key:
@@ -173,19 +223,36 @@ class ServerHttp:
                 what = "needs an API key"
                 todo = f"Set {variable} to the key." if variable else "Set the API key."
             raise ServerAuthError(f"The server at {self.url} {what} ({status}). {todo}")
-        said = server_message(response)
+        said = server_message(body)
         detail = f": {said}" if said else "."
         raise ServerError(f"The server at {self.url} answered {path} with {status}{detail}")
 
 
-def server_message(response: httpx.Response) -> str:
-    """The server's own error text, made safe to show and short."""
+def redirect_target(response: httpx.Response) -> str:
+    """Where a redirect points, safe to show: no credentials or query, one line."""
+    location = response.headers.get("location", "").strip()
+    if not location:
+        return "no address"
+    bare = split_credentials(location)[0]
+    return sanitize_line(public_url(bare) or bare.partition("?")[0])[:_MAX_SHOWN]
+
+
+def _not_http(error: httpx.RemoteProtocolError) -> bool:
+    """Whether the bytes that came back were not an HTTP response at all (h11
+    names them "illegal" or "malformed"), rather than a connection cut short."""
+    said = str(error)
+    return "illegal" in said or "malformed" in said or "invalid" in said.lower()
+
+
+def server_message(body: bytes) -> str:
+    """The server's own error text (from its answer's `body`), made safe to
+    show and short."""
     try:
-        body = response.json()
+        said = json.loads(body)
     except ValueError:
-        text = response.text
+        text = body[: _MAX_SHOWN * 4].decode("utf-8", "replace")
     else:
-        text = error_text(body) or ""
+        text = error_text(said) or ""
     return sanitize(" ".join(text.split()))[:_MAX_SHOWN]
 
 
@@ -211,6 +278,16 @@ def _checked(line: bytes, url: str) -> bytes:
             "the reply was abandoned."
         )
     return line
+
+
+def json_number(value: object) -> float | None:
+    """A JSON number as a float, or None: `true` and `false` are not numbers
+    (Python's bool is an int), nor are the NaN and Infinity that Python's
+    json module reads."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
 
 
 def parse_json_line(line: bytes, url: str) -> dict[str, Any]:

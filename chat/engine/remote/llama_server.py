@@ -39,10 +39,14 @@ from chat.engine.remote.engine import (
     Summary,
     chat_messages,
     exact_request,
+    out_of_bounds_note,
     served_models,
     server_model_info,
+    shown_names,
+    window_size,
 )
-from chat.engine.remote.http import ServerHttp, parse_json_line, sse_data
+from chat.engine.remote.http import ServerHttp, json_number, parse_json_line, sse_data
+from chat.engine.remote.openai import ASSUMED_N_CTX
 from chat.engine.remote.probs import token_choice
 from chat.engine.token_probs import TOP_N
 from chat.errors import ServerError, UnknownServerModelError
@@ -61,9 +65,14 @@ class LlamaServerEngine(RemoteEngine):
     def __init__(self, http: ServerHttp, props: dict[str, Any], models: Any) -> None:
         super().__init__(http)
         settings = props.get("default_generation_settings")
-        n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
-        if not isinstance(n_ctx, int) or n_ctx <= 0:
+        reported = settings.get("n_ctx") if isinstance(settings, dict) else None
+        n_ctx = window_size(reported)
+        if n_ctx is None and reported is None:
             raise ServerError(f"The llama-server at {http.url} did not say its context size.")
+        source, known = "llama-server /props (per slot)", n_ctx is not None
+        if n_ctx is None:  # a figure no slot has: the window is not known
+            n_ctx = ASSUMED_N_CTX
+            source = f"unknown: {out_of_bounds_note(reported)}; {ASSUMED_N_CTX:,} assumed"
         name, n_ctx_train = _model_name(props, models)
         _check_model(http, name, models)
         self.info = server_model_info(
@@ -71,8 +80,9 @@ class LlamaServerEngine(RemoteEngine):
             name,
             "llama-server",
             n_ctx,
-            "llama-server /props (per slot)",
+            source,
             n_ctx_train=n_ctx_train,
+            n_ctx_known=known,
         )
         eos = props.get("eos_token")
         self._eos = eos if isinstance(eos, str) else ""
@@ -247,7 +257,7 @@ def _model_name(props: dict[str, Any], models: Any) -> tuple[str, int | None]:
     entries = models.get("data") if isinstance(models, dict) else None
     if isinstance(entries, list) and entries and isinstance(entries[0], dict):
         value = _nested(entries[0], "meta", "n_ctx_train")
-        n_ctx_train = value if type(value) is int else None
+        n_ctx_train = window_size(value)
     alias = props.get("model_alias")
     path = props.get("model_path")
     if isinstance(path, str) and path and (not isinstance(alias, str) or alias == path):
@@ -264,7 +274,7 @@ def _check_model(http: ServerHttp, name: str, models: Any) -> None:
     served = [e["id"] for e in served_models(models)]
     names = {name, *served, *(Path(s).stem for s in served)}
     if wanted is not None and wanted not in names:
-        shown = served or [name]
+        shown = shown_names(served or [name])
         raise UnknownServerModelError(
             f"The llama-server at {http.url} does not serve the model {wanted!r}; "
             f"it serves: {', '.join(shown)}.",
@@ -283,14 +293,15 @@ def _read_timings(event: dict[str, Any], summary: Summary) -> None:
     if not isinstance(timings, dict):
         return
     prompt_n, cache_n = timings.get("prompt_n"), timings.get("cache_n")
-    if type(prompt_n) is int and type(cache_n) is int:
+    if type(prompt_n) is int and type(cache_n) is int and min(prompt_n, cache_n) >= 0:
         summary.prompt_evaluated = prompt_n
         summary.prompt_tokens = prompt_n + cache_n
     # predicted_n counts the end-of-turn token too: the reply's own count is
     # the tokens streamed.
     predicted_n, tps = timings.get("predicted_n"), timings.get("predicted_per_second")
-    if isinstance(tps, (int, float)) and type(predicted_n) is int and predicted_n > 1:
-        summary.decode_tps = float(tps)
+    tps = json_number(tps)
+    if tps is not None and tps >= 0 and type(predicted_n) is int and predicted_n > 1:
+        summary.decode_tps = tps
 
 
 def _choice(step: Any, sampling: SamplingSettings) -> Any:

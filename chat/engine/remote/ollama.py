@@ -25,6 +25,7 @@ from chat.engine.remote.engine import (
     Request,
     Summary,
     server_model_info,
+    window_size,
 )
 from chat.engine.remote.estimate import EstimatingEngine, TokenEstimate
 from chat.engine.remote.http import ServerHttp, parse_json_line
@@ -55,8 +56,10 @@ def num_ctx_parameter(show: dict[str, Any]) -> int | None:
         return None
     for line in parameters.splitlines():
         name, _, value = line.strip().partition(" ")
-        if name == "num_ctx" and value.strip().isdigit():
-            return int(value.strip())
+        digits = value.strip()
+        if name == "num_ctx" and digits.isdigit():
+            # More digits than any window has are not converted at all.
+            return window_size(int(digits)) if len(digits) <= 9 else None
     return None
 
 
@@ -65,8 +68,8 @@ def context_length(show: dict[str, Any]) -> int | None:
     if not isinstance(info, dict):
         return None
     for key, value in info.items():
-        if isinstance(key, str) and key.endswith(".context_length") and type(value) is int:
-            return value
+        if isinstance(key, str) and key.endswith(".context_length"):
+            return window_size(value)
     return None
 
 
@@ -173,9 +176,9 @@ def _summary(event: dict[str, Any]) -> Summary:
         event.get("eval_count"),
         event.get("eval_duration"),
     )
-    if type(prompt) is int:
+    if type(prompt) is int and prompt >= 0:
         summary.prompt_tokens = prompt
-    if type(count) is int:
+    if type(count) is int and count >= 0:
         summary.generated_tokens = count
         if type(duration) is int and duration > 0 and count > 0:
             summary.decode_tps = count / (duration / 1e9)

@@ -21,8 +21,11 @@ from chat.engine.remote.engine import (
     Piece,
     Request,
     Summary,
+    out_of_bounds_note,
     served_models,
     server_model_info,
+    shown_names,
+    window_size,
 )
 from chat.engine.remote.estimate import EstimatingEngine, TokenEstimate
 from chat.engine.remote.http import ServerHttp, parse_json_line, sse_data
@@ -59,10 +62,11 @@ def choose_model(url: str, wanted: str | None, names: list[str]) -> str:
         return names[0]
     if wanted in names:
         return wanted
-    served = ", ".join(names[:20])
+    shown = shown_names(names)
+    served = ", ".join(shown[:20])
     raise UnknownServerModelError(
         f"The server at {url} does not serve the model {wanted!r}; it serves: {served}.",
-        tuple(names),
+        tuple(shown),
     )
 
 
@@ -72,8 +76,16 @@ def window(config: ServerConfig, entry: dict[str, Any], source: str) -> tuple[in
         return config.n_ctx, "the configured window (the server does not say)", True
     for key in _WINDOW_KEYS:
         value = entry.get(key)
-        if type(value) is int and value > 0:
-            return value, f"{source} {key}", True
+        if value is None:
+            continue
+        size = window_size(value)
+        if size is not None:
+            return size, f"{source} {key}", True
+        return (
+            ASSUMED_N_CTX,
+            f"unknown: {out_of_bounds_note(value)}; {ASSUMED_N_CTX:,} assumed",
+            False,
+        )
     return ASSUMED_N_CTX, f"unknown: the server does not say; {ASSUMED_N_CTX:,} assumed", False
 
 
@@ -82,13 +94,13 @@ def usage_summary(usage: Any, summary: Summary) -> None:
     if not isinstance(usage, dict):
         return
     prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    if type(prompt) is int:
+    if type(prompt) is int and prompt >= 0:
         summary.prompt_tokens = prompt
         details = usage.get("prompt_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
-        if type(cached) is int:
+        if type(cached) is int and cached >= 0:
             summary.prompt_evaluated = max(0, prompt - cached)
-    if type(completion) is int:
+    if type(completion) is int and completion >= 0:
         summary.generated_tokens = completion
 
 

@@ -27,7 +27,7 @@ from chat.engine.remote.engine import (
     served_models,
     server_model_info,
 )
-from chat.engine.remote.http import ServerHttp
+from chat.engine.remote.http import ServerHttp, json_number
 from chat.engine.remote.openai import (
     choose_model,
     finish_of,
@@ -150,4 +150,5 @@ def _completion_logprobs(
 
 
 def _num(value: object) -> float:
-    return float(value) if isinstance(value, (int, float)) else float("-inf")
+    number = json_number(value)
+    return number if number is not None else float("-inf")

@@ -351,12 +351,21 @@ class ChatScreen(Screen[None]):
     def _plan_to_send(self, text: str) -> WindowPlan | None:
         """How sending `text` would fill the window; None when it cannot be sent
         (no model ready, or it does not fit: the user is told why)."""
-        plan = self.session.plan(text)
+        plan = self._plan(text)
         if plan is not None and plan.problem:
             # Nothing is sent and nothing is lost: the text stays in the box.
             self.notify(plan.problem, severity="error", timeout=15)
             return None
         return plan
+
+    def _plan(self, text: str | None) -> WindowPlan | None:
+        """`session.plan`; a model server that cannot count (down, answering
+        garbage) makes the plan's problem, so nothing is sent and what was
+        typed stays in the box."""
+        try:
+            return self.session.plan(text)
+        except KvchatError as error:
+            return WindowPlan(0, 0, 0, 0, 0, (), problem=str(error))
 
     async def _send(
         self, text: str, plan: WindowPlan, attachments: list[Attachment] | None = None
@@ -838,8 +847,11 @@ class ChatScreen(Screen[None]):
             self.session.drop_reply(view.message)
             await view.finish("", None)
             await view.remove()
-        if failed.prompt_too_long:
-            # Nothing is lost: the message goes back into the box to be shortened.
+        messages = self.conversation.messages
+        fresh = bool(messages) and not self.conversation.tree.children(messages[-1])
+        if failed.prompt_too_long or (failed.server_failed and fresh):
+            # Nothing is lost: the message goes back into the box, to be
+            # shortened or sent again once the server answers.
             last = self.session.take_back_last_message()
             views = self.query_one(ConversationView).message_views()
             if last is not None and views and views[-1].message is last:
@@ -848,7 +860,7 @@ class ChatScreen(Screen[None]):
             if last is not None and not box.text.strip():
                 box.text = last.content
                 self.draft.put_back(last.attachments, last.content)
-        self.notify(failed.error, severity="error", timeout=10)
+        self.notify(failed.error, severity="error", timeout=10, markup=False)
         self.query_one(StatusBar).show_no_reply()
         if self.engine is not None:
             self.query_one(StatusBar).show_model(self.engine.info)
@@ -886,7 +898,7 @@ class ChatScreen(Screen[None]):
             self.notify("There is no reply to regenerate yet.", severity="warning")
             return
         shown = self.session.cut_before(reply)
-        plan = self.session.plan(None)
+        plan = self._plan(None)
         if plan is None or plan.problem:
             self.session.restore_branch(shown)
             self.notify(plan.problem or "" if plan else "No model is loaded.", severity="error")
@@ -924,7 +936,7 @@ class ChatScreen(Screen[None]):
                 severity="warning",
             )
             return
-        plan = self.session.plan(None)
+        plan = self._plan(None)
         if plan is None or plan.problem:
             self.notify(plan.problem or "" if plan else "No model is loaded.", severity="error")
             return

@@ -9,7 +9,9 @@ made to break: a malformed or oversized line, or a dropped connection.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import ssl
 import threading
 import time
@@ -23,6 +25,8 @@ from typing import Any
 class Reply:
     status: int = 200
     body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    """Sent besides Content-Type and Content-Length (a redirect's Location)."""
 
 
 @dataclass
@@ -56,8 +60,11 @@ class FakeServer:
     """Set when a client went away mid-stream (a write failed)."""
     tls: ssl.SSLContext | None = None
     """Serve HTTPS with this context."""
+    _connections: set[socket.socket] = field(default_factory=set)
 
-    def start(self) -> None:
+    def start(self, port: int = 0) -> None:
+        """Serve on `port` (0: any free one; a port given again brings a
+        stopped server back where clients look for it)."""
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -65,6 +72,14 @@ class FakeServer:
 
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                server._connections.add(self.connection)
+
+            def finish(self) -> None:
+                server._connections.discard(self.connection)
+                super().finish()
 
             def do_GET(self) -> None:
                 self._handle("GET")
@@ -90,9 +105,13 @@ class FakeServer:
                 return self._stream(answer)
 
             def _json(self, reply: Reply) -> None:
-                data = json.dumps(reply.body).encode()
+                # bytes go as they are (an HTML error page, garbage)
+                raw = reply.body
+                data = raw if isinstance(raw, bytes) else json.dumps(raw).encode()
                 self.send_response(reply.status)
                 self.send_header("Content-Type", "application/json")
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -118,7 +137,7 @@ class FakeServer:
                     server.stream_closed.set()
                     self.close_connection = True
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         if self.tls is not None:
             self._server.socket = self.tls.wrap_socket(self._server.socket, server_side=True)
@@ -132,9 +151,17 @@ class FakeServer:
         host, port = self._server.server_address[:2]
         return f"{'https' if self.tls else 'http'}://{host}:{port}"
 
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
     def stop(self) -> None:
+        """Stop as a killed server does: open (kept-alive) connections too."""
         self._server.shutdown()
         self._server.server_close()
+        for connection in list(self._connections):
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
 
     def last(self, path: str) -> Seen:
         return [s for s in self.seen if s.path == path][-1]
@@ -380,6 +407,57 @@ def openai_routes(
         ("GET", "/v1/models"): lambda _: Reply(body={"object": "list", "data": [entry]}),
         ("POST", "/v1/chat/completions"): chat,
     }
+
+
+class RawServer:
+    """Not an HTTP server: whatever connects gets `answer` (raw bytes, maybe
+    nothing), then the connection closes. What a wrong port or a broken proxy
+    looks like from the client."""
+
+    def __init__(self, answer: bytes) -> None:
+        self.answer = answer
+        self._socket = socket.create_server(("127.0.0.1", 0))
+        self._socket.settimeout(0.05)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self._socket.getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._socket.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                with contextlib.suppress(OSError):
+                    conn.recv(65536)
+                    conn.sendall(self.answer)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._socket.close()
+
+
+def llama_server_routes(
+    props: dict[str, Any] | None = None, models: Any = None
+) -> dict[tuple[str, str], Route]:
+    """Enough of llama-server to be detected and attached to: `/props` (its
+    window per slot, its model), `/v1/models` when given."""
+    answer = props or {
+        "default_generation_settings": {"n_ctx": 4096},
+        "model_path": "/models/demo.gguf",
+    }
+    routes: dict[tuple[str, str], Route] = {("GET", "/props"): lambda _: Reply(body=answer)}
+    if models is not None:
+        routes[("GET", "/v1/models")] = lambda _: Reply(body=models)
+    return routes
 
 
 def slow_words(count: int) -> list[str]:
