@@ -3,6 +3,7 @@ user's go; bad preset files are named on stderr."""
 
 from __future__ import annotations
 
+import sys
 from typing import TextIO
 
 from chat import paths
@@ -11,6 +12,8 @@ from chat.settings.presets import load_presets
 
 
 def print_presets(out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
     presets, problems = load_presets()
     for problem in problems:
         # A problem reads "<file>: field 'x': what is wrong."
@@ -22,7 +25,7 @@ def print_presets(out: TextIO | None = None, err: TextIO | None = None) -> int:
         notes = [note for note in (preset.description, preset.summary()) if note]
         if not preset.builtin:
             notes.append(f"(your preset: {preset.path})")
-        print(sanitize_line(f"{name:<{width}}  {' · '.join(notes)}"), file=out)
+        print(f"{name:<{width}}  {sanitize_line(' · '.join(notes))}".rstrip(), file=out)
     print(file=out)
     print("Use one for a conversation with Ctrl+P > Use preset, or F9, in the app.", file=out)
     print(f"Your own presets: one .toml file each in {paths.user_presets_dir()}", file=out)

@@ -23,8 +23,10 @@ from pathlib import Path
 from rich.containers import Lines
 from rich.text import Text
 from textual import events
+from textual.content import Content
 from textual.message import Message
 
+from chat.sanitize import sanitize_line
 from chat.session.draft_attachments import (
     complete_path,
     mention_before,
@@ -32,7 +34,7 @@ from chat.session.draft_attachments import (
     shared_prefix,
 )
 from chat.ui.terminal_input import TakesTypedText, TypedText
-from chat.ui.untrusted import UntrustedTextArea, shown_line
+from chat.ui.untrusted import UntrustedTextArea
 
 # The most matches the border lists (Tab still cycles through all of them).
 SHOWN_COMPLETIONS = 6
@@ -170,9 +172,10 @@ class PromptBox(TakesTypedText, UntrustedTextArea):
             match.rstrip("/").rpartition("/")[2] + ("/" if match.endswith("/") else "")
             for match in matches
         ]
-        listed = "  ".join(names[:SHOWN_COMPLETIONS])
+        # File names are untrusted: each cleaned to one line, two spaces apart.
+        listed = "  ".join(sanitize_line(name) for name in names[:SHOWN_COMPLETIONS])
         more = f"  +{len(names) - SHOWN_COMPLETIONS}" if len(names) > SHOWN_COMPLETIONS else ""
-        self.border_title = shown_line(f"Tab: {listed}{more}")
+        self.border_title = Content(f"Tab: {listed}{more}")
 
     def get_line(self, line_index: int) -> Text:
         # TextArea draws each row of a wrapped line by dividing the whole line
