@@ -198,8 +198,11 @@ async def test_a_server_killed_mid_reply_keeps_and_saves_the_partial_reply(
             await wait_for(lambda: not screen.generating, pilot, timeout=30)
             reply = screen.conversation.messages[-1]
             assert reply.stats is not None and reply.stats.finish_reason == "error"
-            notices = [str(n.message) for n in app._notifications]
-            assert any(doomed.url in n and "kept" in n for n in notices), notices
+            # Notices travel as messages to the app: the one said may not be
+            # handled yet when the reply's end is.
+            await wait_for(
+                lambda: any(doomed.url in n and "kept" in n for n in app_notices(app)), pilot
+            )
             kept, conv_id = reply.content, screen.conversation.id
     assert conv_id is not None and kept
     with Store() as store:
