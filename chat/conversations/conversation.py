@@ -42,7 +42,7 @@ ReplyState = Literal["complete", "writing", "interrupted"]
 STATE_NOTES: dict[ReplyState, str] = {
     "complete": "",
     "writing": "still being written in another kvchat window",
-    "interrupted": "interrupted: kvchat stopped while writing this reply",
+    "interrupted": "cut short: kvchat ended before this reply was saved whole",
 }
 
 

@@ -24,7 +24,7 @@ from tests.conversations.test_store import VERSION_1_SCHEMA
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATS = ReplyStats(30, 30, 3, 0.1, 40.0, "done", seed=1, total_s=0.2)
-NOTE = "interrupted: kvchat stopped while writing this reply"
+NOTE = "cut short: kvchat ended before this reply was saved whole"
 SETTINGS = ConversationSettings("", {}, "/models/demo.gguf", "demo")
 
 

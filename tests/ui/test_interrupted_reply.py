@@ -28,7 +28,7 @@ from tests.fakes import ScriptedEngine, scripted_factory
 from tests.ui.conftest import MODEL, header_of, rendered
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-NOTE = "interrupted: kvchat stopped while writing this reply"
+NOTE = "cut short: kvchat ended before this reply was saved whole"
 
 
 def saved_now() -> Conversation | None:

@@ -16,11 +16,12 @@ from textual.widgets import Static
 
 from chat.conversations.attachments import Attachment
 from chat.ui import untrusted
+from chat.wording import counted
 
 
 def _chip_text(attachment: Attachment, tokens: int | None) -> Content:
-    counted = "" if tokens is None else f" · {tokens:,} tokens"
-    return untrusted.shown_line(f"📎 {attachment.name}{counted} ✕")
+    count = "" if tokens is None else f" · {counted(tokens, 'token')}"
+    return untrusted.shown_line(f"📎 {attachment.name}{count} ✕")
 
 
 class AttachmentChip(Static):

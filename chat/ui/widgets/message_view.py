@@ -22,6 +22,7 @@ from textual.widgets import Static
 
 from chat.conversations.conversation import STATE_NOTES, Message, ReplyStats
 from chat.sanitize import sanitize
+from chat.wording import counted
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
@@ -40,7 +41,7 @@ FINISH_NOTES = {
 def reply_summary(stats: ReplyStats) -> str:
     """`212 tokens · 81.3 tok/s · first token 0.21 s · seed 42`."""
     return (
-        f"{stats.generated_tokens:,} tokens · {stats.decode_tps:.1f} tok/s · "
+        f"{counted(stats.generated_tokens, 'token')} · {stats.decode_tps:.1f} tok/s · "
         f"first token {stats.ttft_s:.2f} s · seed {stats.seed}"
     )
 
@@ -202,7 +203,7 @@ class MessageView(Vertical):
         ]
         parts = [role]
         if self.message.token_count is not None:
-            parts.append(f"{self.message.token_count:,} tokens")
+            parts.append(counted(self.message.token_count, "token"))
         stats = self.message.stats
         if stats is not None:
             parts = [role, reply_summary(stats), cache_summary(stats)]
