@@ -284,8 +284,16 @@ def _hf_cache(cache: Path, source: str) -> list[ModelEntry]:
     for repo_folder in repos:
         repo = repo_folder.name.removeprefix("models--").replace("--", "/")
         snapshots = repo_folder / "snapshots"
+        home = _resolved(repo_folder)
         for revision in _newest_first(snapshots):
-            files = [p for p in _walk_ggufs(revision, recursive=True) if _is_model_file(p)]
+            # A snapshot's files are links into the repo's own blobs (or copies,
+            # where links cannot be made): a link that leads anywhere else is
+            # not the hub's, and what it points at is never opened.
+            files = [
+                p
+                for p in _walk_ggufs(revision, recursive=True)
+                if _resolved(p).is_relative_to(home) and _is_model_file(p)
+            ]
             for first, parts, problem in _group_splits(files):
                 name = f"{repo}/{_relative_name(first, revision)}"
                 entries.append(_entry(first, parts, problem, name, source, repo))

@@ -117,6 +117,22 @@ def test_a_hostile_ollama_store_lists_only_its_own_model(box: Box) -> None:
     assert elapsed < 5
 
 
+def test_hub_snapshot_links_that_leave_their_repo_are_not_listed(box: Box) -> None:
+    """huggingface_hub links a snapshot's files to its repo's `blobs/`: a link
+    to a GGUF elsewhere (or to a device) is a stranger's, and is not listed."""
+    cache = box.root / "hub"
+    repo = cache / "models--org--repo"
+    write_gguf(repo / "blobs" / "good")
+    snapshot = repo / "snapshots" / COMMIT
+    snapshot.mkdir(parents=True)
+    (snapshot / "good.gguf").symlink_to("../../blobs/good")
+    (snapshot / "outside.gguf").symlink_to(box.traps[0])
+    (snapshot / "climb.gguf").symlink_to("../../../../trap/outside-model.gguf")
+    (snapshot / "zero.gguf").symlink_to("/dev/zero")
+    found = find_models(ModelRoots(hf_cache=cache))
+    assert [(e.name, e.path) for e in found] == [("org/repo/good.gguf", snapshot / "good.gguf")]
+
+
 def test_two_links_to_dot_end_the_walk_with_a_sane_listing(tmp_path: Path) -> None:
     models = tmp_path / "models"
     write_gguf(models / "mine.gguf")
