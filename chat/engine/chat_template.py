@@ -22,6 +22,7 @@ sentence. The rendering matches llama-cpp-python's `Jinja2ChatFormatter`
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -44,6 +45,10 @@ MAX_SOURCE_BYTES = 1024 * 1024
 RENDER_SECONDS = 1.0
 MAX_STEPS = 2_000_000
 OUTPUT_FLOOR = 1024 * 1024
+MAX_INT_BITS = 1 << 16
+"""An integer a template computes stays below 2**65536 (squaring one in a loop
+would otherwise take the memory and a single step longer than any deadline)."""
+MAX_JSON_INDENT = 64
 """A prompt may be this much longer than its messages' text (the template's
 own words around each message), and four times the text besides."""
 
@@ -51,6 +56,9 @@ PLAIN_TEMPLATE_HINT = (
     "Start kvchat with --plain-template (or set plain_template = true under "
     "[model]) to use plain ChatML instead."
 )
+
+
+_DIGITS = re.compile(r"\d+")
 
 
 class _Overrun(Exception):
@@ -83,6 +91,9 @@ def _tojson(
     separators: tuple[str, str] | None = None,
     sort_keys: bool = False,
 ) -> str:
+    # Each nested line repeats the indent: a wide one multiplies the output.
+    if isinstance(indent, int) and indent > MAX_JSON_INDENT:
+        raise _Overrun(f"asked tojson for an indent of {indent:,}")
     return json.dumps(
         value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
     )
@@ -101,7 +112,7 @@ class _GuardedEnvironment(ImmutableSandboxedEnvironment):
 
     # Intercepted operators are also never folded at compile time, so
     # `{{ 9 ** 9 ** 9 }}` is not computed while the template compiles.
-    intercepted_binops = frozenset({"*", "**", "+"})
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
 
     def __init__(self) -> None:
         super().__init__(
@@ -112,7 +123,7 @@ class _GuardedEnvironment(ImmutableSandboxedEnvironment):
         )
         self.budget = _Budget()
         self.filters["tojson"] = _tojson
-        self.filters = {name: self._guarded_filter(f) for name, f in self.filters.items()}
+        self.filters = {name: self._guarded_filter(name, f) for name, f in self.filters.items()}
         self.globals["range"] = self._range
         self.globals["namespace"] = self._namespace_class()
 
@@ -129,7 +140,28 @@ class _GuardedEnvironment(ImmutableSandboxedEnvironment):
             self.budget.size_limit
         ):
             raise _Overrun(f"built a value larger than {human_limit(self.budget.size_limit)}")
+        if type(value) is int and value.bit_length() > MAX_INT_BITS:
+            raise _Overrun(f"computed a number of more than {MAX_INT_BITS:,} bits")
         return value
+
+    def check_growth(self, size: int) -> None:
+        """Refuse, before it runs, one operation whose result would be `size`
+        long: a single call into Python (a format width, `replace`,
+        `expandtabs`, `indent`) can build gigabytes before the next step."""
+        if size > self.budget.size_limit:
+            raise _Overrun(f"built a value larger than {human_limit(self.budget.size_limit)}")
+
+    def check_width(self, value: object) -> None:
+        # `center(10**9)`, `ljust(10**9)`, `lipsum(10**9)`: a width or count is
+        # never that large.
+        if type(value) is int and abs(value) > self.budget.size_limit:
+            raise _Overrun(f"asked for {value:,} characters")
+
+    def check_format(self, form: object) -> None:
+        """`'%0999999999d' % 1`, `'{:>999999999}'.format(1)`: every number in
+        a format string counts as a width (a real template's are small)."""
+        if isinstance(form, str):
+            self.check_growth(len(form) + sum(int(run[:12]) for run in _DIGITS.findall(form)))
 
     def _range(self, *args: int) -> Iterator[int]:
         # The sandbox's own range refuses over 100,000 items; nested loops of
@@ -138,20 +170,65 @@ class _GuardedEnvironment(ImmutableSandboxedEnvironment):
             self.step()
             yield number
 
-    def _guarded_filter(self, function: Callable[..., Any]) -> Callable[..., Any]:
+    def _guarded_filter(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
         def guarded(*args: Any, **kwargs: Any) -> Any:
             self.step()
             for value in (*args, *kwargs.values()):
                 self.check_size(value)
-                # `center(10**9)`, `indent(10**9)`: a width is never that large.
-                if type(value) is int and abs(value) > self.budget.size_limit:
-                    raise _Overrun(f"asked a filter for {value:,} characters")
+                self.check_width(value)
+            self._check_filter(name, args, kwargs)
             return self.check_size(function(*args, **kwargs))
 
         # Filters that take the context or the environment keep their mark.
         if hasattr(function, "jinja_pass_arg"):
             guarded.jinja_pass_arg = function.jinja_pass_arg  # type: ignore[attr-defined]
         return guarded
+
+    def _check_filter(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """The filters whose result can be many times what they are given."""
+        texts = [value for value in args if isinstance(value, str)]
+        if not texts:
+            return
+        subject = texts[0]
+        if name == "format":
+            self.check_format(subject)
+        elif name == "replace" and len(texts) >= 3:
+            self.check_replace(subject, texts[1], texts[2])
+        elif name == "indent":
+            width = kwargs.get("width", args[1] if len(args) > 1 else 4)
+            each = len(width) if isinstance(width, str) else width if type(width) is int else 4
+            self.check_growth(len(subject) + (subject.count("\n") + 1) * max(each, 0))
+        elif name == "wordwrap":
+            wrap = kwargs.get("wrapstring") or next(iter(texts[1:]), "\n")
+            width = next((a for a in args if type(a) is int), kwargs.get("width", 79))
+            lines = len(subject) // max(int(width), 1) + 1
+            self.check_growth(len(subject) + lines * len(wrap))
+
+    def check_replace(self, subject: str, old: str, new: str) -> None:
+        if len(new) > len(old):
+            found = len(subject) + 1 if not old else subject.count(old)
+            self.check_growth(len(subject) + found * (len(new) - len(old)))
+
+    def _check_method(self, method: object, args: tuple[Any, ...]) -> None:
+        """String methods that can grow far past their arguments (`ljust` and
+        the like are caught by their width)."""
+        subject = getattr(method, "__self__", None)
+        if not isinstance(subject, str):
+            return
+        name = getattr(method, "__name__", "")
+        if name == "expandtabs":
+            tab = args[0] if args and type(args[0]) is int else 8
+            self.check_growth(len(subject) * max(tab, 1))
+        elif name == "replace" and len(args) >= 2 and all(isinstance(a, str) for a in args[:2]):
+            self.check_replace(subject, args[0], args[1])
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        # The sandbox swaps `str.format` for its own function when it is looked
+        # up, so its format string is checked here.
+        wrapped = super().wrap_str_format(value)
+        if wrapped is not None:
+            self.check_format(value.__self__)
+        return wrapped
 
     def _namespace_class(self) -> type[Namespace]:
         environment = self
@@ -167,6 +244,8 @@ class _GuardedEnvironment(ImmutableSandboxedEnvironment):
         self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any
     ) -> Any:
         self.step()
+        if operator == "%" and isinstance(left, str):
+            self.check_format(left)
         if operator == "**" and isinstance(right, int) and abs(right) > 1024:
             raise _Overrun(f"raised a number to the power {right:,}")
         if operator == "*":
@@ -185,6 +264,8 @@ class _GuardedEnvironment(ImmutableSandboxedEnvironment):
         __self.step()
         for value in (*args, *kwargs.values()):
             __self.check_size(value)
+            __self.check_width(value)
+        __self._check_method(__obj, args)
         return __self.check_size(super().call(__context, __obj, *args, **kwargs))
 
     def getattr(self, obj: Any, attribute: str) -> Any:

@@ -5,6 +5,7 @@ fills the memory, never lets a raw Jinja traceback out."""
 from __future__ import annotations
 
 import time
+import tracemalloc
 
 import pytest
 
@@ -20,6 +21,17 @@ CHATML = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 HELLO = [{"role": "user", "content": "Hello"}]
+
+AMPLIFIERS = {
+    "a format width with %": "{{ '%0999999999d' % 1 }}",
+    "a format width with the format filter": "{{ '%0999999999d'|format(1) }}",
+    "a format width with str.format": "{{ '{:>999999999}'.format(1) }}",
+    "replace": "{% set s = 'a' * 100000 %}{{ s.replace('a', 'a' * 1000) }}",
+    "the replace filter": "{% set s = 'a' * 100000 %}{{ s|replace('a', 'a' * 1000) }}",
+    "expandtabs": "{{ ('\\t' * 100000).expandtabs(100000) }}",
+    "indent": "{{ ('a\\n' * 400000)|indent(1000) }}",
+    "wordwrap": "{{ ('a ' * 400000)|wordwrap(1, true, '\\n' * 1000) }}",
+}
 
 HOSTILE_TEMPLATES: dict[str, tuple[str, str | tuple[str, ...]]] = {
     "nested loops": (
@@ -43,7 +55,21 @@ HOSTILE_TEMPLATES: dict[str, tuple[str, str | tuple[str, ...]]] = {
         "wrote more than 1 MiB",
     ),
     "a huge power": ("{{ 9 ** 999999999 }}", "raised a number to the power 999,999,999"),
-    "a huge filter width": ("{{ 'x'|center(1000000000) }}", "asked a filter for"),
+    "a huge filter width": ("{{ 'x'|center(1000000000) }}", "asked for 1,000,000,000 characters"),
+    # One call into Python that builds gigabytes before the next step: each is
+    # refused before it runs (AMPLIFIERS below checks the memory too).
+    **{name: (source, "built a value larger than") for name, source in AMPLIFIERS.items()},
+    "a huge method width": ("{{ 'x'.ljust(999999999) }}", "asked for 999,999,999 characters"),
+    "a huge lipsum": ("{{ lipsum(99999999) }}", "asked for 99,999,999 characters"),
+    "a wide tojson indent": (
+        "{{ (range(99999)|list)|tojson(indent=100000) }}",
+        "asked tojson for an indent of 100,000",
+    ),
+    "squaring a number": (
+        "{% set ns = namespace(x=3) %}{% for i in range(64) %}"
+        "{% set ns.x = ns.x * ns.x %}{% endfor %}{{ ns.x }}",
+        "computed a number of more than 65,536 bits",
+    ),
     "a macro calling itself": (
         "{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}",
         "failed: it calls itself too deeply",
@@ -73,6 +99,19 @@ def test_a_hostile_template_is_stopped_with_its_reason(name: str) -> None:
     reasons = (reason,) if isinstance(reason, str) else reason
     assert any(reason in message for reason in reasons), message
     assert "\n" not in message and "Traceback" not in message
+
+
+@pytest.mark.parametrize("name", AMPLIFIERS)
+def test_an_amplifying_call_is_refused_before_it_takes_the_memory(name: str) -> None:
+    template = ChatTemplate(AMPLIFIERS[name], model="evil.gguf", eos_token="", bos_token="")
+    tracemalloc.start()
+    try:
+        with pytest.raises(ChatTemplateError):
+            template(messages=HELLO)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, f"{peak:,} bytes at the peak"
 
 
 def test_a_template_that_loops_is_stopped_by_the_clock(monkeypatch: pytest.MonkeyPatch) -> None:
