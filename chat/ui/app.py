@@ -58,6 +58,7 @@ from chat.ui.screens.chat import ChatScreen
 from chat.ui.settings_flow import SettingsFlow
 from chat.ui.terminal_input import TerminalGone, TypedText, deliver_typed_text, typing_driver
 from chat.ui.textual_fixes import install as install_textual_fixes
+from chat.ui.textual_fixes import untested_textual
 from chat.ui.themes import (
     DEFAULT_THEME,
     app_variable_defaults,
@@ -292,6 +293,9 @@ class ChatApp(App[None]):
             # the terminal restored, exit status 0 as after Ctrl+Q.
             for number in (signal.SIGHUP, signal.SIGTERM):
                 loop.add_signal_handler(number, self._hang_up)
+        untested = untested_textual()
+        if untested is not None:
+            self.notify(untested, title="Untested Textual", severity="warning", timeout=15)
         # Start once the chat screen is on screen: the first frame never waits
         # for llama.cpp to be imported or the model to load.
         self.call_after_refresh(self._start)

@@ -32,6 +32,7 @@ from textual.keys import _character_to_key
 from textual.message import Message
 
 from chat.sanitize import sanitize
+from chat.ui.textual_fixes import textual_known
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -290,5 +291,7 @@ class TypingDriver(LinuxDriver):
 
 
 def typing_driver(driver: type[Driver]) -> type[Driver]:
-    """The driver to use in place of `driver` (the one Textual chose)."""
-    return TypingDriver if driver is LinuxDriver else driver
+    """The driver to use in place of `driver` (the one Textual chose). The
+    input loop is a copy of Textual's own, so it is used only on the Textual
+    versions it was copied from and tested with."""
+    return TypingDriver if driver is LinuxDriver and textual_known() else driver

@@ -1,18 +1,20 @@
-"""Work-arounds for Textual bugs that would stop kvchat, each installed once
-and guarded: on a Textual without the same internals it does nothing.
+"""What kvchat relies on in Textual's private internals, and the one work-around
+it installs for the whole process; both only on the Textual versions kvchat
+was tested with (`TESTED_TEXTUAL`). On another version `install` changes
+nothing, the terminal input stays Textual's own (`chat.ui.terminal_input`),
+and `untested_textual` says so for the app to tell the user.
 
 - Page Up / Page Down in an option list whose options were just added (the
-  command palette as its results arrive) raised KeyError in Textual 8.2
+  command palette as its results arrive) raises KeyError in Textual 8.2
   (`OptionList._move_page` reads the line of the highlighted option before
   the list has laid its options out into lines). Found by pressing keys at
-  random in the real app; the same crash is reported against other Textual
-  apps. Until then there is no page to move by: the key does nothing.
-- A screen dismissed twice (Enter twice in quick succession in the model
-  picker: the second Enter was queued before the picker had gone) called its
-  result callback again and popped whichever screen was on top then, here the
-  chat screen itself (ScreenStackError; under another dialog, that dialog).
-  `Screen.dismiss` pops the top screen whatever it is: only the screen on top
-  may now dismiss itself; a stale dismiss does nothing.
+  random in the real app. The list is the command palette's own, which
+  kvchat does not build, so the method is wrapped on `OptionList` itself:
+  until the list is laid out there is no page to move by, and the key does
+  nothing. (A fix Textual could take: `_move_page` waiting for the layout.)
+
+A screen dismissed twice is handled by kvchat's own screen classes
+(`chat.ui.screens.base`), not here.
 """
 
 from __future__ import annotations
@@ -21,15 +23,34 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from textual.app import ScreenStackError
-from textual.await_complete import AwaitComplete
-from textual.screen import Screen
+import textual
 from textual.widgets import OptionList
+
+TESTED_TEXTUAL = frozenset({"8.2.8"})
+"""Textual versions whose internals the work-arounds and the input loop were
+checked against (pyproject.toml allows only their minor version)."""
+
+
+def textual_known() -> bool:
+    return textual.__version__ in TESTED_TEXTUAL
+
+
+def untested_textual() -> str | None:
+    """A notice for the user when Textual is a version kvchat was not tested
+    with, else None."""
+    if textual_known():
+        return None
+    tested = ", ".join(sorted(TESTED_TEXTUAL))
+    return (
+        f"Textual {textual.__version__} is not a version kvchat was tested with ({tested}): "
+        "Textual's own input handling is used, so a long paste typed as keys is slower "
+        "and a closed terminal is noticed later."
+    )
 
 
 def install() -> None:
-    _page_keys_wait_for_layout()
-    _only_the_top_screen_dismisses()
+    if textual_known():
+        _page_keys_wait_for_layout()
 
 
 def _page_keys_wait_for_layout() -> None:
@@ -46,22 +67,3 @@ def _page_keys_wait_for_layout() -> None:
 
     move_once_laid_out.kvchat_guarded = True  # type: ignore[attr-defined]
     OptionList._move_page = move_once_laid_out  # type: ignore[method-assign]
-
-
-def _only_the_top_screen_dismisses() -> None:
-    dismiss: Callable[..., AwaitComplete] = Screen.dismiss
-    if getattr(dismiss, "kvchat_guarded", False):
-        return
-
-    @functools.wraps(dismiss)
-    def dismiss_if_on_top(self: Screen[Any], result: Any = None) -> AwaitComplete:
-        try:
-            on_top = self.app.screen is self
-        except ScreenStackError:
-            on_top = False
-        if not on_top:
-            return AwaitComplete.nothing()
-        return dismiss(self, result)
-
-    dismiss_if_on_top.kvchat_guarded = True  # type: ignore[attr-defined]
-    Screen.dismiss = dismiss_if_on_top  # type: ignore[method-assign]

@@ -1,11 +1,17 @@
-"""Textual bugs that stopped kvchat, worked around (chat.ui.textual_fixes)."""
+"""Textual bugs that stopped kvchat, worked around (chat.ui.textual_fixes and
+kvchat's own screen classes), and what happens on a Textual not tested."""
 
 from __future__ import annotations
 
+import pytest
 from textual.app import App, ComposeResult
+from textual.drivers.linux_driver import LinuxDriver
 from textual.screen import Screen
 from textual.widgets import OptionList
 
+from chat.ui import textual_fixes
+from chat.ui.screens.base import Dialog, KvchatScreen
+from chat.ui.terminal_input import TypingDriver, typing_driver
 from chat.ui.textual_fixes import install
 
 
@@ -37,22 +43,32 @@ async def test_a_screen_dismissed_twice_answers_once() -> None:
     # Enter twice in quick succession in a dialog: the second dismiss came
     # after the dialog had gone, called its callback again and popped the
     # screen below (the last one: ScreenStackError).
-    install()
     answers: list[str | None] = []
     app = OneList()
     async with app.run_test() as pilot:
         below = app.screen
-        dialog: Screen[str] = Screen()
+        dialog: Dialog[str] = Dialog()
         await app.push_screen(dialog, callback=answers.append)
         dialog.dismiss("first")
         dialog.dismiss("second")
         await pilot.pause()
         assert answers == ["first"] and app.screen is below
         # A screen under another one does not pop that one either.
-        under: Screen[str] = Screen()
+        under: KvchatScreen[str] = KvchatScreen()
         over: Screen[str] = Screen()
         await app.push_screen(under, callback=answers.append)
         await app.push_screen(over, callback=answers.append)
         under.dismiss("stale")
         await pilot.pause()
         assert answers == ["first"] and app.screen is over
+
+
+def test_on_a_textual_not_tested_textual_s_own_ways_are_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert textual_fixes.untested_textual() is None
+    assert typing_driver(LinuxDriver) is TypingDriver
+    monkeypatch.setattr(textual_fixes.textual, "__version__", "9.0.0")
+    notice = textual_fixes.untested_textual()
+    assert notice is not None and notice.startswith("Textual 9.0.0 is not a version")
+    assert typing_driver(LinuxDriver) is LinuxDriver

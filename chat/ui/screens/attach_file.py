@@ -11,11 +11,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.screen import ModalScreen
 from textual.suggester import Suggester
 from textual.widgets import DirectoryTree, Input, Static
 
 from chat.session.draft_attachments import complete_path, relative_name
+from chat.ui.screens.base import Dialog
 
 
 class PathSuggester(Suggester):
@@ -37,7 +37,7 @@ class VisibleFiles(DirectoryTree):
         return [path for path in paths if not path.name.startswith(".")]
 
 
-class AttachFileScreen(ModalScreen[str | None]):
+class AttachFileScreen(Dialog[str | None]):
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
     DEFAULT_CSS = """

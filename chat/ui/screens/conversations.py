@@ -16,13 +16,13 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
-from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Label, Static
 
 from chat.conversations.store import ConversationSummary, Store
 from chat.errors import KvchatError
 from chat.sanitize import sanitize
+from chat.ui.screens.base import KvchatScreen
 from chat.ui.screens.dialogs import ConfirmScreen, RenameScreen
 
 OpenChoice = int | str | None
@@ -80,7 +80,7 @@ class ConversationTable(DataTable[Text]):
             screen.delete_highlighted()
 
 
-class ConversationsScreen(Screen[OpenChoice]):
+class ConversationsScreen(KvchatScreen[OpenChoice]):
     PAGE = 200
     FILTER_DEBOUNCE_S = 0.15
 

@@ -8,9 +8,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
-from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from chat.ui.screens.base import Dialog
 from chat.ui.untrusted import UntrustedTextArea, editable_line, shown
 
 DIALOG_CSS = """
@@ -44,7 +44,7 @@ DIALOG_CSS = """
 """
 
 
-class ConfirmScreen(ModalScreen[bool]):
+class ConfirmScreen(Dialog[bool]):
     """A question with a yes button and a cancel button (Escape cancels)."""
 
     DEFAULT_CSS = "ConfirmScreen { align: center middle; }" + DIALOG_CSS
@@ -77,7 +77,7 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(event.button.id == "yes")
 
 
-class RenameScreen(ModalScreen[str | None]):
+class RenameScreen(Dialog[str | None]):
     """A new title: Enter saves, Escape cancels; an empty title is refused."""
 
     DEFAULT_CSS = "RenameScreen { align: center middle; }" + DIALOG_CSS
@@ -112,7 +112,7 @@ class RenameScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class StorageProblemScreen(ModalScreen[str]):
+class StorageProblemScreen(Dialog[str]):
     """The conversation database cannot be used: kvchat has not touched it. The
     user decides: "move" it aside and start a new one, "continue" without
     saving, or "quit". Nothing happens to the file without the first answer.
@@ -147,7 +147,7 @@ class StorageProblemScreen(ModalScreen[str]):
         self.dismiss(event.button.id or "continue")
 
 
-class EditReplyScreen(ModalScreen[str | None]):
+class EditReplyScreen(Dialog[str | None]):
     """A reply's text to edit: Ctrl+S (or the button) keeps the edit, Escape
     cancels. The text is the model's, shown as plain text: nothing in it is
     interpreted."""

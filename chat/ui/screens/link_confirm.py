@@ -5,14 +5,14 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Static
 
 from chat.sanitize import sanitize
+from chat.ui.screens.base import Dialog
 from chat.ui.untrusted import shown
 
 
-class LinkConfirmScreen(ModalScreen[bool]):
+class LinkConfirmScreen(Dialog[bool]):
     BINDINGS = [Binding("escape", "dismiss(False)", "Cancel")]
 
     def __init__(self, href: str) -> None:

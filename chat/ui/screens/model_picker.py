@@ -18,7 +18,6 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Label, ProgressBar, Static
 
 from chat.models.download import DownloadProgress
@@ -26,6 +25,7 @@ from chat.models.table import ModelRow, budgets_text, human_bytes
 from chat.sanitize import sanitize
 from chat.session.background import in_thread
 from chat.settings.schema import ModelSettings
+from chat.ui.screens.base import KvchatScreen
 from chat.ui.untrusted import shown
 
 
@@ -41,7 +41,7 @@ FILTER_HINT = "Filter by name, quantization or where it was found"
 PULL_HINT = "Hugging Face repo (org/repo or org/repo:Q4_K_M) or a .gguf URL; Enter downloads"
 
 
-class ModelPickerScreen(Screen[Path | None]):
+class ModelPickerScreen(KvchatScreen[Path | None]):
     DEFAULT_CSS = """
     ModelPickerScreen {
         layout: vertical;

@@ -12,18 +12,18 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
-from textual.screen import ModalScreen
 from textual.timer import Timer
 from textual.widgets import Button, Label, Static
 
 from chat.errors import KvchatError
+from chat.ui.screens.base import Dialog
 from chat.ui.screens.dialogs import DIALOG_CSS
 
 WAIT_RETRY_S = 1.0
 """While the user waits, saving is tried this often."""
 
 
-class QuitUnsavedScreen(ModalScreen[str | None]):
+class QuitUnsavedScreen(Dialog[str | None]):
     """Answers "saved" (waiting worked), "saved-elsewhere:PATH", "quit", or
     None (Escape: back to the chat)."""
 

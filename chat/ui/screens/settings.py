@@ -18,11 +18,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
-from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from chat.settings.schema import FIELDS, SECTIONS, Settings
 from chat.settings.values import get_value, set_value
+from chat.ui.screens.base import Dialog
 from chat.ui.widgets.setting_field import SettingField
 
 # Sampling first: it is what people change most.
@@ -52,7 +52,7 @@ class SettingsResult:
     """Save (apply and write the config file) rather than Apply (this session only)."""
 
 
-class SettingsScreen(ModalScreen[SettingsResult | None]):
+class SettingsScreen(Dialog[SettingsResult | None]):
     # The first field, not the first button ("Reset to defaults"): one focus
     # change on opening, and each one restyles the whole form.
     AUTO_FOCUS = "SettingField .setting-control"

@@ -16,11 +16,12 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.content import Content
 from textual.dom import DOMNode
-from textual.screen import ModalScreen, Screen
+from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from chat.conversations.conversation import Message, TokenChoice, summarize
 from chat.conversations.token_probs_codec import StoredTokenChoices
+from chat.ui.screens.base import Dialog
 from chat.ui.widgets.message_view import AssistantMessageView
 from chat.ui.widgets.token_view import (
     TokenDetail,
@@ -67,7 +68,7 @@ def summary_text(choices: Sequence[TokenChoice]) -> Content:
     return Content.assemble(*parts)
 
 
-class TokenViewScreen(ModalScreen[None]):
+class TokenViewScreen(Dialog[None]):
     CSS_PATH = "token_view.tcss"
 
     BINDINGS = [

@@ -1,0 +1,38 @@
+"""The base classes of kvchat's own screens and dialogs.
+
+A screen dismissed twice (Enter twice in quick succession in the model
+picker: the second Enter was queued before the picker had gone) called its
+result callback again and popped whichever screen was on top by then, here
+the chat screen itself (ScreenStackError), under another dialog that dialog:
+Textual's `Screen.dismiss` pops the top screen, whatever it is. kvchat's
+screens may only dismiss themselves while they are on top; a stale dismiss
+does nothing. (A fix Textual itself could take: `dismiss` checking that the
+screen is the one on top.)
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from textual.app import ScreenStackError
+from textual.await_complete import AwaitComplete
+from textual.screen import ModalScreen, Screen
+
+ResultType = TypeVar("ResultType")
+
+
+class KvchatScreen(Screen[ResultType]):
+    """A full screen that answers once."""
+
+    def dismiss(self, result: ResultType | None = None) -> AwaitComplete:
+        try:
+            on_top = self.app.screen is self
+        except ScreenStackError:
+            on_top = False
+        if not on_top:
+            return AwaitComplete.nothing()
+        return super().dismiss(result)
+
+
+class Dialog(KvchatScreen[ResultType], ModalScreen[ResultType]):
+    """A modal dialog that answers once."""
