@@ -369,14 +369,13 @@ def screenful_above(view: ConversationView) -> bool:
     return view.scroll_y >= view.size.height or view.earlier_count == 0
 
 
-async def test_opening_2000_messages_is_fast_and_older_ones_load_on_scroll() -> None:
+async def test_opening_2000_messages_mounts_a_few_and_older_ones_load_on_scroll() -> None:
     conv_id = make_saved_conversation(turns=1000)
     app = make_app(ScriptedEngine())
     async with app.run_test(size=(100, 40)) as pilot:
         screen = await ready(app, pilot)
         await wait_for(lambda: app.store is not None, pilot)
         view = app.query_one(ConversationView)
-        start = time.perf_counter()
         await screen.open_conversation(conv_id)
         await wait_for(lambda: bool(app.query(MessageView)), pilot)
         last = app.query(MessageView).last()
@@ -388,9 +387,6 @@ async def test_opening_2000_messages_is_fast_and_older_ones_load_on_scroll() -> 
             ),
             pilot,
         )
-        elapsed = time.perf_counter() - start
-        print(f"\nopened a 2,000-message conversation in {elapsed:.3f} s")
-        assert elapsed < 3.0
         # Only a few screenfuls are mounted: enough to scroll up a screen at once.
         await wait_for(lambda: screenful_above(view), pilot)
         mounted = len(app.query(MessageView))
@@ -530,7 +526,7 @@ async def test_deleting_the_open_conversation_starts_a_new_one() -> None:
         assert [v.message.role for v in app.query(MessageView)] == ["system"]
 
 
-async def test_ten_thousand_conversations_list_fast_a_page_at_a_time() -> None:
+async def test_ten_thousand_conversations_list_a_page_at_a_time() -> None:
     now = time.time()
     with Store(db()) as store, sqlite3.connect(db()) as conn:
         conn.executemany(
@@ -543,15 +539,11 @@ async def test_ten_thousand_conversations_list_fast_a_page_at_a_time() -> None:
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(app, pilot)
         await wait_for(lambda: app.store is not None, pilot)
-        start = time.perf_counter()
         await pilot.press("ctrl+o")
         await wait_for(lambda: isinstance(app.screen, ConversationsScreen), pilot)
         table = app.screen.query_one(DataTable)
         await wait_for(lambda: table.row_count > 0, pilot)
         await pilot.pause()
-        elapsed = time.perf_counter() - start
-        print(f"\nlisted 10,000 conversations (first page) in {elapsed:.3f} s")
-        assert elapsed < 2.0
         assert table.row_count == ConversationsScreen.PAGE
         count = str(app.screen.query_one("#conversations-count", Static).render())
         assert "showing 200 of 10,000" in count
