@@ -38,6 +38,7 @@ from urllib.parse import unquote, urlparse
 from chat import paths
 from chat.errors import ModelError
 from chat.models.metadata import SPLIT_NAME
+from chat.models.sizes import human_bytes
 from chat.safe_files import UnsafeFileError, inside, is_plain_name
 from chat.sanitize import sanitize_line
 
@@ -250,7 +251,8 @@ def choose_files(repo: str, files: Sequence[RemoteFile], quant: str | None) -> l
     if quant is None and not matching and len(models) == 1:
         return models[0]
     listing = "; ".join(
-        f"{parts[0].path} ({_human(sum(p.size for p in parts))})" for parts in (matching or models)
+        f"{parts[0].path} ({human_bytes(sum(p.size for p in parts))})"
+        for parts in (matching or models)
     )
     if matching:
         raise DownloadError(
@@ -773,15 +775,6 @@ def _is_network_error(error: BaseException) -> bool:
     does not depend on which one is installed."""
     names = {cls.__name__ for cls in type(error).__mro__}
     return bool(names & {"TransportError", "ConnectError", "TimeoutException", "NetworkError"})
-
-
-def _human(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1000 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} TB"
 
 
 def _hub_endpoint() -> str:

@@ -46,7 +46,7 @@ from chat.engine.remote.engine import (
     window_size,
 )
 from chat.engine.remote.http import ServerHttp, json_number, parse_json_line, sse_data
-from chat.engine.remote.openai import ASSUMED_N_CTX
+from chat.engine.remote.openai import ASSUMED_N_CTX, llama_sampling, openai_sampling
 from chat.engine.remote.probs import token_choice
 from chat.engine.token_probs import TOP_N
 from chat.errors import ServerError, UnknownServerModelError
@@ -149,26 +149,15 @@ class LlamaServerEngine(RemoteEngine):
         return exact_request(self.tokenize_chat(messages), self.info.n_ctx)
 
     def _body(self, tokens: list[int], sampling: SamplingSettings) -> dict[str, Any]:
-        body: dict[str, Any] = {
+        return {
             "prompt": tokens,
             "cache_prompt": True,
-            "temperature": sampling.temperature,
-            "top_k": sampling.top_k,
-            "top_p": sampling.top_p,
-            "min_p": sampling.min_p,
-            "typical_p": sampling.typical_p,
-            "repeat_penalty": sampling.repeat_penalty,
-            "presence_penalty": sampling.presence_penalty,
-            "frequency_penalty": sampling.frequency_penalty,
+            **openai_sampling(sampling, max_tokens="n_predict"),
+            **llama_sampling(sampling),
             "mirostat": sampling.mirostat_mode,
             "mirostat_tau": sampling.mirostat_tau,
             "mirostat_eta": sampling.mirostat_eta,
-            "n_predict": sampling.max_tokens,
-            "stop": list(sampling.stop),
         }
-        if sampling.seed is not None:
-            body["seed"] = sampling.seed
-        return body
 
     def _pieces(
         self,

@@ -29,7 +29,7 @@ from chat.engine.remote.engine import (
 )
 from chat.engine.remote.estimate import EstimatingEngine, TokenEstimate
 from chat.engine.remote.http import ServerHttp, parse_json_line
-from chat.engine.remote.openai import choose_model
+from chat.engine.remote.openai import choose_model, llama_sampling, openai_sampling
 from chat.engine.remote.probs import token_choice
 from chat.engine.token_probs import TOP_N
 from chat.errors import ServerError
@@ -110,21 +110,7 @@ class OllamaEngine(EstimatingEngine):
         self.estimate = TokenEstimate()
 
     def _options(self, sampling: SamplingSettings) -> dict[str, Any]:
-        options: dict[str, Any] = {
-            "temperature": sampling.temperature,
-            "top_k": sampling.top_k,
-            "top_p": sampling.top_p,
-            "min_p": sampling.min_p,
-            "typical_p": sampling.typical_p,
-            "repeat_penalty": sampling.repeat_penalty,
-            "presence_penalty": sampling.presence_penalty,
-            "frequency_penalty": sampling.frequency_penalty,
-            "num_predict": sampling.max_tokens,
-        }
-        if sampling.stop:
-            options["stop"] = list(sampling.stop)
-        if sampling.seed is not None:
-            options["seed"] = sampling.seed
+        options = openai_sampling(sampling, max_tokens="num_predict") | llama_sampling(sampling)
         if self._num_ctx is not None:
             options["num_ctx"] = self._num_ctx
         return options

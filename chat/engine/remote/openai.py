@@ -104,19 +104,32 @@ def usage_summary(usage: Any, summary: Summary) -> None:
         summary.generated_tokens = completion
 
 
-def openai_sampling(sampling: SamplingSettings) -> dict[str, Any]:
+def openai_sampling(sampling: SamplingSettings, max_tokens: str = "max_tokens") -> dict[str, Any]:
+    """The sampling settings every server reads by OpenAI's names; `max_tokens`
+    is the key the server reads the reply's length limit under."""
     body: dict[str, Any] = {
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
         "presence_penalty": sampling.presence_penalty,
         "frequency_penalty": sampling.frequency_penalty,
-        "max_tokens": sampling.max_tokens,
+        max_tokens: sampling.max_tokens,
     }
     if sampling.stop:
         body["stop"] = list(sampling.stop)
     if sampling.seed is not None:
         body["seed"] = sampling.seed
     return body
+
+
+def llama_sampling(sampling: SamplingSettings) -> dict[str, Any]:
+    """The sampling settings that llama.cpp's samplers read beyond OpenAI's
+    (llama-server and Ollama both take them under these names)."""
+    return {
+        "top_k": sampling.top_k,
+        "min_p": sampling.min_p,
+        "typical_p": sampling.typical_p,
+        "repeat_penalty": sampling.repeat_penalty,
+    }
 
 
 def stream_choices(
