@@ -96,6 +96,51 @@ def calibrate(
     return Measured(decode, batch)
 
 
+CALIBRATION_DECODE_TOKENS = 24
+CALIBRATION_BATCH = 32
+CALIBRATION_BUDGET_S = 0.06
+"""Per thread count and try: about this long decoding, and again evaluating
+batches (a large model on a CPU stops after a token or a batch)."""
+
+CALIBRATION_FILLER = b" the quick brown fox jumps over the lazy dog" * 40
+"""The text whose tokens are evaluated to measure the rates."""
+
+
+def measure(
+    counts: Sequence[int],
+    filler: Sequence[int],
+    set_threads: Callable[[int], None],
+    reset: Callable[[], None],
+    evaluate: Callable[[Sequence[int]], None],
+) -> Measured:
+    """Decode and batch rates at each thread count, evaluating the tokens of
+    `filler` with a model: `set_threads(n)` makes it use n threads for both,
+    `reset()` empties its KV cache, `evaluate(tokens)` evaluates a batch."""
+
+    def rate(n: int, size: int, end: int) -> float:
+        """Tokens a second with `n` threads, evaluating `filler` in pieces of
+        `size` from its second token (no piece starting past `end - size`),
+        for about the calibration budget."""
+        set_threads(n)
+        reset()
+        evaluate(filler[:1])  # the first call after a change of threads pays for it
+        started, done = time.perf_counter(), 0
+        for at in range(1, end - size + 1, size):
+            evaluate(filler[at : at + size])
+            done += size
+            if time.perf_counter() - started > CALIBRATION_BUDGET_S:
+                break
+        return done / (time.perf_counter() - started)
+
+    def decode_rate(n: int) -> float:
+        return rate(n, 1, CALIBRATION_DECODE_TOKENS)
+
+    def batch_rate(n: int) -> float:
+        return rate(n, CALIBRATION_BATCH, len(filler) - 1)
+
+    return calibrate(decode_rate, batch_rate, counts)
+
+
 def machine_key() -> str:
     """What a measure is valid for on this side: the CPU model and how many
     of its cores this process may use."""
