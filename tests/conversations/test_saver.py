@@ -12,10 +12,9 @@ import pytest
 
 import chat.conversations.database_file as database_file
 from chat.conversations.conversation import Conversation, Message, ReplyStats
-from chat.conversations.export import export_conversation, file_stem
 from chat.conversations.saver import ConversationSaver, ConversationSettings, restore_sampling
 from chat.conversations.store import Store
-from chat.conversations.transcript import parse_import
+from chat.conversations.transcript import export_conversation, file_stem, parse_import
 from chat.errors import KvchatError
 from chat.settings.schema import SamplingSettings
 

@@ -1,0 +1,390 @@
+"""A conversation read from JSON: kvchat's own export (the tree, or the
+earlier one-branch format with per-message metadata), plain OpenAI-style files
+and bare lists of messages. Nothing is trusted: every field is checked, and a
+file that is not a conversation is an `ImportFormatError` that says why."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any, cast
+
+from chat.conversations.attachments import Attachment, display_name
+from chat.conversations.conversation import (
+    BACKENDS,
+    FINISH_REASONS,
+    LOCAL_BACKEND,
+    ROLES,
+    Conversation,
+    FinishReason,
+    Message,
+    ReplyStats,
+    Role,
+)
+from chat.conversations.transcript.json_export import FORMAT_VERSION
+from chat.conversations.tree import MessageTree
+from chat.errors import KvchatError
+from chat.safe_files import UnsafeFileError, read_bytes, refusal_detail
+from chat.settings.schema import URL_PATTERN
+from chat.settings.server import public_url
+
+MAX_IMPORT_BYTES = 20_000_000
+"""Larger files are refused before being read: a chat this big is surely a mistake."""
+
+
+class ImportFormatError(KvchatError):
+    """A file to import is unreadable or not a conversation."""
+
+    def __init__(self, detail: str, source: str | None = None) -> None:
+        self.detail = detail
+        self.source = source
+        where = source if source is not None else "this conversation"
+        super().__init__(f"Cannot import {where}: {detail}.")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _parse_message(number: int, item: object) -> Message:
+    if not isinstance(item, dict):
+        raise ImportFormatError(f"message {number} is not an object")
+    if "role" not in item:
+        raise ImportFormatError(f'message {number} has no "role"')
+    role = item["role"]
+    if role not in ROLES:
+        known = ", ".join(ROLES)
+        raise ImportFormatError(f'message {number} has unknown role "{role}" (known: {known})')
+    if "content" not in item:
+        raise ImportFormatError(f'message {number} has no "content"')
+    if not isinstance(item["content"], str):
+        raise ImportFormatError(f"message {number}'s content is not a string")
+    return Message(role=cast(Role, role), content=item["content"])
+
+
+def _parse_stats(number: int, value: object) -> ReplyStats | None:
+    if value is None:
+        return None
+    where = f"the stats of message {number}"
+    if not isinstance(value, dict):
+        raise ImportFormatError(f"{where} are not an object")
+    for key in ("prompt_tokens", "prompt_evaluated", "generated_tokens"):
+        if not _is_int(value.get(key)):
+            raise ImportFormatError(f'{where} have no whole number "{key}"')
+    for key in ("ttft_s", "decode_tps"):
+        if not _is_number(value.get(key)):
+            raise ImportFormatError(f'{where} have no number "{key}"')
+    finish = value.get("finish_reason")
+    if finish not in FINISH_REASONS:
+        raise ImportFormatError(f'{where} have an unknown finish reason "{finish}"')
+    seed = value.get("seed")
+    if seed is not None and not _is_int(seed):
+        raise ImportFormatError(f'{where} have a "seed" that is not a whole number')
+    total = value.get("total_s", 0.0)
+    if not _is_number(total):
+        raise ImportFormatError(f'{where} have a "total_s" that is not a number')
+    return ReplyStats(
+        prompt_tokens=value["prompt_tokens"],
+        prompt_evaluated=value["prompt_evaluated"],
+        generated_tokens=value["generated_tokens"],
+        ttft_s=value["ttft_s"],
+        decode_tps=value["decode_tps"],
+        finish_reason=cast(FinishReason, finish),
+        seed=seed,
+        total_s=total,
+    )
+
+
+def _apply_message_meta(messages: list[Message], meta: object, first_number: int) -> None:
+    """Copy per-message times, token counts and stats from the "kvchat" object."""
+    if not isinstance(meta, list):
+        raise ImportFormatError('"kvchat.messages" is not a list')
+    if len(meta) != len(messages):
+        raise ImportFormatError(
+            f'"kvchat.messages" has {len(meta)} entries for {len(messages)} messages; '
+            'remove the "kvchat" object to import the messages without their metadata'
+        )
+    for offset, (message, entry) in enumerate(zip(messages, meta, strict=True)):
+        number = first_number + offset
+        if not isinstance(entry, dict):
+            raise ImportFormatError(
+                f'"kvchat.messages" entry for message {number} is not an object'
+            )
+        _apply_entry(message, entry, number)
+
+
+def _apply_entry(message: Message, entry: dict[str, Any], number: int) -> None:
+    """A message's time, token count, stats and state from its kvchat metadata."""
+    created = entry.get("created")
+    if created is not None:
+        if not _is_number(created):
+            raise ImportFormatError(f'message {number} has a "created" that is not a number')
+        message.created = float(created)
+    token_count = entry.get("token_count")
+    if token_count is not None and not _is_int(token_count):
+        raise ImportFormatError(f'message {number} has a "token_count" that is not a whole number')
+    message.token_count = token_count
+    message.stats = _parse_stats(number, entry.get("stats"))
+    interrupted = entry.get("interrupted", False)
+    if not isinstance(interrupted, bool):
+        raise ImportFormatError(f'message {number} has an "interrupted" that is not true or false')
+    message.state = "interrupted" if interrupted else "complete"
+
+
+_MAX_TOKEN_ID = 2**31 - 1
+
+
+def _parse_token_ids(number: int, value: object) -> list[int] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+        _is_int(token) and 0 <= token <= _MAX_TOKEN_ID for token in value
+    ):
+        raise ImportFormatError(
+            f'message {number} has "token_ids" that are not a list of token ids'
+        )
+    return list(value)
+
+
+def _parse_attachments(number: int, value: object) -> tuple[Attachment, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(
+        isinstance(item, dict)
+        and isinstance(item.get("name"), str)
+        and isinstance(item.get("text"), str)
+        for item in value
+    ):
+        raise ImportFormatError(
+            f'message {number} has "attachments" that are not a list of {{"name", "text"}}'
+        )
+    # The name is shown and sent: one line, no escape sequences, as when attached.
+    return tuple(Attachment(display_name(item["name"]), item["text"]) for item in value)
+
+
+def _parse_tree(entries: object, shown_key: object) -> tuple[MessageTree[Message], Message]:
+    """The messages of "kvchat.tree" and the last message of the branch to show."""
+    if not isinstance(entries, list):
+        raise ImportFormatError('"kvchat.tree" is not a list')
+    if not entries:
+        raise ImportFormatError("it has no messages")
+    tree: MessageTree[Message] = MessageTree()
+    by_key: dict[int | str, Message] = {}
+    for number, entry in enumerate(entries, start=1):
+        message = _parse_message(number, entry)
+        assert isinstance(entry, dict)  # checked by _parse_message
+        key = entry.get("id")
+        if not (_is_int(key) or isinstance(key, str)):
+            raise ImportFormatError(f'message {number} has no "id" (a number or a string)')
+        assert isinstance(key, (int, str))
+        if key in by_key:
+            raise ImportFormatError(f'message {number} has the "id" of an earlier one ({key})')
+        parent_key = entry.get("parent")
+        if parent_key is not None:
+            if not (_is_int(parent_key) or isinstance(parent_key, str)):
+                raise ImportFormatError(f'message {number} has a "parent" that is not an id')
+            if parent_key not in by_key:
+                raise ImportFormatError(
+                    f'the "parent" of message {number} ({parent_key}) is not a message before it'
+                )
+            message.parent = by_key[parent_key]
+        _apply_entry(message, entry, number)
+        message.token_ids = _parse_token_ids(number, entry.get("token_ids"))
+        message.attachments = _parse_attachments(number, entry.get("attachments"))
+        by_key[key] = message
+        tree.add(message)
+    if shown_key is None:
+        shown = tree.newest_leaf()
+    elif (_is_int(shown_key) or isinstance(shown_key, str)) and shown_key in by_key:
+        assert isinstance(shown_key, (int, str))
+        shown = by_key[shown_key]
+    else:
+        raise ImportFormatError('"kvchat.shown" is not the id of a message in "kvchat.tree"')
+    assert shown is not None
+    return tree, tree.latest_leaf(shown)
+
+
+def _meta_str(meta: dict[str, Any], key: str) -> str:
+    value = meta.get(key, "")
+    if not isinstance(value, str):
+        raise ImportFormatError(f'"kvchat.{key}" is not a string')
+    return value
+
+
+def _meta_backend(meta: dict[str, Any]) -> tuple[str, str]:
+    """ "kvchat.backend" and "kvchat.server_url", checked: absent (files from
+    before model servers) means a local model. A URL keeps no user name,
+    password or query."""
+    backend = meta.get("backend", LOCAL_BACKEND)
+    if backend not in BACKENDS:
+        known = ", ".join(BACKENDS)
+        raise ImportFormatError(f'"kvchat.backend" is not one of {known}')
+    url = _meta_str(meta, "server_url").strip()
+    if backend == LOCAL_BACKEND:
+        if url:
+            raise ImportFormatError('"kvchat.server_url" is set for a local model')
+        return backend, ""
+    if not re.fullmatch(URL_PATTERN, url) or not url.isprintable():
+        raise ImportFormatError('"kvchat.server_url" is not an http:// or https:// URL')
+    return backend, public_url(url)
+
+
+def _meta_time(meta: dict[str, Any], key: str, default: float) -> float:
+    value = meta.get(key, default)
+    if not _is_number(value):
+        raise ImportFormatError(f'"kvchat.{key}" is not a number')
+    return float(value)
+
+
+def parse_import(text: str) -> tuple[Conversation, dict[str, Any]]:
+    """A conversation (not yet stored) and its sampling settings, from JSON text.
+
+    Accepts kvchat's own export (the tree, or one branch from kvchat before
+    format 2), `{"messages": [...]}` from other tools, or a bare list of
+    messages. In a list, a leading system message becomes the system prompt.
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ImportFormatError(
+            f"it is not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})"
+        ) from None
+    except RecursionError:
+        raise ImportFormatError("it is not valid JSON (nested too deeply)") from None
+
+    meta: dict[str, Any] = {}
+    if isinstance(data, list):
+        items = data
+    elif isinstance(data, dict) and "messages" in data:
+        items = data["messages"]
+        if not isinstance(items, list):
+            raise ImportFormatError('"messages" is not a list')
+        raw_meta = data.get("kvchat", {})
+        if not isinstance(raw_meta, dict):
+            raise ImportFormatError('"kvchat" is not an object')
+        meta = raw_meta
+    else:
+        raise ImportFormatError('expected an object with a "messages" list, or a list of messages')
+    version = meta.get("format", FORMAT_VERSION)
+    if not _is_int(version):
+        raise ImportFormatError('"kvchat.format" is not a whole number')
+    if version > FORMAT_VERSION:
+        raise ImportFormatError(
+            f"it was written by a newer kvchat (format {version}; this version reads "
+            f"up to {FORMAT_VERSION}); upgrade kvchat to import it"
+        )
+    tree = "tree" in meta  # kvchat's own file since format 2
+    conv = _conversation_from_tree(meta) if tree else _conversation_from_list(items, meta)
+    if not conv.title:
+        conv.title = conv.default_title()
+    sampling = meta.get("sampling", {})
+    if not isinstance(sampling, dict):
+        raise ImportFormatError('"kvchat.sampling" is not an object')
+    return conv, sampling
+
+
+def _conversation_from_tree(meta: dict[str, Any]) -> Conversation:
+    """kvchat's own file: every branch in "kvchat.tree" (the top-level "messages"
+    are the branch shown, for other tools, and are not read again)."""
+    tree, leaf = _parse_tree(meta["tree"], meta.get("shown"))
+    backend, server_url = _meta_backend(meta)
+    now = time.time()
+    return Conversation(
+        system_prompt=_meta_str(meta, "system_prompt"),
+        messages=tree.path_to(leaf),
+        title=_meta_str(meta, "title"),
+        created=_meta_time(meta, "created", now),
+        updated=_meta_time(meta, "updated", now),
+        model_path=_meta_str(meta, "model_path"),
+        model_name=_meta_str(meta, "model"),
+        tree=tree,
+        backend=backend,
+        server_url=server_url,
+        preset=_meta_str(meta, "preset"),
+    )
+
+
+def _conversation_from_list(items: list[Any], meta: dict[str, Any]) -> Conversation:
+    """One branch: OpenAI-style messages, with kvchat's format-1 metadata if any."""
+    if not items:
+        raise ImportFormatError("it has no messages")
+    messages = [_parse_message(n, item) for n, item in enumerate(items, start=1)]
+
+    # kvchat's own files say what the system prompt is; others put it first.
+    if "system_prompt" in meta:
+        has_prompt = _meta_str(meta, "system_prompt") != ""
+    else:
+        has_prompt = messages[0].role == "system"
+    if has_prompt and messages[0].role != "system":
+        raise ImportFormatError(
+            '"kvchat.system_prompt" is set but message 1 is not a system message'
+        )
+    system_prompt = messages.pop(0).content if has_prompt else ""
+    backend, server_url = _meta_backend(meta)
+
+    now = time.time()
+    conv = Conversation(
+        system_prompt=system_prompt,
+        messages=messages,
+        title=_meta_str(meta, "title"),
+        created=_meta_time(meta, "created", now),
+        updated=_meta_time(meta, "updated", now),
+        model_path=_meta_str(meta, "model_path"),
+        model_name=_meta_str(meta, "model"),
+        backend=backend,
+        server_url=server_url,
+    )
+    if "messages" in meta:
+        _apply_message_meta(messages, meta["messages"], first_number=2 if system_prompt else 1)
+    return conv
+
+
+def _size_of(path: Path) -> int:
+    """The file's size, 0 when only opening it can say what is wrong (a link loop)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        raise
+    except OSError:
+        return 0
+
+
+def read_import_file(path: Path) -> tuple[Conversation, dict[str, Any]]:
+    """`parse_import` of a file, refusing files over MAX_IMPORT_BYTES before reading."""
+    limit_mb = MAX_IMPORT_BYTES // 1_000_000
+    try:
+        size = _size_of(path)
+        if size > MAX_IMPORT_BYTES:
+            raise ImportFormatError(
+                f"it is {size / 1_000_000:.1f} MB and kvchat imports files up to {limit_mb} MB",
+                source=str(path),
+            )
+        # A regular file only, opened without blocking (a FIFO, `/dev/stdin`,
+        # `/dev/zero` are refused), read at most to the limit.
+        data = read_bytes(path, MAX_IMPORT_BYTES, what="file")
+    except UnsafeFileError as error:
+        detail = refusal_detail(error, path, "file").rstrip(".")
+        if detail.startswith("is larger than"):
+            detail = f"it is larger than the {limit_mb} MB that kvchat imports"
+        else:
+            detail = f"it {detail}"
+        raise ImportFormatError(detail, source=str(path)) from None
+    except OSError as error:
+        raise ImportFormatError(f"cannot read it ({error.strerror})", source=str(path)) from None
+    try:
+        text = data.decode("utf-8-sig")  # tolerate the BOM some Windows editors write
+    except UnicodeDecodeError as error:
+        raise ImportFormatError(
+            f"it is not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start})",
+            source=str(path),
+        ) from None
+    try:
+        return parse_import(text)
+    except ImportFormatError as error:
+        raise ImportFormatError(error.detail, source=str(path)) from None
