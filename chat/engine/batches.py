@@ -83,9 +83,8 @@ class PromptBatches:
         llama.cpp's float sums depend on how tokens are batched: on the CPU a
         batch of one token is multiplied by other kernels (ggml's dot products)
         than a batch of two or more (llamafile's tinyBLAS), and the logits
-        differ by up to ~0.7 on the demo model. How a prompt is cut into
-        batches of two or more makes no difference (measured: one batch,
-        batches of 2-40 tokens at random, all identical). So:
+        differ (docs/llama-cpp-facts.md). How a prompt is cut into batches
+        of two or more makes no difference. So:
 
         - A reply's own tokens were evaluated one at a time as they were
           sampled: a conversation evaluated from scratch (just opened, or its

@@ -14,10 +14,10 @@ One core is left to the UI when decoding in the app. llama.cpp's CPU backend
 runs each token on an OpenMP team whose threads meet at a barrier after
 every operation (hundreds per token); a team as large as the machine stalls
 whenever anything else needs a core, and the app's own UI does, drawing the
-reply as it streams. Measured on 2 cores (docs/performance.md): the raw loop
-decodes 164 tok/s with 1 thread and 182 with 2, but the real app streams
-150 tok/s with 1 and 98-111 with 2. Prompt batches use every core (the UI
-is idle meanwhile, and a batch's few long steps do not suffer the same way).
+reply as it streams: on a small machine the app streamed fastest with a
+thread fewer than the raw loop (docs/performance.md, "Figures behind the
+code"). Prompt batches use every core (the UI is idle meanwhile, and a
+batch's few long steps do not suffer the same way).
 """
 
 from __future__ import annotations
