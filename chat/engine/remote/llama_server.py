@@ -35,6 +35,7 @@ from chat.engine.base import ChatMessages
 from chat.engine.remote.engine import (
     Piece,
     RemoteEngine,
+    ReplyCall,
     Request,
     Summary,
     chat_messages,
@@ -159,16 +160,10 @@ class LlamaServerEngine(RemoteEngine):
             "mirostat_eta": sampling.mirostat_eta,
         }
 
-    def _pieces(
-        self,
-        request: Request,
-        sampling: SamplingSettings,
-        cancel: threading.Event,
-        record_probs: bool,
-    ) -> Generator[Piece | Summary, None, None]:
-        body = self._body(request.tokens, sampling)
+    def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary, None, None]:
+        body = self._body(call.request.tokens, call.sampling)
         body |= {"stream": True, "return_tokens": True, "timings_per_token": True}
-        if record_probs:
+        if call.record_probs:
             body["n_probs"] = TOP_N
         url = self._http.url
         summary = Summary()
@@ -176,7 +171,7 @@ class LlamaServerEngine(RemoteEngine):
         # is not part of the reply. A textless piece is held until the next
         # event says whether it was that one.
         held: Piece | None = None
-        with self._http.stream("/completion", body, cancel) as lines:
+        with self._http.stream("/completion", body, call.cancel) as lines:
             for payload in sse_data(lines):
                 event = parse_json_line(payload, url)
                 _read_timings(event, summary)
@@ -198,8 +193,8 @@ class LlamaServerEngine(RemoteEngine):
                 probs = event.get("completion_probabilities")
                 for i, token_id in enumerate(tokens):
                     choice = None
-                    if record_probs and isinstance(probs, list) and i < len(probs):
-                        choice = _choice(probs[i], sampling)
+                    if call.record_probs and isinstance(probs, list) and i < len(probs):
+                        choice = _choice(probs[i], call.sampling)
                     known = type(token_id) is int and token_id >= 0
                     text = content if i == 0 else ""  # the text comes with the first id
                     piece = Piece(text, token_id if known else 0, known, choice)
@@ -212,7 +207,7 @@ class LlamaServerEngine(RemoteEngine):
                         held = piece
         if held is not None:
             yield held
-        if not cancel.is_set():
+        if not call.cancel.is_set():
             raise ServerError(f"The llama-server at {url} ended the reply without its figures.")
 
     def prefill(

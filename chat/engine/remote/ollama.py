@@ -15,14 +15,13 @@ evaluated). Its figures: `eval_count` tokens in `eval_duration` ns.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Generator
 from typing import Any
 
 from chat.conversations.conversation import FinishReason
 from chat.engine.remote.engine import (
     Piece,
-    Request,
+    ReplyCall,
     Summary,
     server_model_info,
     window_size,
@@ -115,30 +114,24 @@ class OllamaEngine(EstimatingEngine):
             options["num_ctx"] = self._num_ctx
         return options
 
-    def _pieces(
-        self,
-        request: Request,
-        sampling: SamplingSettings,
-        cancel: threading.Event,
-        record_probs: bool,
-    ) -> Generator[Piece | Summary, None, None]:
+    def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary, None, None]:
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": request.messages,
+            "messages": call.request.messages,
             "stream": True,
-            "options": self._options(sampling),
+            "options": self._options(call.sampling),
         }
-        if record_probs:
+        if call.record_probs:
             body |= {"logprobs": True, "top_logprobs": TOP_N}
         url = self._http.url
-        with self._http.stream("/api/chat", body, cancel) as lines:
+        with self._http.stream("/api/chat", body, call.cancel) as lines:
             for line in lines:
                 if not line.strip():
                     continue
                 event = parse_json_line(line, url)
                 message = event.get("message")
                 text = message.get("content") if isinstance(message, dict) else None
-                steps = _logprobs(event.get("logprobs"), sampling) if record_probs else []
+                steps = _logprobs(event.get("logprobs"), call.sampling) if call.record_probs else []
                 if isinstance(text, str) and (text or steps):
                     if not steps:
                         yield Piece(text)
@@ -147,7 +140,7 @@ class OllamaEngine(EstimatingEngine):
                 if event.get("done") is True:
                     yield _summary(event)
                     return
-        if not cancel.is_set():
+        if not call.cancel.is_set():
             raise ServerError(f"The Ollama server at {url} ended the reply unfinished.")
 
 

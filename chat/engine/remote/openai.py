@@ -19,7 +19,7 @@ from chat.conversations.conversation import FinishReason
 from chat.engine.remote import ServerConfig
 from chat.engine.remote.engine import (
     Piece,
-    Request,
+    ReplyCall,
     Summary,
     out_of_bounds_note,
     served_models,
@@ -176,25 +176,19 @@ class OpenAIEngine(EstimatingEngine):
         )
         self.estimate = TokenEstimate()
 
-    def _pieces(
-        self,
-        request: Request,
-        sampling: SamplingSettings,
-        cancel: threading.Event,
-        record_probs: bool,
-    ) -> Generator[Piece | Summary, None, None]:
+    def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary, None, None]:
         body = {
             "model": self.model,
-            "messages": request.messages,
+            "messages": call.request.messages,
             "stream": True,
             "stream_options": {"include_usage": True},
-            **openai_sampling(sampling),
+            **openai_sampling(call.sampling),
         }
-        if record_probs:
+        if call.record_probs:
             body |= {"logprobs": True, "top_logprobs": TOP_N}
         summary = Summary(clean_ids=False)
         ended = False
-        for choice, usage in stream_choices(self._http, "/v1/chat/completions", body, cancel):
+        for choice, usage in stream_choices(self._http, "/v1/chat/completions", body, call.cancel):
             usage_summary(usage, summary)
             if choice is None:
                 continue
@@ -202,13 +196,13 @@ class OpenAIEngine(EstimatingEngine):
             text = delta.get("content") if isinstance(delta, dict) else None
             steps = _chat_logprobs(choice.get("logprobs"))
             if isinstance(text, str) and (text or steps):
-                yield from _pieces_of(text, steps, sampling, record_probs)
+                yield from _pieces_of(text, steps, call.sampling, call.record_probs)
             if choice.get("finish_reason") is not None:
                 finish_of(choice, summary)
                 ended = True
         if ended:
             yield summary
-        elif not cancel.is_set():
+        elif not call.cancel.is_set():
             raise ServerError(f"The server at {self._http.url} ended the reply unfinished.")
 
 
