@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from chat.engine.base import ChatMessage
@@ -17,6 +19,20 @@ AWKWARD = [
     "<|im_end|>",
     "```python\nprint('code')\n```",
 ]
+
+
+def word_tokenizer(calls: list[bytes]) -> Callable[[bytes, bool], list[int]]:
+    """A tokenizer to test the cutting with: 0 for a BOS, 1 for `<s>`, a word's
+    length + 10 for each word; each text it is given is added to `calls`."""
+
+    def tokenize(text: bytes, add_bos: bool) -> list[int]:
+        calls.append(text)
+        ids = [0] if add_bos else []
+        for part in text.replace(b"<s>", b" <s> ").split():
+            ids.append(1 if part == b"<s>" else len(part) + 10)
+        return ids
+
+    return tokenize
 
 
 def conversation(contents: list[str]) -> list[dict[str, str]]:
@@ -57,13 +73,7 @@ def test_the_template_markers_are_found(engine: LlamaEngine) -> None:
 def test_only_new_pieces_are_tokenized() -> None:
     calls: list[bytes] = []
 
-    def tokenize(text: bytes, add_bos: bool) -> list[int]:
-        calls.append(text)
-        ids = [0] if add_bos else []
-        for part in text.replace(b"<s>", b" <s> ").split():
-            ids.append(1 if part == b"<s>" else len(part) + 10)
-        return ids
-
+    tokenize = word_tokenizer(calls)
     pieces = PieceTokenizer(tokenize, [(b"<s>", 1)])
     assert pieces([b"intro<s>one two<s>three"], True) == [0, 15, 1, 13, 13, 1, 15]
     calls.clear()
@@ -113,13 +123,7 @@ def test_a_bos_before_the_first_piece_is_not_a_wrong_cut() -> None:
 def test_token_parts_go_in_as_they_are() -> None:
     calls: list[bytes] = []
 
-    def tokenize(text: bytes, add_bos: bool) -> list[int]:
-        calls.append(text)
-        ids = [0] if add_bos else []
-        for part in text.replace(b"<s>", b" <s> ").split():
-            ids.append(1 if part == b"<s>" else len(part) + 10)
-        return ids
-
+    tokenize = word_tokenizer(calls)
     pieces = PieceTokenizer(tokenize, [(b"<s>", 1)])
     first = [b"<s>a<s>", [7, 8], b"<s>b"]
     assert pieces(first, True) == [0, 1, 11, 1, 7, 8, 1, 11]

@@ -103,14 +103,19 @@ def test_a_reply_sent_as_its_sampled_tokens_evaluates_only_the_new_message(
     assert as_text_second.stats.prompt_evaluated > new_tokens + 5
 
 
-def test_sampled_tokens_stand_for_the_reply_in_the_prompt(engine: LlamaEngine) -> None:
-    ids = split_tokens(engine, *SPLIT)
-    messages: list[ChatMessage] = [
+def thanked_for(ids: list[int]) -> list[ChatMessage]:
+    """A conversation whose reply was sampled as `ids`, and a message after it."""
+    return [
         SYSTEM,
         {"role": "user", "content": "Hi"},
         {"role": "assistant", "content": "Sure! Here is a list.", "token_ids": ids},
         {"role": "user", "content": "Thanks"},
     ]
+
+
+def test_sampled_tokens_stand_for_the_reply_in_the_prompt(engine: LlamaEngine) -> None:
+    ids = split_tokens(engine, *SPLIT)
+    messages = thanked_for(ids)
     opening = engine.chat_prompt.tokenize_text(b"<|im_start|>assistant\n", False)
     head = engine.tokenize_chat(messages[:2])
     assert head[-len(opening) :] == opening
@@ -156,12 +161,7 @@ def test_only_replies_are_sent_as_tokens(engine: LlamaEngine) -> None:
 
 def test_the_meter_counts_what_is_sent(engine: LlamaEngine) -> None:
     ids = split_tokens(engine, *SPLIT)
-    messages: list[ChatMessage] = [
-        SYSTEM,
-        {"role": "user", "content": "Hi"},
-        {"role": "assistant", "content": "Sure! Here is a list.", "token_ids": ids},
-        {"role": "user", "content": "Thanks"},
-    ]
+    messages = thanked_for(ids)
     counted = engine.tokenize_chat(messages)
     assert engine.tokenize_prompt(messages) == counted  # piece by piece, as a reply sends it
     assert engine.tokenize_prompt(messages) == counted  # its remembered pieces again
