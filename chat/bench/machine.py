@@ -3,7 +3,7 @@
 Raw llama-cpp-python at every candidate thread count (decode: a token at a
 time; prompt: one 512-token batch), llama.cpp's own `llama-bench` at the same
 counts, and the real app in a pseudo-terminal at the thread counts kvchat
-chose: its decode rate as a share of the fastest raw rate (DESIGN.md: >= 0.9),
+chose: its decode rate as a share of the fastest raw rate (target >= 0.9, docs/performance.md),
 its prompt rate as a share of the fastest raw batch rate (>= 0.95), and the
 CPU its UI spends per 100 tokens streamed."""
 

@@ -1,7 +1,7 @@
 """Responsiveness while a reply streams: what typing costs.
 
 A reply streams on a thread that shares the GIL with the UI; a keypress must
-still reach the screen in under 50 ms (DESIGN.md). And each keystroke updates
+still reach the screen in under 50 ms (docs/performance.md, "Targets"). And each keystroke updates
 the context meter, which counts the whole conversation's tokens: with a long
 history that count must stay under 50 ms too."""
 

@@ -1,7 +1,8 @@
 """Startup, as a user waits for it: `chat --model MODEL` in a pseudo-terminal.
 
-Seconds from the start of the process to the first frame (DESIGN.md: < 0.5 s;
-the model loads in the background after it), to the model being ready, and the
+Seconds from the start of the process to the first frame (target < 0.5 s,
+docs/performance.md; the model loads in the background after it), to the
+model being ready, and the
 app's resident memory beyond the model file once it is."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Saved conversations: how long the database and the app take with many.
 
 A long conversation is loaded from the database and shown in the chat screen
-(DESIGN.md: opening 2,000 messages < 1 s), and the first page of a database
+(docs/performance.md, "Targets": opening 2,000 messages < 1 s), and the first page of a database
 with many conversations is listed, as the conversations screen does."""
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ about as fast as a short one. Measured per turn with the cache reused, with
 `reset()` before the turn (what the cache saves), and with the message
 prefilled as the app does when typing pauses. Turn N / turn 1 is shown for
 kvchat next to a bare llama-cpp-python client given the same saved turns:
-DESIGN.md's target is kvchat's ratio <= 1.1x the bare client's."""
+the target (docs/performance.md, "Targets") is kvchat's ratio <= 1.1x the
+bare client's."""
 
 from __future__ import annotations
 

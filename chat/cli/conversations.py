@@ -8,9 +8,8 @@ from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import TextIO
 
-from chat.conversations.export import ExportFormat, export_text
 from chat.conversations.store import ConversationNotFoundError, Store
-from chat.conversations.transcript import read_import_file
+from chat.conversations.transcript import ExportFormat, export_text, read_import_file
 from chat.errors import KvchatError
 from chat.sanitize import sanitize
 from chat.session.resume import conversation_key

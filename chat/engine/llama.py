@@ -1,22 +1,25 @@
 """The llama.cpp engine, through llama-cpp-python.
 
-Facts this module relies on are in DESIGN.md ("Facts checked on this machine").
-In short: load with `verbose=True` and route llama.cpp's log to a file (with
-`verbose=False` llama-cpp-python redirects fd 1 and 2, which Textual draws on);
-render prompts with the GGUF's own chat template and send token ids, so that
-the context meter counts exactly what the model sees; generate with
+What it relies on about llama.cpp and llama-cpp-python, checked here, is in
+docs/llama-cpp-facts.md. In short: load with `verbose=True` and route
+llama.cpp's log to a file (chat.engine.llama_log; with `verbose=False`
+llama-cpp-python redirects fd 1 and 2, which Textual draws on); render prompts
+with the GGUF's own chat template and send token ids (chat.engine.chat_prompt),
+so that the context meter counts exactly what the model sees; generate with
 `Llama.generate`, which keeps the longest common prefix of the KV cache.
+
+Beside it: the prompt batches and the span to evaluate (chat.engine.batches),
+the KV cache copied out and in (chat.engine.kv_cache), thread counts measured
+(chat.engine.threads).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import random
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +31,6 @@ from chat import paths
 from chat.conversations.conversation import FinishReason, ReplyStats, TokenChoice
 from chat.engine import llama_log
 from chat.engine.base import (
-    ChatMessage,
     ChatMessages,
     EngineEvent,
     Finished,
@@ -36,102 +38,46 @@ from chat.engine.base import (
     PromptProgress,
     TokenEvent,
 )
-from chat.engine.chat_template import ChatTemplate
-from chat.engine.kv_state import KvState, StateIdentity, common_prefix, model_fingerprint
-from chat.engine.prompt_tokens import (
-    PieceTokenizer,
-    PromptPart,
-    TokenizeParts,
-    tokenize_parts,
-)
+from chat.engine.batches import PromptBatches, chunks
+from chat.engine.chat_prompt import CHATML_TEMPLATE, ChatPrompt
+from chat.engine.kv_cache import copy_sequence, identity_of, load_sequence
+from chat.engine.kv_state import KvState, StateIdentity, common_prefix
+from chat.engine.llama_log import route_llama_log
 from chat.engine.reply_text import ReplyText
 from chat.engine.threads import (
+    CALIBRATION_FILLER,
     Measured,
     RememberedRates,
     ThreadCounts,
-    calibrate,
     choose_threads,
+    measure,
 )
 from chat.engine.token_probs import Logits, ProbabilityRecorder
 from chat.errors import (
-    ChatTemplateError,
     EngineBusyError,
     EngineClosedError,
-    KvchatError,
     ModelError,
     PromptTooLongError,
 )
 from chat.model_files import check_gguf
-from chat.sanitize import sanitize, sanitize_line
+from chat.sanitize import sanitize
 from chat.settings.schema import ModelSettings, SamplingSettings, key_cache_type_for
 
-# Used only when a GGUF carries no chat template: ChatML is the most common format.
-CHATML_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
+__all__ = [
+    "CHATML_TEMPLATE",
+    "PREFILL_WAIT_S",
+    "REBATCH_MOST",
+    "LlamaEngine",
+    "gpu_offload_supported",
+    "key_cache_type",
+    "load_engine",
+    "route_llama_log",
+]
 
 # A reply sent while its prompt is being prefilled waits this long at most.
 PREFILL_WAIT_S = 60.0
 
 _CLOSED = "The model was unloaded; nothing more can be generated with it."
-
-_log_lock = threading.Lock()
-# ggml's log levels (ggml.h: NONE, DEBUG, INFO, WARN, ERROR, CONT). CONT goes
-# on with the message before it.
-_GGML_LOG_LEVEL_DEBUG = 1
-_GGML_LOG_LEVEL_ERROR = 4
-_GGML_LOG_LEVEL_CONT = 5
-_log_level = _GGML_LOG_LEVEL_DEBUG
-"""The level of the message llama.cpp is logging (a CONT piece has its level)."""
-# llama.cpp's latest error lines: why a model failed to load, in its own words
-# (Llama() itself raises only "Failed to load model from file"). Kept whether or
-# not the log file can be written.
-_recent_errors: deque[str] = deque(maxlen=8)
-
-
-@llama_cpp.llama_log_callback
-def _log_to_file(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    global _log_level
-    # Called from C: an exception cannot propagate from here (ctypes would print
-    # its traceback on stderr, where Textual draws), so none may leave.
-    try:
-        if level != _GGML_LOG_LEVEL_CONT:
-            _log_level = level
-        line = text.decode("utf-8", errors="replace")
-        if level == _GGML_LOG_LEVEL_ERROR and line.strip():
-            with _log_lock:
-                _recent_errors.append(line.strip())
-        # DEBUG lines are 97% of a load's log (one per layer, per token type...):
-        # llama.cpp's own tools hide them too unless asked (-v).
-        if _log_level != _GGML_LOG_LEVEL_DEBUG:
-            llama_log.write(line)
-    except Exception:
-        pass  # at interpreter exit, while llama.cpp frees a model, modules are half gone
-
-
-def _llama_cpp_reason() -> str | None:
-    """llama.cpp's first error line since the last `_recent_errors.clear()`,
-    without the name of the function that logged it."""
-    with _log_lock:
-        errors = list(_recent_errors)
-    if not errors:
-        return None
-    _, _, reason = errors[0].partition(": ")
-    return reason.removeprefix("error loading model: ") or errors[0]
-
-
-def route_llama_log(path: Path) -> None:
-    """Send llama.cpp's log lines to `path` instead of the terminal. Never
-    raises: a log that cannot be written is `llama_log.log_problem()`.
-
-    The callback is a module-level object so ctypes keeps it alive for as long
-    as llama.cpp may call it.
-    """
-    llama_log.open_log(path)
-    llama_cpp.llama_log_set(_log_to_file, ctypes.c_void_p(0))
 
 
 def gpu_offload_supported() -> bool:
@@ -152,7 +98,7 @@ def key_cache_type(settings: ModelSettings) -> str:
 def load_engine(path: Path, settings: ModelSettings, log_path: Path) -> LlamaEngine:
     """Load a GGUF model. Raises `ModelError` with a sentence naming the file."""
     check_gguf(path)
-    route_llama_log(log_path)
+    llama_log.route_llama_log(log_path)
     kwargs: dict[str, Any] = {
         "model_path": str(path),
         "n_ctx": settings.n_ctx,
@@ -168,12 +114,11 @@ def load_engine(path: Path, settings: ModelSettings, log_path: Path) -> LlamaEng
         kwargs["n_threads"] = settings.n_threads
     if settings.n_threads_batch is not None:
         kwargs["n_threads_batch"] = settings.n_threads_batch
-    with _log_lock:
-        _recent_errors.clear()
+    llama_log.forget_errors()
     try:
         llm = llama_cpp.Llama(**kwargs)
     except (ValueError, RuntimeError, OSError, MemoryError) as error:
-        reason = _llama_cpp_reason() or str(error).strip() or type(error).__name__
+        reason = llama_log.recent_error() or str(error).strip() or type(error).__name__
         log_hint = "" if llama_log.log_problem() else f" llama.cpp's log is in {log_path}."
         raise ModelError(
             f"Could not load the model {path}: {reason.rstrip('.')}.{log_hint}"
@@ -184,13 +129,6 @@ def load_engine(path: Path, settings: ModelSettings, log_path: Path) -> LlamaEng
     except BaseException:
         llm.close()  # a chat template that cannot be used: free the model at once
         raise
-
-
-_CALIBRATION_DECODE_TOKENS = 24
-_CALIBRATION_BATCH = 32
-_CALIBRATION_BUDGET_S = 0.06
-"""Per thread count and try: about this long decoding, and again evaluating
-batches (a large model on a CPU stops after a token or a batch)."""
 
 
 def _prompt_tokens_evaluated(ctx: Any) -> int:
@@ -206,31 +144,11 @@ def _prompt_tokens_evaluated(ctx: Any) -> int:
     return batched + single
 
 
-def _cut_spans(spans: Iterable[tuple[int, int]], end: int) -> list[tuple[int, int]]:
-    """The parts of batch `spans` before `end`, where the KV cache is cut."""
-    return [(start, min(stop, end)) for start, stop in spans if start < end]
-
-
 REBATCH_MOST = 64
 """Tokens per batch when a reply is evaluated again in the background
 (`rebatch_reply`): small, so that a reply sent or a state saved meanwhile
 waits little (how a prompt is cut into batches of two or more does not change
 its values)."""
-
-
-def _reply_placeholder(index: int) -> str:
-    """Text a template renders in place of message `index`'s content, to find
-    where that content goes (private-use characters: no message has them)."""
-    return f"\ue000kvchat reply {index}\ue001"
-
-
-def _cut_at(parts: Sequence[PromptPart], marker: bytes) -> list[PromptPart] | None:
-    """`parts` up to where `marker` first appears in a text part (the marker
-    and what follows left out); None when no text part holds it."""
-    for index, part in enumerate(parts):
-        if isinstance(part, bytes) and marker in part:
-            return [*parts[:index], part[: part.index(marker)]]
-    return None
 
 
 class LlamaEngine:
@@ -247,7 +165,6 @@ class LlamaEngine:
         """Calls reading the vocabulary without the lock (`tokenize_chat`)."""
         self._tokenizing_changed = threading.Condition()
         self._vocab = llm._model.vocab  # for llama_vocab_is_eog
-        self._n_vocab = int(llm.n_vocab())
         n_layers = int(llama_cpp.llama_model_n_layer(llm.model))
         supported = gpu_offload_supported()
         requested = n_layers if settings.n_gpu_layers < 0 else settings.n_gpu_layers
@@ -261,17 +178,13 @@ class LlamaEngine:
             gpu_layers=min(requested, n_layers) if supported else 0,
             gpu_supported=supported,
         )
-        self.plain_template_reason: str | None = None
+        self.chat_prompt = ChatPrompt(llm, path, settings.plain_template)
+        self.plain_template_reason = self.chat_prompt.plain_template_reason
         """Why the model's own chat template is not used (plain ChatML is,
         as the user asked with `model.plain_template`), or None."""
-        self._formatters = self._chat_templates(path, settings.plain_template)
-        self._reply_opening: bytes | None = None
-        markers = self._message_markers()
-        self._prompt_tokenizer = PieceTokenizer(self._tokenize, markers)
-        self._reply_opening = self._find_reply_opening(markers)
+        self._n_vocab = self.chat_prompt.n_vocab
         self._pieces: dict[int, str] = {}
-        self._batches: list[tuple[int, int]] = []
-        """Where the prompt batches evaluated so far begin and end in the KV cache."""
+        self._batches = PromptBatches()
         self._prefilling = False
         self._reply_waiting = False
         """A reply waits for the lock: a prefill stops at its next batch."""
@@ -283,7 +196,7 @@ class LlamaEngine:
         # the whole batch is (see _prompt_span) and a prefill would save nothing.
         self._samples_cached_prompts = hasattr(llm, "_requires_eval")
         # Now, while the file is the one loaded (it could be replaced later).
-        self._state_identity = self._identity_of_loaded_model()
+        self._state_identity = identity_of(llm, self.info)
 
     def _cached_piece(self, token_id: int) -> str:
         """`_piece`, remembered: the token view names the same alternatives often."""
@@ -303,39 +216,6 @@ class LlamaEngine:
         part of a multi-byte character shows as U+FFFD)."""
         return sanitize(bytes(self._llm.detokenize([token_id])).decode("utf-8", "replace"))
 
-    def _token_text(self, token_id: int) -> str:
-        if token_id < 0:
-            return ""
-        return bytes(self._llm.detokenize([token_id], special=True)).decode("utf-8", "replace")
-
-    def _chat_templates(self, path: Path, plain_allowed: bool) -> dict[bool, ChatTemplate]:
-        """The chat template, compiled once per mode (tokenize_chat runs on the
-        UI thread and the engine thread at once: no state shared between them)
-        and tried on one message, the least any conversation needs. A template
-        that fails raises `ChatTemplateError`, unless `plain_allowed`: then
-        plain ChatML is used instead."""
-        source = self._llm.metadata.get("tokenizer.chat_template") or CHATML_TEMPLATE
-        try:
-            templates = {flag: self._chat_template(path, source, flag) for flag in (True, False)}
-            templates[True](messages=[{"role": "user", "content": "Hello"}])
-        except ChatTemplateError as error:
-            if not plain_allowed or source == CHATML_TEMPLATE:
-                raise
-            self.plain_template_reason = str(error)
-            return {
-                flag: self._chat_template(path, CHATML_TEMPLATE, flag) for flag in (True, False)
-            }
-        return templates
-
-    def _chat_template(self, path: Path, source: str, add_generation_prompt: bool) -> ChatTemplate:
-        return ChatTemplate(
-            source,
-            model=sanitize_line(path.name),
-            eos_token=self._token_text(self._llm.token_eos()),
-            bos_token=self._token_text(self._llm.token_bos()),
-            add_generation_prompt=add_generation_prompt,
-        )
-
     def tokenize_chat(
         self, messages: ChatMessages, add_generation_prompt: bool = True
     ) -> list[int]:
@@ -343,7 +223,7 @@ class LlamaEngine:
         # not take the lock: the context meter can count while a reply streams.
         # The vocabulary is freed with the model: `close` waits for it instead.
         with self._reading_vocabulary():
-            return self._tokenize_chat(messages, add_generation_prompt, self._tokenize_whole)
+            return self.chat_prompt.tokens(messages, add_generation_prompt)
 
     @contextlib.contextmanager
     def _reading_vocabulary(self) -> Iterator[None]:
@@ -377,173 +257,7 @@ class LlamaEngine:
 
         Unlike `tokenize_chat`, this waits for a reply or prefill in progress."""
         with self._using_context():
-            return self._tokenize_chat(messages, True, self._prompt_tokenizer)
-
-    def _tokenize_chat(
-        self,
-        messages: ChatMessages,
-        add_generation_prompt: bool,
-        tokenize: TokenizeParts,
-        open_last: bool = False,
-    ) -> list[int]:
-        if open_last:
-            parts, add_bos = self._open_reply_parts(messages)
-        else:
-            parts, add_bos = self._prompt_parts(messages, add_generation_prompt)
-        return tokenize(parts, add_bos)
-
-    def _tokenize_whole(self, parts: Sequence[PromptPart], add_bos: bool) -> list[int]:
-        return tokenize_parts(self._tokenize, parts, add_bos)
-
-    def _prompt_parts(
-        self, messages: ChatMessages, add_generation_prompt: bool
-    ) -> tuple[list[PromptPart], bool]:
-        """`messages` rendered with the chat template, as parts to tokenize,
-        and whether a BOS goes first.
-
-        A reply that carries the tokens it was sampled as is sent as those
-        tokens: its text may tokenize otherwise (" 1." sampled as " 1", "."),
-        and the prompt would then leave the KV cache at that point. The
-        template renders a placeholder in its place; the text before it ends
-        with the generation prompt's last piece (`<|im_start|>assistant\n`),
-        tokenized as it was when the reply was sampled, and the rest after it
-        is tokenized on its own. When the template does not place the reply's
-        text there unchanged, the whole text is tokenized as usual."""
-        render = self._formatters[add_generation_prompt]
-        # The template sees role and content only.
-        shown = [{k: v for k, v in m.items() if k != "token_ids"} for m in messages]
-        rendered = render(messages=shown)
-        text = rendered.prompt.encode("utf-8")
-        add_bos = not rendered.added_special
-        sampled = {i: ids for i, m in enumerate(messages) if (ids := self._reply_tokens(m))}
-        if not sampled:
-            return [text], add_bos
-        marked = [
-            {**m, "content": _reply_placeholder(i)} if i in sampled else m
-            for i, m in enumerate(shown)
-        ]
-        layout = render(messages=marked).prompt.encode("utf-8")
-        parts: list[PromptPart] = []
-        spelled = b""  # the text the parts stand for
-        for i, ids in sampled.items():
-            before, found, layout = layout.partition(_reply_placeholder(i).encode("utf-8"))
-            if not found or self._reply_opening is None or not before.endswith(self._reply_opening):
-                return [text], add_bos
-            parts += [before, ids]
-            spelled += before + str(shown[i]["content"]).encode("utf-8")
-        parts.append(layout)
-        if spelled + layout != text:
-            return [text], add_bos
-        return parts, add_bos
-
-    def _open_reply_parts(self, messages: ChatMessages) -> tuple[list[PromptPart], bool]:
-        """The prompt that goes on with the last message, a reply cut short: the
-        conversation rendered as history, cut right after that reply's text, so
-        that no end-of-turn token closes it. The reply goes in as its sampled
-        tokens when it has them (the KV cache still holds them: only the last
-        one is evaluated), else as text. Raises `KvchatError` when the template
-        does not write the reply's text as it is."""
-        if not messages or messages[-1].get("role") != "assistant":
-            raise KvchatError("Only a reply can be continued.")
-        last = len(messages) - 1
-        head = [*messages[:last], {"role": "assistant", "content": _reply_placeholder(last)}]
-        # The history before the reply, as a reply's prompt sends it (sampled
-        # tokens and all): the text before the placeholder.
-        parts, add_bos = self._prompt_parts(head, False)
-        marker = _reply_placeholder(last).encode("utf-8")
-        before = _cut_at(parts, marker)
-        shown = [{k: v for k, v in m.items() if k != "token_ids"} for m in messages]
-        full = self._formatters[False](messages=shown).prompt.encode("utf-8")
-        content = str(messages[last].get("content", "")).encode("utf-8")
-        spelled = b"".join(p if isinstance(p, bytes) else self._spell(p) for p in before or [])
-        if before is None or not full.startswith(spelled + content):
-            raise KvchatError(
-                "This model's chat template changes a reply's text, so a reply "
-                "cannot be continued with it."
-            )
-        ids = self._reply_tokens(messages[last])
-        if ids is not None and before and isinstance(before[-1], bytes):
-            opening = self._reply_opening
-            if opening is not None and before[-1].endswith(opening):
-                return [*before, ids], add_bos
-        # As text, with the opening before it, as the whole prompt would tokenize.
-        if before and isinstance(before[-1], bytes):
-            return [*before[:-1], before[-1] + content], add_bos
-        return [*before, content], add_bos
-
-    def _reply_tokens(self, message: ChatMessage | Mapping[str, str]) -> list[int] | None:
-        """A reply's sampled tokens, when they can stand for its text: every id
-        in this model's vocabulary, and together they spell the content exactly
-        (not so for another model's ids, an edited reply, a damaged row)."""
-        ids = message.get("token_ids")
-        content = message.get("content")
-        if (
-            self._reply_opening is None
-            or message.get("role") != "assistant"
-            or not isinstance(ids, (list, tuple))
-            or not ids
-            or not isinstance(content, str)
-        ):
-            return None
-        n_vocab = self._n_vocab
-        if not all(type(i) is int and 0 <= i < n_vocab for i in ids):
-            return None
-        if self._spell(ids) != content.encode("utf-8"):
-            return None
-        return list(ids)
-
-    def _spell(self, ids: Sequence[int]) -> bytes:
-        """The text of `ids`, special tokens written out (so that they never
-        pass for text that does not contain them)."""
-        return bytes(self._llm.detokenize(list(ids), special=True))
-
-    def _find_reply_opening(self, markers: list[tuple[bytes, int]]) -> bytes | None:
-        """The generation prompt's last piece (`<|im_start|>assistant\n` in
-        ChatML), when the template writes a reply's text right after it: then
-        a reply's sampled tokens can follow it in a later prompt. None when it
-        does not (or no markers cut the prompt): replies are sent as text."""
-        placeholder = _reply_placeholder(0)
-        for roles in (("user",), ("system", "user")):
-            asked = [{"role": r, "content": "x"} for r in roles]
-            answered = [*asked, {"role": "assistant", "content": placeholder}]
-            try:
-                prompt = self._formatters[True](messages=asked).prompt
-                history = self._formatters[False](messages=answered).prompt
-            except Exception:  # some templates refuse one shape or the other
-                continue
-            if not history.startswith(prompt + placeholder):
-                return None
-            opening = prompt.encode("utf-8")
-            start = max((opening.rfind(marker) for marker, _ in markers), default=-1)
-            return opening[start:] if start >= 0 else None
-        return None
-
-    def _tokenize(self, text: bytes, add_bos: bool) -> list[int]:
-        return list(self._llm.tokenize(text, add_bos=add_bos, special=True))
-
-    def _message_markers(self) -> list[tuple[bytes, int]]:
-        """The special tokens the chat template writes (e.g. `<|im_start|>`),
-        where a prompt can be cut into pieces that tokenize on their own.
-
-        Tokens that strip the whitespace before them are left out: that
-        whitespace ends the piece before, which would then tokenize otherwise."""
-        probe_tokens: list[int] = []
-        for roles in (("system", "user", "assistant", "user"), ("user", "assistant", "user")):
-            try:  # some templates refuse a system message, or raise on other shapes
-                probe_tokens = self.tokenize_chat([{"role": r, "content": "x"} for r in roles])
-                break
-            except Exception:  # then no markers: prompts are tokenized whole
-                continue
-        markers = []
-        for token_id in set(probe_tokens):
-            attributes = llama_cpp.llama_vocab_get_attr(self._vocab, token_id)
-            if attributes & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL and not (
-                attributes & llama_cpp.LLAMA_TOKEN_ATTR_LSTRIP
-            ):
-                text = bytes(self._llm.detokenize([token_id], special=True))
-                if text:
-                    markers.append((text, token_id))
-        return markers
+            return self.chat_prompt.tokens(messages, True, self.chat_prompt.pieces)
 
     def stream_reply(
         self,
@@ -559,8 +273,8 @@ class LlamaEngine:
         self._acquire_for_reply()
         try:
             # Only the holder of the lock uses the piece tokenizer.
-            prompt = self._tokenize_chat(
-                messages, not continue_last, self._prompt_tokenizer, open_last=continue_last
+            prompt = self.chat_prompt.tokens(
+                messages, not continue_last, self.chat_prompt.pieces, open_last=continue_last
             )
             n_ctx = self.info.n_ctx
             if len(prompt) >= n_ctx:
@@ -619,7 +333,9 @@ class LlamaEngine:
         with self._ahead_of_time() as free:
             if not free or self._closing:
                 return False
-            prompt = self._tokenize_chat(messages, add_generation_prompt, self._prompt_tokenizer)
+            prompt = self.chat_prompt.tokens(
+                messages, add_generation_prompt, self.chat_prompt.pieces
+            )
             if len(prompt) >= self.info.n_ctx:
                 return False
             start, end = self._prompt_span(prompt, exact)
@@ -670,7 +386,7 @@ class LlamaEngine:
         self._start_batch(start, end)
         for first, last in self._chunks(start, end, most):
             if stop():
-                self._end_batch_early(start, first)
+                self._batches.end_early(start, first)
                 llama_cpp.llama_synchronize(self._llm.ctx)  # see below
                 return False
             self._llm.eval(tokens[first:last])
@@ -796,18 +512,11 @@ class LlamaEngine:
         yield PromptProgress(0, total, 0.0)
         for first, last in self._chunks(start, end):
             if cancel.is_set() or self._closing:
-                self._end_batch_early(start, first)
+                self._batches.end_early(start, first)
                 return False
             self._llm.eval(prompt[first:last])
             yield PromptProgress(last - start, total, time.perf_counter() - began)
         return True
-
-    def _end_batch_early(self, start: int, reached: int) -> None:
-        """The prompt batch that began at `start` was evaluated only up to
-        `reached`: that is what the KV cache holds of it."""
-        self._batches.pop()
-        if reached > start:
-            self._batches.append((start, reached))
 
     def _stopped_reading(self, prompt: list[int], seed: int, started: float) -> Finished:
         """The end of a reply stopped while its prompt was evaluated: no text."""
@@ -835,69 +544,26 @@ class LlamaEngine:
         for token in sampled:
             if length >= len(target):
                 break
-            length += len(self._spell([token]))
+            length += len(self.chat_prompt.spell([token]))
             count += 1
         ids = tuple(sampled[:count])
-        return ids if self._spell(ids) == target else None
+        return ids if self.chat_prompt.spell(ids) == target else None
 
     def _prompt_span(self, prompt: list[int], exact: bool = False) -> tuple[int, int]:
-        """The span of `prompt` to evaluate: where it starts is chosen so that
-        the same prompt gives the same logits (and, with a fixed seed, the same
-        reply) whatever the KV cache held before.
-
-        llama.cpp's float sums depend on how tokens are batched: on the CPU a
-        batch of one token is multiplied by other kernels (ggml's dot products)
-        than a batch of two or more (llamafile's tinyBLAS), and the logits
-        differ by up to ~0.7 on the demo model. How a prompt is cut into
-        batches of two or more makes no difference (measured: one batch,
-        batches of 2-40 tokens at random, all identical). So:
-
-        - A reply's own tokens were evaluated one at a time as they were
-          sampled: a conversation evaluated from scratch (just opened, or its
-          saved state gone) holds other values for them. With `exact` (a
-          repeatable reply: fixed seed or temperature 0) those are not reused;
-          they are evaluated again, in batches, with the new message, unless
-          `rebatch_reply` did it in the background already. And the prompt's
-          own batch is at least two tokens: regenerating a reply finds its
-          whole prompt cached, and `Llama.generate` would evaluate only the
-          last token, alone. Then the reply is the same warm, restored, or
-          from scratch.
-        - Otherwise (a random seed: no two replies are meant to be the same)
-          the cache is reused as far as it matches, except that a prompt
-          resuming in the middle of a batch (regenerate, an edited last
-          message, other text than was prefilled) evaluates that batch again
-          from its start, as it was the first time.
-
-        A prompt that is all cached and whose batch was the last thing
-        evaluated (a prefill) needs nothing: llama.cpp still holds the logits
-        of its last token."""
+        """The span of `prompt` to evaluate, so that the same prompt gives the
+        same logits whatever the KV cache held before (`PromptBatches.span`)."""
         llm = self._llm
         n_cached = int(llm.n_tokens)
         # As generate() computes it: the tokens of `prompt` the cache holds.
         resume = llama_cpp.Llama.longest_token_prefix(llm.input_ids[:n_cached], prompt)
-        if exact:
-            resume = min(resume, self._batch_built_end())
-        last_end = self._batches[-1][1] if self._batches else None
-        if (
-            resume == len(prompt) == n_cached == last_end
-            and self._samples_cached_prompts
-            and not llm._requires_eval  # the logits are a live decode's
-        ):
-            return resume, resume
-        if exact:
-            # Never a batch of one token; where it starts makes no difference.
-            return max(0, min(resume, len(prompt) - 2)), len(prompt)
-        resume = min(resume, len(prompt) - 1)  # the last token's logits are needed
-        for start, end in self._batches:
-            if start < resume < end:
-                return start, len(prompt)
-        return resume, len(prompt)
+        # The logits are a live decode's (see _samples_cached_prompts).
+        live = self._samples_cached_prompts and not llm._requires_eval
+        return self._batches.span(len(prompt), resume, n_cached, exact, live)
 
     def _start_batch(self, start: int, end: int) -> None:
         """Cut the KV cache at `start`, where the prompt batch [start, end) goes."""
         self._llm.n_tokens = start  # generate() and eval() keep only this much
-        self._batches = _cut_spans(self._batches, start)
-        self._batches.append((start, end))
+        self._batches.start(start, end)
 
     def _batch_size(self) -> int:
         """Tokens evaluated in one call: `n_batch`, and no more than llama.cpp's
@@ -905,28 +571,12 @@ class LlamaEngine:
         return max(2, min(int(self._llm.n_batch), int(self._llm.context_params.n_ubatch)))
 
     def _chunks(self, start: int, end: int, most: int | None = None) -> Iterator[tuple[int, int]]:
-        """[start, end) cut into batches of `_batch_size` (or `most`), none of
-        a single token unless the whole span is one (see `_prompt_span`)."""
+        """[start, end) cut into batches of `_batch_size` (or `most`)."""
         size = self._batch_size() if most is None else max(2, min(most, self._batch_size()))
-        first = start
-        while first < end:
-            last = min(end, first + size)
-            if end - last == 1:
-                last -= 1  # leave two for the last batch, not one
-            yield first, last
-            first = last
+        return chunks(start, end, size)
 
     def _batch_built_end(self) -> int:
-        """Where the KV cache stops holding only what batches of two or more
-        tokens evaluated (from its start): past it come tokens a reply
-        sampled and evaluated one at a time. (A span of one token may be what
-        is left of a longer batch: counted as not, which only costs a token.)"""
-        built = 0
-        for start, end in sorted(self._batches):
-            if start > built or end - start < 2:
-                break
-            built = max(built, end)
-        return min(built, int(self._llm.n_tokens))
+        return self._batches.built_end(int(self._llm.n_tokens))
 
     def rebatch_reply(self) -> bool:
         """Evaluate again, in batches, what the KV cache holds that a reply
@@ -964,24 +614,6 @@ class LlamaEngine:
         """Tokens the KV cache holds now (the last sampled token is never evaluated)."""
         return int(self._llm.n_tokens)
 
-    def _identity_of_loaded_model(self) -> StateIdentity:
-        """What this engine's KV cache states are valid for (2 MiB of the file read)."""
-        params = self._llm.context_params
-        size, digest = model_fingerprint(self.info.path)
-        return StateIdentity(
-            model_size=size,
-            model_hash=digest,
-            n_ctx=self.info.n_ctx,
-            type_k=int(params.type_k),
-            type_v=int(params.type_v),
-            gpu_layers=self.info.gpu_layers,
-            flash_attn=int(params.flash_attn_type) == llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-            offload_kqv=bool(params.offload_kqv),
-            swa_full=bool(params.swa_full),
-            library=llama_cpp.__version__,
-            gpu_build=self.info.gpu_supported,
-        )
-
     def state_identity(self) -> StateIdentity:
         return self._state_identity
 
@@ -1006,19 +638,11 @@ class LlamaEngine:
             n_tokens = int(llm.n_tokens)
             if n_tokens == 0:
                 return None
-            # Cells past n_tokens are a cut-back batch's leftovers, about to be
-            # overwritten: not part of what the cache holds.
-            llm._ctx.kv_cache_seq_rm(-1, n_tokens, -1)
-            size = int(llama_cpp.llama_state_seq_get_size(llm.ctx, 0))
-            data = bytearray(size)
-            buffer = (ctypes.c_uint8 * size).from_buffer(data)
-            written = int(llama_cpp.llama_state_seq_get_data(llm.ctx, buffer, size, 0))
-            del buffer  # a bytearray with an exported buffer cannot be resized
-            if written == 0:
+            data = copy_sequence(llm, n_tokens)
+            if data is None:
                 return None
-            del data[written:]
             tokens = tuple(llm.input_ids[:n_tokens].tolist())
-            return KvState(tokens, data, tuple(_cut_spans(self._batches, n_tokens)))
+            return KvState(tokens, data, self._batches.held(n_tokens))
         finally:
             self._lock.release()
 
@@ -1028,12 +652,7 @@ class LlamaEngine:
             llm = self._llm
             if not 0 < n_tokens < self.info.n_ctx or max(state.tokens) >= self._n_vocab:
                 return False
-            data = bytearray(state.data) if isinstance(state.data, bytes) else state.data
-            size = data.nbytes if isinstance(data, memoryview) else len(data)
-            buffer = (ctypes.c_uint8 * size).from_buffer(data)
-            loaded = llama_cpp.llama_state_seq_set_data(llm.ctx, buffer, size, 0)
-            del buffer
-            if loaded == 0:  # refused: llama.cpp has emptied the sequence
+            if not load_sequence(llm, state.data):  # refused: llama.cpp emptied the sequence
                 llm.reset()
                 self._batches.clear()
                 return False
@@ -1042,7 +661,7 @@ class LlamaEngine:
             llm.input_ids[:n_tokens] = state.tokens
             llm.n_tokens = n_tokens
             llm._requires_eval = True
-            self._batches = _cut_spans(state.batches, n_tokens)
+            self._batches.restore(state.batches, n_tokens)
             return True
 
     def reset(self) -> None:
@@ -1076,33 +695,15 @@ class LlamaEngine:
     def measure_threads(self, counts: Sequence[int]) -> Measured:
         """Decode and batch rates at each thread count (see chat.engine.threads),
         on a few tokens of filler; the KV cache is emptied after."""
-        filler = self._tokenize(b" the quick brown fox jumps over the lazy dog" * 40, False)
+        filler = self.chat_prompt.tokenize_text(CALIBRATION_FILLER, False)
         llm = self._llm
 
-        def rate(n: int, size: int, end: int) -> float:
-            """Tokens a second with `n` threads, evaluating `filler` in pieces
-            of `size` from its second token (no piece starting past `end -
-            size`), for about the calibration budget."""
+        def set_threads(n: int) -> None:
             llama_cpp.llama_set_n_threads(llm.ctx, n, n)
-            llm.reset()
-            llm.eval(filler[:1])  # the first call after a change of threads pays for it
-            started, done = time.perf_counter(), 0
-            for at in range(1, end - size + 1, size):
-                llm.eval(filler[at : at + size])
-                done += size
-                if time.perf_counter() - started > _CALIBRATION_BUDGET_S:
-                    break
-            return done / (time.perf_counter() - started)
-
-        def decode_rate(n: int) -> float:
-            return rate(n, 1, _CALIBRATION_DECODE_TOKENS)
-
-        def batch_rate(n: int) -> float:
-            return rate(n, _CALIBRATION_BATCH, len(filler) - 1)
 
         with self._using_context():
             try:
-                return calibrate(decode_rate, batch_rate, counts)
+                return measure(counts, filler, set_threads, llm.reset, llm.eval)
             finally:
                 llm.reset()
                 self._batches.clear()

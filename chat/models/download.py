@@ -17,179 +17,70 @@ in kvchat's models folder (kept for the next try to resume) and is renamed at
 the end.
 
 huggingface_hub is imported on the first download: kvchat's start does not pay
-for it.
+for it. The spec and the choice of files are in `hub_spec` (no network), the
+progress reports and the cancel in `download_progress`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import re
 import threading
-import time
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlparse
 
 from chat import paths
-from chat.errors import ModelError
-from chat.models.metadata import SPLIT_NAME
+from chat.models.download_progress import (
+    DownloadProgress,
+    Meter,
+    ProgressCallback,
+    cancellable,
+)
+from chat.models.hub_spec import (
+    DEFAULT_ENDPOINT,
+    DEFAULT_QUANT,
+    DownloadCancelled,
+    DownloadError,
+    RemoteFile,
+    Source,
+    checked_commit,
+    checked_file_name,
+    checked_hash,
+    checked_revision,
+    choose_files,
+    is_model_name,
+    parse_spec,
+    refused,
+    with_split_parts,
+)
 from chat.safe_files import UnsafeFileError, inside, is_plain_name
 from chat.sanitize import sanitize_line
+
+__all__ = [
+    "DEFAULT_QUANT",
+    "HUB_CHUNK",
+    "DownloadCancelled",
+    "DownloadError",
+    "DownloadProgress",
+    "ProgressCallback",
+    "RemoteFile",
+    "choose_files",
+    "list_repo_models",
+    "parse_spec",
+    "pull",
+]
 
 if TYPE_CHECKING:
     from huggingface_hub.hf_api import ModelInfo
 
-DEFAULT_QUANT = "Q4_K_M"
-DEFAULT_ENDPOINT = "https://huggingface.co"
-_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_REVISION = re.compile(r"^[\w][\w.-]*$")
-"""A branch or tag name without folder parts (`main`, `v1.0`)."""
-_REPORT_EVERY_S = 0.1
-"""At most ten progress reports a second: a UI redraws no faster."""
-_SPEED_WINDOW_S = 5.0
-"""Speed is measured over the last seconds, so that it follows the network."""
 _HASH_CHUNK = 1 << 22
 HUB_CHUNK = 1 << 20
 """Bytes huggingface_hub reads per step (its default is 10 MiB). Its progress
 calls, our chance to cancel and the point a dropped download resumes from
 all come once per step: at 1 MiB they come ten times as often."""
-
-T = TypeVar("T")
-
-
-class DownloadError(ModelError):
-    """A model could not be downloaded; the message says why and what to do."""
-
-
-class DownloadCancelled(DownloadError):
-    """The user stopped the download."""
-
-
-@dataclass(frozen=True)
-class RemoteFile:
-    """A file in a Hugging Face repo."""
-
-    path: str
-    size: int
-    sha256: str | None = None
-    """The LFS object id (the file's SHA-256), for files stored with LFS."""
-
-
-@dataclass(frozen=True)
-class DownloadProgress:
-    """One progress report. Byte counts cover every file of the model."""
-
-    file: str
-    """The file being transferred (or checked)."""
-    part: int
-    """Which file, from 1, of `parts` (a split model has several)."""
-    parts: int
-    done: int
-    total: int
-    speed: float
-    """Bytes per second over the last few seconds."""
-    seconds_left: float | None
-    """At that speed; None while the speed is not known yet."""
-    verifying: bool = False
-    """True while the finished file is checked against the repo's SHA-256."""
-
-
-ProgressCallback = Callable[[DownloadProgress], None]
-
-
-@dataclass(frozen=True)
-class _Source:
-    """What a spec names: a repo (with a quantization or a file in it) or a plain URL."""
-
-    repo: str | None = None
-    revision: str = "main"
-    quant: str | None = None
-    filename: str | None = None
-    url: str | None = None
-
-
-def parse_spec(spec: str, endpoint: str | None = None) -> _Source:
-    """`org/repo`, `org/repo:QUANT`, or an https URL of a `.gguf` file. A URL of
-    a file on the hub (`.../org/repo/resolve/<revision>/<file>`) goes through
-    the hub cache like a repo."""
-    spec = spec.strip()
-    if spec.startswith(("https://", "http://")):
-        url = urlparse(spec)
-        if not url.path.lower().endswith(".gguf"):
-            raise DownloadError(f"{spec} does not name a .gguf file: kvchat runs GGUF models.")
-        hub = urlparse(endpoint or DEFAULT_ENDPOINT)
-        pieces = unquote(url.path).strip("/").split("/")
-        if url.netloc == hub.netloc and len(pieces) >= 5 and pieces[2] in ("resolve", "blob"):
-            repo = _checked_repo("/".join(pieces[:2]), spec)
-            return _Source(
-                repo=repo,
-                revision=_checked_revision(pieces[3], repo),
-                filename=_checked_file_name("/".join(pieces[4:]), repo),
-            )
-        return _Source(url=spec)
-    repo, _, quant = spec.partition(":")
-    return _Source(repo=_checked_repo(repo, spec), quant=quant.strip() or None)
-
-
-def _checked_repo(repo: str, spec: str) -> str:
-    if not _REPO.match(repo) or ".." in repo or "--" in repo:
-        raise DownloadError(
-            f"{spec!r} is not a model to download: give a Hugging Face repo "
-            "(org/name, or org/name:Q4_K_M for one quantization) or an https URL of a .gguf file."
-        )
-    return repo
-
-
-# -- names from outside --------------------------------------------------------
-# Checked before they reach the file system or huggingface_hub: a hub (or a
-# mirror, or a URL typed in) may answer anything.
-
-
-def _refused(what: str, value: str, repo: str | None) -> DownloadError:
-    where = f" for {repo}" if repo else ""
-    return DownloadError(
-        f"Refused {what} {sanitize_line(value)[:120]!r}{where}: it is not a valid name "
-        "and could lead outside the download cache."
-    )
-
-
-def _checked_revision(revision: str, repo: str | None) -> str:
-    """A commit hash or a plain branch or tag name."""
-    if not (_COMMIT.match(revision) or (_REVISION.match(revision) and ".." not in revision)):
-        raise _refused("the revision", revision, repo)
-    return revision
-
-
-def _checked_commit(commit: str, repo: str | None) -> str:
-    """What the hub says a revision points at: a commit hash, nothing else."""
-    if not _COMMIT.match(commit):
-        raise _refused("the commit the server named", commit, repo)
-    return commit
-
-
-def _checked_file_name(name: str, repo: str | None) -> str:
-    """A file in a repo: relative, `/`-separated plain names (no `..`, no
-    absolute part, no backslash, no empty part)."""
-    parts = name.split("/")
-    if not name or not all(is_plain_name(part) for part in parts):
-        raise _refused("the file name", name, repo)
-    return name
-
-
-def _checked_hash(value: str | None, repo: str | None, what: str) -> str | None:
-    """An LFS SHA-256 (64 hex digits) or a git blob id (40): used as a file name."""
-    if value is None:
-        return None
-    if not (_SHA256.match(value) or _COMMIT.match(value)):
-        raise _refused(what, value, repo)
-    return value
 
 
 def pull(
@@ -219,10 +110,10 @@ def pull(
     if source.url is not None:
         target = models_dir or paths.models_dir()
         url = source.url
-        return _cancellable(lambda: _pull_url(url, target, progress, cancel), cancel)
+        return cancellable(lambda: _pull_url(url, target, progress, cancel), cancel)
     assert source.repo is not None
     repo = source.repo
-    return _cancellable(
+    return cancellable(
         lambda: _pull_repo(source, repo, progress, cancel, cache_dir, endpoint, token), cancel
     )
 
@@ -232,61 +123,7 @@ def list_repo_models(
 ) -> list[RemoteFile]:
     """The GGUF files of a repo, with their sizes (for a picker)."""
     _, files = _repo_files(repo, revision, endpoint, token)
-    return [f for f in files if _is_model_name(f.path)]
-
-
-def choose_files(repo: str, files: Sequence[RemoteFile], quant: str | None) -> list[RemoteFile]:
-    """The files of the one model in `files` to download: the quantization
-    asked for (matched case-insensitively in the file names), else Q4_K_M, else
-    the only model there is. Every part of a split model. Raises
-    `DownloadError` listing the models there are when none or several match."""
-    models = _group_models([f for f in files if _is_model_name(f.path)])
-    if not models:
-        raise DownloadError(f"The repo {repo} holds no GGUF model file.")
-    wanted = quant or DEFAULT_QUANT
-    matching = _matching(models, wanted)
-    if len(matching) == 1:
-        return matching[0]
-    if quant is None and not matching and len(models) == 1:
-        return models[0]
-    listing = "; ".join(
-        f"{parts[0].path} ({_human(sum(p.size for p in parts))})" for parts in (matching or models)
-    )
-    if matching:
-        raise DownloadError(
-            f"{len(matching)} files of {repo} match {wanted}: {listing}. "
-            "Name one more exactly (e.g. org/repo:Q4_K_M)."
-        )
-    asked = f"No {wanted} file in {repo}" if quant else f"{repo} has no {DEFAULT_QUANT} file"
-    raise DownloadError(f"{asked}. It has: {listing}. Pick one with {repo}:QUANT.")
-
-
-def _matching(models: list[list[RemoteFile]], quant: str) -> list[list[RemoteFile]]:
-    """Models whose name contains `quant`; when several do ("Q4_K" is in
-    Q4_K_M and Q4_K_S), those where it is a whole word."""
-    needle = quant.lower()
-    found = [parts for parts in models if needle in parts[0].path.lower()]
-    if len(found) > 1:
-        word = re.compile(rf"(?<![a-z0-9]){re.escape(needle)}(?![a-z0-9_])")
-        exact = [parts for parts in found if word.search(parts[0].path.lower())]
-        found = exact or found
-    return found
-
-
-def _is_model_name(path: str) -> bool:
-    name = path.rsplit("/", 1)[-1].lower()
-    return name.endswith(".gguf") and "mmproj" not in name
-
-
-def _group_models(files: list[RemoteFile]) -> list[list[RemoteFile]]:
-    """Files grouped by model: the parts of a split model together, in order."""
-    groups: dict[str, list[RemoteFile]] = {}
-    for file in sorted(files, key=lambda f: f.path):
-        folder, _, name = file.path.rpartition("/")
-        match = SPLIT_NAME.match(name)
-        key = f"{folder}/{match['prefix']}-of-{match['count']}" if match else file.path
-        groups.setdefault(key, []).append(file)
-    return list(groups.values())
+    return [f for f in files if is_model_name(f.path)]
 
 
 # -- from the hub --------------------------------------------------------------
@@ -299,27 +136,27 @@ def _repo_files(
     the hub answers is checked: a bad one refuses the whole answer."""
     from huggingface_hub import HfApi
 
-    _checked_revision(revision, repo)
+    checked_revision(revision, repo)
     with _explained(repo, endpoint):
         info: ModelInfo = HfApi(endpoint=endpoint, token=token).model_info(
             repo, revision=revision, files_metadata=True
         )
     files = [
         RemoteFile(
-            path=_checked_file_name(str(sibling.rfilename), repo),
+            path=checked_file_name(str(sibling.rfilename), repo),
             size=max(int(sibling.size or (sibling.lfs.size if sibling.lfs else 0)), 0),
-            sha256=_checked_hash(
+            sha256=checked_hash(
                 str(sibling.lfs.sha256) if sibling.lfs else None, repo, "the SHA-256"
             ),
         )
         for sibling in info.siblings or []
     ]
     commit = str(info.sha) if info.sha else revision
-    return _checked_commit(commit, repo), files
+    return checked_commit(commit, repo), files
 
 
 def _pull_repo(
-    source: _Source,
+    source: Source,
     repo: str,
     progress: ProgressCallback,
     cancel: threading.Event,
@@ -330,10 +167,10 @@ def _pull_repo(
     commit, files = _repo_files(repo, source.revision, endpoint, token)
     _prepare_hub()
     if source.filename is not None:
-        chosen = _with_split_parts(repo, source.filename, files)
+        chosen = with_split_parts(repo, source.filename, files)
     else:
         chosen = choose_files(repo, files, source.quant)
-    meter = _Meter(progress, cancel, total=sum(f.size for f in chosen), parts=len(chosen))
+    meter = Meter(progress, cancel, total=sum(f.size for f in chosen), parts=len(chosen))
     cache = cache_dir or _hub_cache()
     where = _CacheRepo(cache, repo, commit)
     downloaded: list[Path] = []
@@ -394,7 +231,7 @@ class _CacheRepo:
 
 
 def _fetch_file(
-    where: _CacheRepo, file: RemoteFile, meter: _Meter, endpoint: str | None, token: str | None
+    where: _CacheRepo, file: RemoteFile, meter: Meter, endpoint: str | None, token: str | None
 ) -> Path:
     """The file in the cache, downloaded if it is not there yet, resuming a
     partial download left by an earlier try."""
@@ -410,9 +247,9 @@ def _fetch_file(
     if name is None or not where.blob(name).is_file():
         with _explained(repo, endpoint, file.path):
             answer = get_hf_file_metadata(url, token=token, endpoint=endpoint)
-        etag = _checked_hash(answer.etag, repo, "the ETag the server sent")
+        etag = checked_hash(answer.etag, repo, "the ETag the server sent")
         if answer.commit_hash is not None and answer.commit_hash != where.commit:
-            raise _refused("the commit the server named", answer.commit_hash, repo)
+            raise refused("the commit the server named", answer.commit_hash, repo)
         if etag is None or (file.sha256 is not None and etag != file.sha256):
             raise DownloadError(
                 f"The server's answer for {file.path} names another file than its listing "
@@ -446,7 +283,7 @@ def _download_resuming(
     url: str,
     partial: Path,
     file: RemoteFile,
-    meter: _Meter,
+    meter: Meter,
     repo: str,
     endpoint: str | None,
     token: str | None,
@@ -486,14 +323,6 @@ def _remove_leftovers(blob: Path) -> None:
     blob.with_name(f"{blob.name}.incomplete").unlink(missing_ok=True)
 
 
-def _with_split_parts(repo: str, filename: str, files: list[RemoteFile]) -> list[RemoteFile]:
-    """The file a URL names, and the other parts if it is part of a split model."""
-    for parts in _group_models(files):
-        if any(part.path == filename for part in parts):
-            return parts
-    raise DownloadError(f"The repo {repo} has no file {filename}.")
-
-
 def _prepare_hub() -> None:
     """Settings of huggingface_hub for kvchat's process: smaller read steps
     (`HUB_CHUNK`), and its warnings ("Trying to resume download...") kept off
@@ -521,7 +350,7 @@ def _hub_cache() -> Path:
     return Path(constants.HF_HUB_CACHE)
 
 
-def _verify(partial: Path, file: RemoteFile, meter: _Meter) -> None:
+def _verify(partial: Path, file: RemoteFile, meter: Meter) -> None:
     """Check the downloaded file against the repo's SHA-256 before it becomes
     a blob; remove it if it differs, so that no later try resumes it."""
     if file.sha256 is None:
@@ -553,7 +382,7 @@ def _pull_url(
     _prepare_hub()
     name = Path(unquote(urlparse(url).path)).name
     if not is_plain_name(name):
-        raise _refused("the file name", name, None)
+        raise refused("the file name", name, None)
     try:
         target = inside(models_dir, name, what="model file")
     except UnsafeFileError as error:
@@ -570,7 +399,7 @@ def _pull_url(
             try:
                 if target.exists():
                     return target
-                meter = _Meter(progress, cancel, total=0, parts=1)
+                meter = Meter(progress, cancel, total=0, parts=1)
                 meter.start_file(name, 1)
                 with partial.open("ab") as file, _explained(None, url):
                     http_get(
@@ -591,131 +420,6 @@ def _pull_url(
 
 
 # -- progress and cancelling ---------------------------------------------------
-
-
-class _Meter:
-    """Turns huggingface_hub's progress-bar calls into `DownloadProgress`
-    reports, and stops the transfer when `cancel` is set: the bar's `update`
-    raises, huggingface_hub deletes its temporary file."""
-
-    def __init__(
-        self, report: ProgressCallback, cancel: threading.Event, total: int, parts: int
-    ) -> None:
-        self._report = report
-        self._cancel = cancel
-        self._total = total
-        self._parts = parts
-        self._finished = 0  # bytes of the files done
-        self._current = 0  # bytes of the file in transfer
-        self._file = ""
-        self._part = 1
-        self._samples: deque[tuple[float, int]] = deque()
-        self._last_report = 0.0
-
-    def start_file(self, name: str, part: int) -> None:
-        self._file, self._part, self._current = name, part, 0
-        self._check_cancel()
-
-    def finish_file(self, size: int) -> None:
-        self._finished += size
-        self._current = 0
-        self._send(force=True)
-
-    def bar_class(self) -> type:
-        """A class huggingface_hub can use as `tqdm_class` (it only creates it
-        with keyword arguments, calls `update` and uses it as a context manager)."""
-        meter = self
-
-        class Bar:
-            def __init__(
-                self, *args: Any, total: int | None = None, initial: int = 0, **kwargs: Any
-            ) -> None:
-                meter.began(total, initial)
-
-            def update(self, n: float | None = 1) -> None:
-                meter.advanced(int(n or 0))
-
-            def close(self) -> None:
-                pass
-
-            def __enter__(self) -> Bar:
-                return self
-
-            def __exit__(self, *exc: object) -> None:
-                pass
-
-        return Bar
-
-    def began(self, total: int | None, initial: int) -> None:
-        if self._total == 0 and total:  # a plain URL: the size comes with the answer
-            self._total = total
-        self._current = initial
-        self._check_cancel()
-
-    def advanced(self, n: int) -> None:
-        self._current += n  # negative when a resume was refused and it starts over
-        self._check_cancel()
-        self._send()
-
-    def verified(self, done: int) -> None:
-        self._check_cancel()
-        self._send(verifying=done)
-
-    def _check_cancel(self) -> None:
-        if self._cancel.is_set():
-            raise DownloadCancelled("The download was cancelled.")
-
-    def _send(self, force: bool = False, verifying: int | None = None) -> None:
-        now = time.monotonic()
-        done = self._finished + self._current
-        self._samples.append((now, done))
-        while len(self._samples) > 2 and now - self._samples[0][0] > _SPEED_WINDOW_S:
-            self._samples.popleft()
-        if not force and now - self._last_report < _REPORT_EVERY_S:
-            return
-        self._last_report = now
-        first_time, first_done = self._samples[0]
-        elapsed = now - first_time
-        speed = (done - first_done) / elapsed if elapsed > 0 else 0.0
-        total = max(self._total, done)
-        left = (total - done) / speed if speed > 0 else None
-        self._report(
-            DownloadProgress(
-                file=self._file,
-                part=self._part,
-                parts=self._parts,
-                done=done if verifying is None else self._finished + verifying,
-                total=total,
-                speed=speed if verifying is None else 0.0,
-                seconds_left=left if verifying is None else None,
-                verifying=verifying is not None,
-            )
-        )
-
-
-def _cancellable(work: Callable[[], T], cancel: threading.Event) -> T:
-    """Run `work` in a daemon thread and return its result, or raise
-    `DownloadCancelled` as soon as `cancel` is set, even while the network is
-    silent (the transfer itself stops at its next chunk or time-out)."""
-    outcome: list[Any] = []
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            outcome.append((True, work()))
-        except BaseException as error:
-            outcome.append((False, error))
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name="kvchat-download", daemon=True).start()
-    while not done.wait(0.05):
-        if cancel.is_set():
-            raise DownloadCancelled("The download was cancelled.")
-    ok, value = outcome[0]
-    if ok:
-        return cast(T, value)
-    raise value
 
 
 @contextmanager
@@ -773,15 +477,6 @@ def _is_network_error(error: BaseException) -> bool:
     does not depend on which one is installed."""
     names = {cls.__name__ for cls in type(error).__mro__}
     return bool(names & {"TransportError", "ConnectError", "TimeoutException", "NetworkError"})
-
-
-def _human(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1000 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} TB"
 
 
 def _hub_endpoint() -> str:

@@ -8,9 +8,9 @@ tensor's data ends: a download cut short is named, not loaded.
 
 Why not `gguf.GGUFReader`, the reader llama.cpp publishes: it turns every
 metadata array into numpy objects, the 49,152 vocabulary strings of the demo
-model included, and took 11 s for the demo model's 98 MB on this machine. This
-parser skips the vocabulary (only its length is kept) and reads the header in
-a few tens of milliseconds.
+model included, which takes seconds even for the demo model
+(docs/performance.md, "Figures behind the code"). This parser skips the
+vocabulary (only its length is kept).
 """
 
 from __future__ import annotations

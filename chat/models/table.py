@@ -22,6 +22,7 @@ from chat.models.memory import (
     memory_budget,
 )
 from chat.models.metadata import ModelMetadata, read_metadata
+from chat.models.sizes import human_bytes
 from chat.settings.schema import ModelSettings
 
 
@@ -146,15 +147,6 @@ def budgets_text(rows: Sequence[ModelRow]) -> str | None:
 
 def _names(devices: Sequence[str]) -> str:
     return " + ".join(devices) or "the GPU"
-
-
-def human_bytes(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
 
 
 def row_dict(row: ModelRow) -> dict[str, object]:

@@ -516,7 +516,7 @@ class ChatApp(App[None]):
         self._leave_and_exit()
 
     def _export_elsewhere(self) -> Path:
-        from chat.conversations.export import export_elsewhere
+        from chat.conversations.transcript import export_elsewhere
 
         session = self.chat_screen.session
         return export_elsewhere(session.conversation, session.conversation_settings().sampling)

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
-import chat.conversations.store as store_module
+import chat.conversations.database_file as database_file
 from chat.conversations.conversation import Conversation, Message, ReplyStats
-from chat.conversations.export import export_conversation, file_stem
 from chat.conversations.saver import ConversationSaver, ConversationSettings, restore_sampling
 from chat.conversations.store import Store
-from chat.conversations.transcript import parse_import
+from chat.conversations.transcript import export_conversation, file_stem, parse_import
 from chat.errors import KvchatError
 from chat.settings.schema import SamplingSettings
 
@@ -112,7 +111,7 @@ def test_a_failed_write_is_reported_and_retried_in_order(
     conv = Conversation()
     one_turn(saver, conv, "q1", "a1")
     # Another program holds the write lock for longer than the busy timeout.
-    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(database_file, "BUSY_TIMEOUT_S", 0.1)
     store._conn.execute("PRAGMA busy_timeout = 100")
     blocker = sqlite3.connect(store.path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
@@ -222,7 +221,7 @@ def test_a_branch_switch_that_cannot_be_written_is_written_later(
     first = one_turn(saver, conv, "q", "first")
     conv.messages.pop()
     answer(saver, conv, "second")
-    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(database_file, "BUSY_TIMEOUT_S", 0.1)
     store._conn.execute("PRAGMA busy_timeout = 100")
     blocker = sqlite3.connect(store.path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")

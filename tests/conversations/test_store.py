@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import chat.conversations.store as store_module
+import chat.conversations.search as search_module
 from chat.conversations.conversation import Conversation, Message, ReplyStats
 from chat.conversations.store import (
     SCHEMA_VERSION,
@@ -273,7 +273,7 @@ def test_search_matches_title_and_message_text(
     db_path: Path, monkeypatch: pytest.MonkeyPatch, fts: bool
 ) -> None:
     if not fts:
-        monkeypatch.setattr(store_module, "_fts5_available", lambda conn: False)
+        monkeypatch.setattr(search_module, "fts5_available", lambda conn: False)
     with Store(db_path) as opened:
         assert opened.has_fts is fts
         ids = _search_fixture(opened)
@@ -304,7 +304,7 @@ def test_search_index_is_rebuilt_when_fts_comes_back(
 ) -> None:
     with Store(db_path) as opened:
         conv_id = opened.create_conversation(Conversation(title="t"))
-    monkeypatch.setattr(store_module, "_fts5_available", lambda conn: False)
+    monkeypatch.setattr(search_module, "fts5_available", lambda conn: False)
     with Store(db_path) as without_fts:
         without_fts.add_message(conv_id, Message("user", "zebra crossing"))
     monkeypatch.undo()
@@ -678,7 +678,7 @@ def test_opening_a_100000_message_tree_is_fast_enough(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Without the search index: the test measures reading, not indexing 100,000 rows.
-    monkeypatch.setattr(store_module, "_fts5_available", lambda conn: False)
+    monkeypatch.setattr(search_module, "fts5_available", lambda conn: False)
     store = Store(db_path)
     # Bulk rows: one long branch, and every tenth reply regenerated once beside it.
     rows: list[tuple[int, int, int | None, int, str]] = []

@@ -64,7 +64,7 @@ def test_continuing_evaluates_only_the_new_tokens_and_goes_on(engine: LlamaEngin
     # Together their tokens spell the whole, to be sent as one reply next turn.
     assert more.token_ids is not None
     whole = (*cut.token_ids, *more.token_ids)
-    assert engine._spell(whole).decode() == cut.text + more.text
+    assert engine.chat_prompt.spell(whole).decode() == cut.text + more.text
 
 
 def test_a_repeatable_continuation_is_the_same_warm_or_from_scratch(engine: LlamaEngine) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from chat.engine.base import ChatMessage
@@ -19,6 +21,20 @@ AWKWARD = [
 ]
 
 
+def word_tokenizer(calls: list[bytes]) -> Callable[[bytes, bool], list[int]]:
+    """A tokenizer to test the cutting with: 0 for a BOS, 1 for `<s>`, a word's
+    length + 10 for each word; each text it is given is added to `calls`."""
+
+    def tokenize(text: bytes, add_bos: bool) -> list[int]:
+        calls.append(text)
+        ids = [0] if add_bos else []
+        for part in text.replace(b"<s>", b" <s> ").split():
+            ids.append(1 if part == b"<s>" else len(part) + 10)
+        return ids
+
+    return tokenize
+
+
 def conversation(contents: list[str]) -> list[dict[str, str]]:
     messages = [{"role": "system", "content": "You are a helpful assistant."}]
     for index, content in enumerate(contents):
@@ -28,41 +44,36 @@ def conversation(contents: list[str]) -> list[dict[str, str]]:
 
 @pytest.mark.model
 def test_pieces_match_whole_tokenization_turn_after_turn(engine: LlamaEngine) -> None:
-    pieces = PieceTokenizer(engine._tokenize, engine._message_markers())
+    pieces = PieceTokenizer(engine.chat_prompt.tokenize_text, engine.chat_prompt.message_markers())
     contents: list[str] = []
     for turn, text in enumerate(AWKWARD * 2):
         contents.append(text)
         messages = conversation(contents)
         for generation_prompt in (True, False):
             whole = engine.tokenize_chat(messages, generation_prompt)
-            assert engine._tokenize_chat(messages, generation_prompt, pieces) == whole, turn
+            assert engine.chat_prompt.tokens(messages, generation_prompt, pieces) == whole, turn
 
 
 @pytest.mark.model
 def test_an_edited_earlier_message_is_tokenized_again(engine: LlamaEngine) -> None:
-    pieces = PieceTokenizer(engine._tokenize, engine._message_markers())
+    pieces = PieceTokenizer(engine.chat_prompt.tokenize_text, engine.chat_prompt.message_markers())
     first = conversation(["Hello there", "Hi! How can I help?", "Tell me a story"])
-    engine._tokenize_chat(first, True, pieces)
+    engine.chat_prompt.tokens(first, True, pieces)
     edited = conversation(["Hello here", "Hi! How can I help?", "Tell me a story"])
-    assert engine._tokenize_chat(edited, True, pieces) == engine.tokenize_chat(edited)
+    assert engine.chat_prompt.tokens(edited, True, pieces) == engine.tokenize_chat(edited)
 
 
 @pytest.mark.model
 def test_the_template_markers_are_found(engine: LlamaEngine) -> None:
     # SmolLM2 is ChatML: every message opens and closes with a special token.
-    assert sorted(engine._message_markers()) == [(b"<|im_end|>", 2), (b"<|im_start|>", 1)]
+    markers = engine.chat_prompt.message_markers()
+    assert sorted(markers) == [(b"<|im_end|>", 2), (b"<|im_start|>", 1)]
 
 
 def test_only_new_pieces_are_tokenized() -> None:
     calls: list[bytes] = []
 
-    def tokenize(text: bytes, add_bos: bool) -> list[int]:
-        calls.append(text)
-        ids = [0] if add_bos else []
-        for part in text.replace(b"<s>", b" <s> ").split():
-            ids.append(1 if part == b"<s>" else len(part) + 10)
-        return ids
-
+    tokenize = word_tokenizer(calls)
     pieces = PieceTokenizer(tokenize, [(b"<s>", 1)])
     assert pieces([b"intro<s>one two<s>three"], True) == [0, 15, 1, 13, 13, 1, 15]
     calls.clear()
@@ -91,8 +102,8 @@ def test_a_template_that_refuses_the_probe_leaves_prompts_whole(
     def refuse(messages: object, add_generation_prompt: bool = True) -> list[int]:
         raise ValueError("Conversation roles must alternate user/assistant/user/assistant")
 
-    monkeypatch.setattr(engine, "tokenize_chat", refuse)
-    assert engine._message_markers() == []
+    monkeypatch.setattr(engine.chat_prompt, "tokens", refuse)
+    assert engine.chat_prompt.message_markers() == []
 
 
 def test_a_bos_before_the_first_piece_is_not_a_wrong_cut() -> None:
@@ -112,13 +123,7 @@ def test_a_bos_before_the_first_piece_is_not_a_wrong_cut() -> None:
 def test_token_parts_go_in_as_they_are() -> None:
     calls: list[bytes] = []
 
-    def tokenize(text: bytes, add_bos: bool) -> list[int]:
-        calls.append(text)
-        ids = [0] if add_bos else []
-        for part in text.replace(b"<s>", b" <s> ").split():
-            ids.append(1 if part == b"<s>" else len(part) + 10)
-        return ids
-
+    tokenize = word_tokenizer(calls)
     pieces = PieceTokenizer(tokenize, [(b"<s>", 1)])
     first = [b"<s>a<s>", [7, 8], b"<s>b"]
     assert pieces(first, True) == [0, 1, 11, 1, 7, 8, 1, 11]
@@ -133,15 +138,16 @@ def test_token_parts_go_in_as_they_are() -> None:
 
 @pytest.mark.model
 def test_pieces_match_whole_tokenization_with_sampled_replies(engine: LlamaEngine) -> None:
-    pieces = PieceTokenizer(engine._tokenize, engine._message_markers())
+    pieces = PieceTokenizer(engine.chat_prompt.tokenize_text, engine.chat_prompt.message_markers())
     messages: list[ChatMessage] = [{"role": "system", "content": "You are a helpful assistant."}]
     for turn, text in enumerate(AWKWARD * 2):
         if turn % 2 == 0:
             messages.append({"role": "user", "content": text})
         else:
             # As a model may sample it: one character at a time where it can.
-            ids = [i for char in text for i in engine._tokenize(char.encode(), False)]
+            tokenize = engine.chat_prompt.tokenize_text
+            ids = [i for char in text for i in tokenize(char.encode(), False)]
             messages.append({"role": "assistant", "content": text, "token_ids": ids})
         for generation_prompt in (True, False):
             whole = engine.tokenize_chat(messages, generation_prompt)
-            assert engine._tokenize_chat(messages, generation_prompt, pieces) == whole, turn
+            assert engine.chat_prompt.tokens(messages, generation_prompt, pieces) == whole, turn

@@ -54,8 +54,8 @@ def spell(engine: LlamaEngine, ids: Sequence[int]) -> str:
 def split_tokens(engine: LlamaEngine, *texts: str) -> list[int]:
     """Ids that spell "".join(texts) but are not how that text tokenizes: as
     a model may sample them."""
-    ids = [i for text in texts for i in engine._tokenize(text.encode(), False)]
-    assert ids != engine._tokenize("".join(texts).encode(), False)
+    ids = [i for text in texts for i in engine.chat_prompt.tokenize_text(text.encode(), False)]
+    assert ids != engine.chat_prompt.tokenize_text("".join(texts).encode(), False)
     return ids
 
 
@@ -103,18 +103,25 @@ def test_a_reply_sent_as_its_sampled_tokens_evaluates_only_the_new_message(
     assert as_text_second.stats.prompt_evaluated > new_tokens + 5
 
 
-def test_sampled_tokens_stand_for_the_reply_in_the_prompt(engine: LlamaEngine) -> None:
-    ids = split_tokens(engine, *SPLIT)
-    messages: list[ChatMessage] = [
+def thanked_for(ids: list[int]) -> list[ChatMessage]:
+    """A conversation whose reply was sampled as `ids`, and a message after it."""
+    return [
         SYSTEM,
         {"role": "user", "content": "Hi"},
         {"role": "assistant", "content": "Sure! Here is a list.", "token_ids": ids},
         {"role": "user", "content": "Thanks"},
     ]
-    opening = engine._tokenize(b"<|im_start|>assistant\n", False)
+
+
+def test_sampled_tokens_stand_for_the_reply_in_the_prompt(engine: LlamaEngine) -> None:
+    ids = split_tokens(engine, *SPLIT)
+    messages = thanked_for(ids)
+    opening = engine.chat_prompt.tokenize_text(b"<|im_start|>assistant\n", False)
     head = engine.tokenize_chat(messages[:2])
     assert head[-len(opening) :] == opening
-    tail = engine._tokenize(b"<|im_end|>\n<|im_start|>user\nThanks<|im_end|>\n", False)
+    tail = engine.chat_prompt.tokenize_text(
+        b"<|im_end|>\n<|im_start|>user\nThanks<|im_end|>\n", False
+    )
     assert engine.tokenize_chat(messages, False) == head + ids + tail
 
 
@@ -154,12 +161,7 @@ def test_only_replies_are_sent_as_tokens(engine: LlamaEngine) -> None:
 
 def test_the_meter_counts_what_is_sent(engine: LlamaEngine) -> None:
     ids = split_tokens(engine, *SPLIT)
-    messages: list[ChatMessage] = [
-        SYSTEM,
-        {"role": "user", "content": "Hi"},
-        {"role": "assistant", "content": "Sure! Here is a list.", "token_ids": ids},
-        {"role": "user", "content": "Thanks"},
-    ]
+    messages = thanked_for(ids)
     counted = engine.tokenize_chat(messages)
     assert engine.tokenize_prompt(messages) == counted  # piece by piece, as a reply sends it
     assert engine.tokenize_prompt(messages) == counted  # its remembered pieces again
@@ -172,7 +174,7 @@ def test_the_template_sees_role_and_content_only(
     engine: LlamaEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[dict[str, Any]] = []
-    formatters = dict(engine._formatters)
+    formatters = dict(engine.chat_prompt.formatters)
 
     def recording(add_generation_prompt: bool) -> Any:
         def render(messages: list[dict[str, Any]]) -> Any:
@@ -181,7 +183,8 @@ def test_the_template_sees_role_and_content_only(
 
         return render
 
-    monkeypatch.setattr(engine, "_formatters", {flag: recording(flag) for flag in (True, False)})
+    recorders = {flag: recording(flag) for flag in (True, False)}
+    monkeypatch.setattr(engine.chat_prompt, "formatters", recorders)
     ids = split_tokens(engine, *SPLIT)
     engine.tokenize_chat(
         [SYSTEM, {"role": "assistant", "content": "Sure! Here is a list.", "token_ids": ids}]
@@ -200,8 +203,8 @@ def test_a_template_that_rewrites_replies_gets_their_text(
         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
     )
     monkeypatch.setattr(
-        engine,
-        "_formatters",
+        engine.chat_prompt,
+        "formatters",
         {
             flag: Jinja2ChatFormatter(template, "", "", add_generation_prompt=flag)
             for flag in (True, False)
@@ -238,6 +241,6 @@ def test_a_stop_sequence_keeps_the_tokens_before_it(engine: LlamaEngine) -> None
 def test_a_sanitised_reply_has_no_tokens(engine: LlamaEngine) -> None:
     # Terminal escapes are removed from what is shown and saved; the tokens
     # that carried them no longer spell the text.
-    sampled = engine._tokenize(b"red \x1b[31mtext", False)
+    sampled = engine.chat_prompt.tokenize_text(b"red \x1b[31mtext", False)
     assert engine._spelling_tokens(sampled, "red text") is None
     assert engine._spelling_tokens(sampled, "red \x1b[31mtext") == tuple(sampled)

@@ -113,7 +113,7 @@ def test_a_repo_without_q4_k_m_lists_what_it_has(hub: Hub, tmp_path: Path) -> No
     with pytest.raises(DownloadError) as raised:
         choose_files("org/a", files, None)
     assert str(raised.value) == (
-        "org/a has no Q4_K_M file. It has: a-Q6_K.gguf (6.1 GB); a-Q8_0.gguf (8.0 GB). "
+        "org/a has no Q4_K_M file. It has: a-Q6_K.gguf (5.7 GiB); a-Q8_0.gguf (7.5 GiB). "
         "Pick one with org/a:QUANT."
     )
     with pytest.raises(DownloadError, match=r"No IQ2_XS file in org/Tiny-GGUF\. It has: .*"):

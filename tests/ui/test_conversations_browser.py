@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Button, DataTable, Input, Static
 
-import chat.conversations.store as store_module
+import chat.conversations.database_file as database_file
 from chat import paths
 from chat.conversations.conversation import Conversation, Message, ReplyStats
 from chat.conversations.store import Store
@@ -197,7 +197,7 @@ async def test_a_message_that_does_not_fit_is_not_left_in_the_database() -> None
 async def test_a_locked_database_gives_a_notice_and_the_chat_goes_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(database_file, "BUSY_TIMEOUT_S", 0.2)
     engine = ScriptedEngine(replies=[["one"], ["two"]])
     app = make_app(engine)
     async with app.run_test() as pilot:

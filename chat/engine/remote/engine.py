@@ -86,6 +86,17 @@ class Request:
     """Role and content of each message, for servers that take messages."""
 
 
+@dataclass(frozen=True)
+class ReplyCall:
+    """One reply asked of a server: its prompt, how to sample it, the event
+    that stops it, and whether each token's probabilities are recorded."""
+
+    request: Request
+    sampling: SamplingSettings
+    cancel: threading.Event
+    record_probs: bool
+
+
 def server_model_info(
     http: ServerHttp,
     name: str,
@@ -243,13 +254,7 @@ class RemoteEngine:
     def _prepare(self, messages: ChatMessages, sampling: SamplingSettings) -> Request:
         raise NotImplementedError
 
-    def _pieces(
-        self,
-        request: Request,
-        sampling: SamplingSettings,
-        cancel: threading.Event,
-        record_probs: bool,
-    ) -> Generator[Piece | Summary, None, None]:
+    def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary, None, None]:
         raise NotImplementedError
 
     def _run(
@@ -273,7 +278,7 @@ class RemoteEngine:
         # A seed always, as the local engine does: the reply can be reproduced.
         if sampling.seed is None:
             sampling = dataclasses.replace(sampling, seed=random.randrange(2**32 - 1))
-        pieces = self._pieces(request, sampling, cancel, record_probs)
+        pieces = self._pieces(ReplyCall(request, sampling, cancel, record_probs))
         try:
             for item in pieces:
                 if isinstance(item, Summary):

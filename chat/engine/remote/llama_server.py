@@ -35,6 +35,7 @@ from chat.engine.base import ChatMessages
 from chat.engine.remote.engine import (
     Piece,
     RemoteEngine,
+    ReplyCall,
     Request,
     Summary,
     chat_messages,
@@ -46,7 +47,7 @@ from chat.engine.remote.engine import (
     window_size,
 )
 from chat.engine.remote.http import ServerHttp, json_number, parse_json_line, sse_data
-from chat.engine.remote.openai import ASSUMED_N_CTX
+from chat.engine.remote.openai import ASSUMED_N_CTX, llama_sampling, openai_sampling
 from chat.engine.remote.probs import token_choice
 from chat.engine.token_probs import TOP_N
 from chat.errors import ServerError, UnknownServerModelError
@@ -149,37 +150,20 @@ class LlamaServerEngine(RemoteEngine):
         return exact_request(self.tokenize_chat(messages), self.info.n_ctx)
 
     def _body(self, tokens: list[int], sampling: SamplingSettings) -> dict[str, Any]:
-        body: dict[str, Any] = {
+        return {
             "prompt": tokens,
             "cache_prompt": True,
-            "temperature": sampling.temperature,
-            "top_k": sampling.top_k,
-            "top_p": sampling.top_p,
-            "min_p": sampling.min_p,
-            "typical_p": sampling.typical_p,
-            "repeat_penalty": sampling.repeat_penalty,
-            "presence_penalty": sampling.presence_penalty,
-            "frequency_penalty": sampling.frequency_penalty,
+            **openai_sampling(sampling, max_tokens="n_predict"),
+            **llama_sampling(sampling),
             "mirostat": sampling.mirostat_mode,
             "mirostat_tau": sampling.mirostat_tau,
             "mirostat_eta": sampling.mirostat_eta,
-            "n_predict": sampling.max_tokens,
-            "stop": list(sampling.stop),
         }
-        if sampling.seed is not None:
-            body["seed"] = sampling.seed
-        return body
 
-    def _pieces(
-        self,
-        request: Request,
-        sampling: SamplingSettings,
-        cancel: threading.Event,
-        record_probs: bool,
-    ) -> Generator[Piece | Summary, None, None]:
-        body = self._body(request.tokens, sampling)
+    def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary, None, None]:
+        body = self._body(call.request.tokens, call.sampling)
         body |= {"stream": True, "return_tokens": True, "timings_per_token": True}
-        if record_probs:
+        if call.record_probs:
             body["n_probs"] = TOP_N
         url = self._http.url
         summary = Summary()
@@ -187,7 +171,7 @@ class LlamaServerEngine(RemoteEngine):
         # is not part of the reply. A textless piece is held until the next
         # event says whether it was that one.
         held: Piece | None = None
-        with self._http.stream("/completion", body, cancel) as lines:
+        with self._http.stream("/completion", body, call.cancel) as lines:
             for payload in sse_data(lines):
                 event = parse_json_line(payload, url)
                 _read_timings(event, summary)
@@ -209,8 +193,8 @@ class LlamaServerEngine(RemoteEngine):
                 probs = event.get("completion_probabilities")
                 for i, token_id in enumerate(tokens):
                     choice = None
-                    if record_probs and isinstance(probs, list) and i < len(probs):
-                        choice = _choice(probs[i], sampling)
+                    if call.record_probs and isinstance(probs, list) and i < len(probs):
+                        choice = _choice(probs[i], call.sampling)
                     known = type(token_id) is int and token_id >= 0
                     text = content if i == 0 else ""  # the text comes with the first id
                     piece = Piece(text, token_id if known else 0, known, choice)
@@ -223,7 +207,7 @@ class LlamaServerEngine(RemoteEngine):
                         held = piece
         if held is not None:
             yield held
-        if not cancel.is_set():
+        if not call.cancel.is_set():
             raise ServerError(f"The llama-server at {url} ended the reply without its figures.")
 
     def prefill(

@@ -15,21 +15,20 @@ evaluated). Its figures: `eval_count` tokens in `eval_duration` ns.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Generator
 from typing import Any
 
 from chat.conversations.conversation import FinishReason
 from chat.engine.remote.engine import (
     Piece,
-    Request,
+    ReplyCall,
     Summary,
     server_model_info,
     window_size,
 )
 from chat.engine.remote.estimate import EstimatingEngine, TokenEstimate
 from chat.engine.remote.http import ServerHttp, parse_json_line
-from chat.engine.remote.openai import choose_model
+from chat.engine.remote.openai import choose_model, llama_sampling, openai_sampling
 from chat.engine.remote.probs import token_choice
 from chat.engine.token_probs import TOP_N
 from chat.errors import ServerError
@@ -110,49 +109,29 @@ class OllamaEngine(EstimatingEngine):
         self.estimate = TokenEstimate()
 
     def _options(self, sampling: SamplingSettings) -> dict[str, Any]:
-        options: dict[str, Any] = {
-            "temperature": sampling.temperature,
-            "top_k": sampling.top_k,
-            "top_p": sampling.top_p,
-            "min_p": sampling.min_p,
-            "typical_p": sampling.typical_p,
-            "repeat_penalty": sampling.repeat_penalty,
-            "presence_penalty": sampling.presence_penalty,
-            "frequency_penalty": sampling.frequency_penalty,
-            "num_predict": sampling.max_tokens,
-        }
-        if sampling.stop:
-            options["stop"] = list(sampling.stop)
-        if sampling.seed is not None:
-            options["seed"] = sampling.seed
+        options = openai_sampling(sampling, max_tokens="num_predict") | llama_sampling(sampling)
         if self._num_ctx is not None:
             options["num_ctx"] = self._num_ctx
         return options
 
-    def _pieces(
-        self,
-        request: Request,
-        sampling: SamplingSettings,
-        cancel: threading.Event,
-        record_probs: bool,
-    ) -> Generator[Piece | Summary, None, None]:
+    def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary, None, None]:
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": request.messages,
+            "messages": call.request.messages,
             "stream": True,
-            "options": self._options(sampling),
+            "options": self._options(call.sampling),
         }
-        if record_probs:
+        if call.record_probs:
             body |= {"logprobs": True, "top_logprobs": TOP_N}
         url = self._http.url
-        with self._http.stream("/api/chat", body, cancel) as lines:
+        with self._http.stream("/api/chat", body, call.cancel) as lines:
             for line in lines:
                 if not line.strip():
                     continue
                 event = parse_json_line(line, url)
                 message = event.get("message")
                 text = message.get("content") if isinstance(message, dict) else None
-                steps = _logprobs(event.get("logprobs"), sampling) if record_probs else []
+                steps = _logprobs(event.get("logprobs"), call.sampling) if call.record_probs else []
                 if isinstance(text, str) and (text or steps):
                     if not steps:
                         yield Piece(text)
@@ -161,7 +140,7 @@ class OllamaEngine(EstimatingEngine):
                 if event.get("done") is True:
                     yield _summary(event)
                     return
-        if not cancel.is_set():
+        if not call.cancel.is_set():
             raise ServerError(f"The Ollama server at {url} ended the reply unfinished.")
 
 

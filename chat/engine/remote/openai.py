@@ -19,7 +19,7 @@ from chat.conversations.conversation import FinishReason
 from chat.engine.remote import ServerConfig
 from chat.engine.remote.engine import (
     Piece,
-    Request,
+    ReplyCall,
     Summary,
     out_of_bounds_note,
     served_models,
@@ -104,19 +104,32 @@ def usage_summary(usage: Any, summary: Summary) -> None:
         summary.generated_tokens = completion
 
 
-def openai_sampling(sampling: SamplingSettings) -> dict[str, Any]:
+def openai_sampling(sampling: SamplingSettings, max_tokens: str = "max_tokens") -> dict[str, Any]:
+    """The sampling settings every server reads by OpenAI's names; `max_tokens`
+    is the key the server reads the reply's length limit under."""
     body: dict[str, Any] = {
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
         "presence_penalty": sampling.presence_penalty,
         "frequency_penalty": sampling.frequency_penalty,
-        "max_tokens": sampling.max_tokens,
+        max_tokens: sampling.max_tokens,
     }
     if sampling.stop:
         body["stop"] = list(sampling.stop)
     if sampling.seed is not None:
         body["seed"] = sampling.seed
     return body
+
+
+def llama_sampling(sampling: SamplingSettings) -> dict[str, Any]:
+    """The sampling settings that llama.cpp's samplers read beyond OpenAI's
+    (llama-server and Ollama both take them under these names)."""
+    return {
+        "top_k": sampling.top_k,
+        "min_p": sampling.min_p,
+        "typical_p": sampling.typical_p,
+        "repeat_penalty": sampling.repeat_penalty,
+    }
 
 
 def stream_choices(
@@ -163,25 +176,19 @@ class OpenAIEngine(EstimatingEngine):
         )
         self.estimate = TokenEstimate()
 
-    def _pieces(
-        self,
-        request: Request,
-        sampling: SamplingSettings,
-        cancel: threading.Event,
-        record_probs: bool,
-    ) -> Generator[Piece | Summary, None, None]:
+    def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary, None, None]:
         body = {
             "model": self.model,
-            "messages": request.messages,
+            "messages": call.request.messages,
             "stream": True,
             "stream_options": {"include_usage": True},
-            **openai_sampling(sampling),
+            **openai_sampling(call.sampling),
         }
-        if record_probs:
+        if call.record_probs:
             body |= {"logprobs": True, "top_logprobs": TOP_N}
         summary = Summary(clean_ids=False)
         ended = False
-        for choice, usage in stream_choices(self._http, "/v1/chat/completions", body, cancel):
+        for choice, usage in stream_choices(self._http, "/v1/chat/completions", body, call.cancel):
             usage_summary(usage, summary)
             if choice is None:
                 continue
@@ -189,13 +196,13 @@ class OpenAIEngine(EstimatingEngine):
             text = delta.get("content") if isinstance(delta, dict) else None
             steps = _chat_logprobs(choice.get("logprobs"))
             if isinstance(text, str) and (text or steps):
-                yield from _pieces_of(text, steps, sampling, record_probs)
+                yield from _pieces_of(text, steps, call.sampling, call.record_probs)
             if choice.get("finish_reason") is not None:
                 finish_of(choice, summary)
                 ended = True
         if ended:
             yield summary
-        elif not cancel.is_set():
+        elif not call.cancel.is_set():
             raise ServerError(f"The server at {self._http.url} ended the reply unfinished.")
 
 

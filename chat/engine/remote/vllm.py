@@ -12,7 +12,6 @@ reply counts as fully evaluated.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Generator
 from typing import Any
 
@@ -20,6 +19,7 @@ from chat.engine.base import ChatMessages
 from chat.engine.remote.engine import (
     Piece,
     RemoteEngine,
+    ReplyCall,
     Request,
     Summary,
     chat_messages,
@@ -80,34 +80,28 @@ class VllmEngine(RemoteEngine):
     def _prepare(self, messages: ChatMessages, sampling: SamplingSettings) -> Request:
         return exact_request(self.tokenize_chat(messages), self.info.n_ctx)
 
-    def _pieces(
-        self,
-        request: Request,
-        sampling: SamplingSettings,
-        cancel: threading.Event,
-        record_probs: bool,
-    ) -> Generator[Piece | Summary, None, None]:
+    def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary, None, None]:
         body: dict[str, Any] = {
             "model": self.model,
-            "prompt": request.tokens,
+            "prompt": call.request.tokens,
             "stream": True,
             "stream_options": {"include_usage": True},
-            **openai_sampling(sampling),
-            # vLLM's own sampling parameters (it turns top_k off with -1).
-            "top_k": sampling.top_k if sampling.top_k > 0 else -1,
-            "min_p": sampling.min_p,
-            "repetition_penalty": sampling.repeat_penalty,
+            **openai_sampling(call.sampling),
+            # vLLM's own call.sampling parameters (it turns top_k off with -1).
+            "top_k": call.sampling.top_k if call.sampling.top_k > 0 else -1,
+            "min_p": call.sampling.min_p,
+            "repetition_penalty": call.sampling.repeat_penalty,
         }
-        if record_probs:
+        if call.record_probs:
             body["logprobs"] = TOP_N
         summary = Summary(clean_ids=False)
         ended = False
-        for choice, usage in stream_choices(self._http, "/v1/completions", body, cancel):
+        for choice, usage in stream_choices(self._http, "/v1/completions", body, call.cancel):
             usage_summary(usage, summary)
             if choice is None:
                 continue
             text = choice.get("text")
-            steps = _completion_logprobs(choice.get("logprobs"), sampling, record_probs)
+            steps = _completion_logprobs(choice.get("logprobs"), call.sampling, call.record_probs)
             if isinstance(text, str) and (text or steps):
                 if not steps:
                     yield Piece(text)
@@ -118,7 +112,7 @@ class VllmEngine(RemoteEngine):
                 ended = True
         if ended:
             yield summary
-        elif not cancel.is_set():
+        elif not call.cancel.is_set():
             raise ServerError(f"The vLLM server at {self._http.url} ended the reply unfinished.")
 
 

@@ -1546,7 +1546,7 @@ class ChatScreen(Screen[None]):
         if not self.conversation.messages:
             self.notify("There is nothing to export yet.", severity="warning")
             return
-        from chat.conversations.export import export_conversation
+        from chat.conversations.transcript import export_conversation
 
         try:
             path = export_conversation(self.conversation, asdict(self.settings.sampling))

@@ -1,9 +1,9 @@
 """The scrolling conversation: one view per message, pinned to the bottom while a
 reply streams unless the user scrolls up.
 
-A reopened conversation may hold thousands of messages. A message view costs
-about 15 ms to mount (Markdown parsing, styles, layout), so mounting them all
-would take half a minute. Only the newest `FIRST_PAGE` are mounted at once;
+A reopened conversation may hold thousands of messages. Mounting a message
+view is slow (Markdown parsing, styles, layout; docs/performance.md), so
+mounting them all would take far too long. Only the newest `FIRST_PAGE` are mounted at once;
 older ones wait in `_earlier` and are mounted `PAGE` at a time whenever less
 than a screenful is left above what the user sees: right after opening, and as
 the user scrolls up. The line at the top says how many are left (click: more).

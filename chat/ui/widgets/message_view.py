@@ -247,8 +247,8 @@ class SystemMessageView(UserMessageView):
 @functools.cache
 def markdown_parser() -> MarkdownIt:
     """One parser for every reply. Markdown's default builds a new one for each
-    update and append: 0.35 ms, about 30 times a second while a reply streams.
-    A parser keeps no state between documents."""
+    update and append, many times a second while a reply streams
+    (docs/performance.md). A parser keeps no state between documents."""
     from markdown_it import MarkdownIt
 
     parser = MarkdownIt("gfm-like")  # what Markdown uses by default
@@ -263,7 +263,7 @@ def markdown_parser() -> MarkdownIt:
 @functools.cache
 def _reply_markdown_class() -> type[Markdown]:
     """Markdown whose code blocks each carry a copy button. Built on first use:
-    importing Markdown costs ~40 ms that a new chat's first frame need not pay."""
+    importing Markdown costs time that a new chat's first frame need not pay."""
     from textual.widgets import Label, Markdown
     from textual.widgets._markdown import MarkdownParagraph  # not re-exported by textual 8
     from textual.widgets.markdown import MarkdownFence

@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 from chat import paths
 from chat.conversations.conversation import Conversation
-from chat.conversations.transcript import to_json, to_markdown
+from chat.conversations.transcript.json_export import to_json
+from chat.conversations.transcript.markdown import to_markdown
 from chat.errors import KvchatError
 
 ExportFormat = Literal["md", "json"]

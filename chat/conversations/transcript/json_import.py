@@ -1,51 +1,34 @@
-"""Export a conversation as Markdown or JSON, and import one from JSON.
-
-The JSON is OpenAI-style (`{"messages": [{"role", "content"}, ...]}`, system
-prompt first: the branch shown) so other tools can read it, plus a `"kvchat"`
-object with what only kvchat knows: title, times, model (and, for a
-conversation made with a model server, its kind and URL: never a key or a
-password), sampling settings, and the whole tree (`"tree"`: every message of
-every branch, oldest first, each with an id and its parent's id, its stats,
-sampled tokens and attached files; `"shown"`: the id of the last message of the branch shown).
-Import also takes kvchat's earlier format (one branch with per-message
-metadata), plain OpenAI-style files and bare lists of messages. Markdown is for
-people: the branch shown, or every branch one after the other. No I/O besides
-`read_import_file`; the store saves what `parse_import` returns.
-"""
+"""A conversation read from JSON: kvchat's own export (the tree, or the
+earlier one-branch format with per-message metadata), plain OpenAI-style files
+and bare lists of messages. Nothing is trusted: every field is checked, and a
+file that is not a conversation is an `ImportFormatError` that says why."""
 
 from __future__ import annotations
 
 import json
 import re
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from chat.conversations.attachments import Attachment, attachment_block, display_name
+from chat.conversations.attachments import Attachment, display_name
 from chat.conversations.conversation import (
     BACKENDS,
     FINISH_REASONS,
     LOCAL_BACKEND,
     ROLES,
-    STATE_NOTES,
     Conversation,
     FinishReason,
     Message,
     ReplyStats,
     Role,
-    system_messages,
 )
+from chat.conversations.transcript.json_export import FORMAT_VERSION
 from chat.conversations.tree import MessageTree
 from chat.errors import KvchatError
 from chat.safe_files import UnsafeFileError, read_bytes, refusal_detail
-from chat.sanitize import show_controls
 from chat.settings.schema import URL_PATTERN
-from chat.settings.server import public_url, split_credentials
-
-FORMAT_VERSION = 2
-"""Version of the "kvchat" object in exported JSON; import refuses newer ones.
-1: one branch (`"messages"` metadata); 2: the tree."""
+from chat.settings.server import public_url
 
 MAX_IMPORT_BYTES = 20_000_000
 """Larger files are refused before being read: a chat this big is surely a mistake."""
@@ -59,154 +42,6 @@ class ImportFormatError(KvchatError):
         self.source = source
         where = source if source is not None else "this conversation"
         super().__init__(f"Cannot import {where}: {detail}.")
-
-
-# --- export -------------------------------------------------------------------------
-
-_C1_AND_DEL = re.compile("[\x7f-\x9f]")
-
-
-def _when(timestamp: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp))
-
-
-def _stats_line(stats: ReplyStats) -> str:
-    return (
-        f"{stats.generated_tokens} tokens · {stats.decode_tps:.1f} tokens/s · "
-        f"first token {stats.ttft_s:.2f} s · prompt {stats.prompt_tokens} tokens "
-        f"({stats.prompt_reused} reused) · {stats.finish_reason}"
-    )
-
-
-def to_markdown(
-    conv: Conversation, sampling: Mapping[str, Any] | None = None, *, all_branches: bool = False
-) -> str:
-    """A transcript for people: a metadata header, then each message under its
-    role: the branch shown, or with `all_branches` each branch in turn (every
-    message from the first one down to a leaf, oldest leaf first)."""
-    conv.link_shown()
-    leaves = conv.tree.leaves()
-    lines = [f"# {conv.title or conv.default_title()}", ""]
-    model_path = split_credentials(conv.model_path)[0]  # a server's, from older databases
-    if conv.model_name or model_path:
-        model = conv.model_name or Path(model_path).name
-        lines.append(f"- **Model:** {model}" + (f" (`{model_path}`)" if model_path else ""))
-    if conv.made_on_server:
-        url = public_url(conv.server_url)
-        lines.append(f"- **Server:** {conv.backend}" + (f" at {url}" if url else ""))
-    lines.append(f"- **Created:** {_when(conv.created)}")
-    lines.append(f"- **Updated:** {_when(conv.updated)}")
-    if conv.preset:
-        lines.append(f"- **Preset:** {conv.preset}")
-    if sampling:
-        settings = ", ".join(f"{key} = {value}" for key, value in sampling.items())
-        lines.append(f"- **Sampling:** {settings}")
-    if len(leaves) > 1:
-        lines.append(
-            f"- **Branches:** {len(leaves)}"
-            + (" (all below)" if all_branches else " (the one last shown below)")
-        )
-    lines.append("")
-    if conv.system_prompt:
-        lines += ["## System prompt", "", conv.system_prompt, ""]
-    if all_branches:
-        shown = conv.messages[-1] if conv.messages else None
-        for number, leaf in enumerate(leaves, start=1):
-            mark = " (shown)" if leaf is shown else ""
-            lines += [f"## Branch {number} of {len(leaves)}{mark}", ""]
-            lines += _messages_markdown(conv.tree.path_to(leaf), "###")
-    else:
-        lines += _messages_markdown(conv.messages, "##")
-    # Safe to print: a title, a message or a path from an imported file may hold
-    # escape sequences (retitle the terminal, write the clipboard, clear it).
-    return show_controls("\n".join(lines))
-
-
-def _messages_markdown(messages: list[Message], heading: str) -> list[str]:
-    lines: list[str] = []
-    for message in messages:
-        lines += [f"{heading} {message.role.capitalize()}", "", message.content, ""]
-        for attachment in message.attachments:
-            lines += [attachment_block(attachment), ""]
-        if message.stats is not None:
-            lines += [f"*{_stats_line(message.stats)}*", ""]
-        if message.state != "complete":
-            lines += [f"*{STATE_NOTES[message.state]}*", ""]
-    return lines
-
-
-def _stats_dict(stats: ReplyStats) -> dict[str, Any]:
-    return {
-        "prompt_tokens": stats.prompt_tokens,
-        "prompt_evaluated": stats.prompt_evaluated,
-        "generated_tokens": stats.generated_tokens,
-        "ttft_s": stats.ttft_s,
-        "decode_tps": stats.decode_tps,
-        "finish_reason": stats.finish_reason,
-        "seed": stats.seed,
-        "total_s": stats.total_s,
-    }
-
-
-def to_json(conv: Conversation, sampling: Mapping[str, Any]) -> str:
-    """OpenAI-style messages (the branch shown) plus kvchat's metadata and the
-    whole tree; `parse_import` reads it back."""
-    conv.link_shown()
-    # Ids of the file's own (1, 2, ... oldest first), not the database's: a
-    # conversation exported, imported and exported again gives the same file.
-    numbers = {id(message): number for number, message in enumerate(conv.tree, start=1)}
-    shown = numbers[id(conv.messages[-1])] if conv.messages else None
-    data = {
-        "messages": system_messages(conv.system_prompt)
-        # What the model was sent: a message's text, then its attached files.
-        + [{"role": m.role, "content": m.prompt_content} for m in conv.messages],
-        "kvchat": {
-            "format": FORMAT_VERSION,
-            "title": conv.title,
-            "created": conv.created,
-            "updated": conv.updated,
-            "model": conv.model_name,
-            "model_path": split_credentials(conv.model_path)[0],
-            # "local", or the kind of model server, with its URL (no key, no password).
-            "backend": conv.backend,
-            "server_url": public_url(conv.server_url) if conv.server_url else "",
-            # Says whether messages[0] is the system prompt or a message of its own.
-            "system_prompt": conv.system_prompt,
-            "preset": conv.preset,
-            "sampling": dict(sampling),
-            # Every message of every branch, oldest first (a parent before its children).
-            "tree": [_tree_entry(m, numbers) for m in conv.tree],
-            "shown": shown,
-        },
-    }
-    text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
-    # json.dumps escapes C0 controls but writes DEL and C1 controls (U+009B is
-    # a CSI to some terminals) as they are: escape them too. The text read back
-    # is the same.
-    return _C1_AND_DEL.sub(lambda match: f"\\u{ord(match[0]):04x}", text)
-
-
-def _tree_entry(message: Message, numbers: dict[int, int]) -> dict[str, Any]:
-    entry: dict[str, Any] = {
-        "id": numbers[id(message)],
-        "parent": None if message.parent is None else numbers[id(message.parent)],
-        "role": message.role,
-        "content": message.content,
-        "created": message.created,
-        "token_count": message.token_count,
-        "stats": None if message.stats is None else _stats_dict(message.stats),
-        # Cut short: kvchat stopped while writing it, or another window was still
-        # writing it when this was exported.
-        "interrupted": message.state != "complete",
-    }
-    if message.token_ids is not None:
-        entry["token_ids"] = message.token_ids
-    if message.attachments:
-        entry["attachments"] = [{"name": a.name, "text": a.text} for a in message.attachments]
-    return entry
-
-
-# --- import -------------------------------------------------------------------------
 
 
 def _is_int(value: object) -> bool:

@@ -1,0 +1,90 @@
+"""A conversation as JSON: OpenAI-style messages (the branch shown) that other
+tools read, plus a `"kvchat"` object with what only kvchat knows (title,
+times, model or server, sampling settings, and the whole tree)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from chat.conversations.conversation import Conversation, Message, ReplyStats, system_messages
+from chat.settings.server import public_url, split_credentials
+
+FORMAT_VERSION = 2
+"""Version of the "kvchat" object in exported JSON; import refuses newer ones.
+1: one branch (`"messages"` metadata); 2: the tree."""
+
+_C1_AND_DEL = re.compile("[\x7f-\x9f]")
+
+
+def _stats_dict(stats: ReplyStats) -> dict[str, Any]:
+    return {
+        "prompt_tokens": stats.prompt_tokens,
+        "prompt_evaluated": stats.prompt_evaluated,
+        "generated_tokens": stats.generated_tokens,
+        "ttft_s": stats.ttft_s,
+        "decode_tps": stats.decode_tps,
+        "finish_reason": stats.finish_reason,
+        "seed": stats.seed,
+        "total_s": stats.total_s,
+    }
+
+
+def to_json(conv: Conversation, sampling: Mapping[str, Any]) -> str:
+    """OpenAI-style messages (the branch shown) plus kvchat's metadata and the
+    whole tree; `parse_import` reads it back."""
+    conv.link_shown()
+    # Ids of the file's own (1, 2, ... oldest first), not the database's: a
+    # conversation exported, imported and exported again gives the same file.
+    numbers = {id(message): number for number, message in enumerate(conv.tree, start=1)}
+    shown = numbers[id(conv.messages[-1])] if conv.messages else None
+    data = {
+        "messages": system_messages(conv.system_prompt)
+        # What the model was sent: a message's text, then its attached files.
+        + [{"role": m.role, "content": m.prompt_content} for m in conv.messages],
+        "kvchat": {
+            "format": FORMAT_VERSION,
+            "title": conv.title,
+            "created": conv.created,
+            "updated": conv.updated,
+            "model": conv.model_name,
+            "model_path": split_credentials(conv.model_path)[0],
+            # "local", or the kind of model server, with its URL (no key, no password).
+            "backend": conv.backend,
+            "server_url": public_url(conv.server_url) if conv.server_url else "",
+            # Says whether messages[0] is the system prompt or a message of its own.
+            "system_prompt": conv.system_prompt,
+            "preset": conv.preset,
+            "sampling": dict(sampling),
+            # Every message of every branch, oldest first (a parent before its children).
+            "tree": [_tree_entry(m, numbers) for m in conv.tree],
+            "shown": shown,
+        },
+    }
+    text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+    # json.dumps escapes C0 controls but writes DEL and C1 controls (U+009B is
+    # a CSI to some terminals) as they are: escape them too. The text read back
+    # is the same.
+    return _C1_AND_DEL.sub(lambda match: f"\\u{ord(match[0]):04x}", text)
+
+
+def _tree_entry(message: Message, numbers: dict[int, int]) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "id": numbers[id(message)],
+        "parent": None if message.parent is None else numbers[id(message.parent)],
+        "role": message.role,
+        "content": message.content,
+        "created": message.created,
+        "token_count": message.token_count,
+        "stats": None if message.stats is None else _stats_dict(message.stats),
+        # Cut short: kvchat stopped while writing it, or another window was still
+        # writing it when this was exported.
+        "interrupted": message.state != "complete",
+    }
+    if message.token_ids is not None:
+        entry["token_ids"] = message.token_ids
+    if message.attachments:
+        entry["attachments"] = [{"name": a.name, "text": a.text} for a in message.attachments]
+    return entry
