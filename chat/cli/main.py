@@ -205,7 +205,7 @@ def _print_themes(in_use: str) -> None:
     print("* = the theme chat starts with. Pick another for one run with --theme NAME,")
     print("or in the app with Ctrl+P > Theme (saved as ui.theme in config.toml).")
     print(f"Your own themes: one .toml file each in {paths.user_themes_dir()}")
-    print("(the README's Themes section has an example file to start from).")
+    print("(docs/themes.md has an example file to start from).")
 
 
 def _check_theme(name: str) -> None:

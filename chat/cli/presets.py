@@ -29,5 +29,5 @@ def print_presets(out: TextIO | None = None, err: TextIO | None = None) -> int:
     print(file=out)
     print("Use one for a conversation with Ctrl+P > Use preset, or F9, in the app.", file=out)
     print(f"Your own presets: one .toml file each in {paths.user_presets_dir()}", file=out)
-    print("(the README's Presets section has an example file to start from).", file=out)
+    print("(docs/presets.md has an example file to start from).", file=out)
     return 0

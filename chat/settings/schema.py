@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 OVERFLOW_POLICIES = ("stop", "drop-oldest", "truncate-middle")
 # "auto" is q8_0 when the model runs on the CPU and f16 (llama.cpp's default)
-# on a GPU. Measured on the demo model (README, Performance): q8_0 keys cut the
+# on a GPU. Measured on the demo model (docs/performance.md): q8_0 keys cut the
 # attention cost that grows with the conversation (turn-20 prompt -16 %, the
 # cache -45 MB) for a perplexity change of +0.02 %. Values stay f16: quantized
 # values need flash attention, which is slower on the CPU.

@@ -103,6 +103,10 @@ model to be free of every call, before the app leaves without waiting."""
 class ChatApp(App[None]):
     TITLE = "kvchat"
     CSS_PATH = "app.tcss"
+    # Classes every screen gets from the terminal's size; app.tcss fits the
+    # dialogs into small terminals with them (80x24 and larger get neither).
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (80, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (24, "-tall")]
     BINDINGS = [
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("f2", "settings", "Settings"),

@@ -209,8 +209,8 @@ def test_list_presets() -> None:
     assert err.getvalue().startswith(f"chat: warning: skipped preset file {broken}: is not valid")
 
 
-def test_the_readme_shows_the_example_file_and_every_builtin_preset() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    assert f"```toml\n{example_preset_toml()}```" in readme
+def test_the_presets_page_shows_the_example_file_and_every_builtin_preset() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "presets.md").read_text(encoding="utf-8")
+    assert f"```toml\n{example_preset_toml()}```" in page
     for document in BUILTIN_PRESETS:
-        assert f"| `{document['name']}` |" in readme
+        assert f"| `{document['name']}` |" in page

@@ -22,6 +22,7 @@ from chat.ui.screens.link_confirm import LinkConfirmScreen
 from chat.ui.widgets.conversation_view import ConversationView, EarlierMessages
 from chat.ui.widgets.message_view import AssistantMessageView, MessageView
 from chat.ui.widgets.prompt_box import PromptBox
+from chat.ui.widgets.status_bar import StatusBar
 from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine
 from tests.ui.conftest import MODEL, make_app, ready, rendered, reply_on_screen, send
@@ -272,7 +273,8 @@ async def test_real_model_chat_round_trip(demo_model: Path) -> None:
         await wait_for(lambda: screen.engine is not None, pilot, timeout=60)
 
         def status() -> str:
-            return str(app.query_one("#status", Static).render())
+            # All the bar holds: at 80 columns the device is left to F1.
+            return app.query_one(StatusBar).full_text()
 
         # show_model sets the engine, then updates the status bar after an await.
         await wait_for(lambda: "CPU only" in status() or "GPU:" in status(), pilot)

@@ -30,6 +30,7 @@ from chat.ui.screens.conversations import ConversationsScreen, relative_time
 from chat.ui.screens.dialogs import ConfirmScreen, RenameScreen, StorageProblemScreen
 from chat.ui.widgets.conversation_view import ConversationView, EarlierMessages
 from chat.ui.widgets.message_view import AssistantMessageView, MessageView, UserMessageView
+from chat.ui.widgets.status_bar import StatusBar
 from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine
 from tests.ui.conftest import (
@@ -587,7 +588,7 @@ async def test_corrupt_database_is_left_alone_unless_the_user_agrees() -> None:
         assert str(db()) in text and "not a SQLite database" in text
         await pilot.click("#continue")
         screen = await ready(app, pilot)
-        status = str(app.query_one("#status", Static).render())
+        status = app.query_one(StatusBar).full_text()
         assert "not saving" in status and str(db()) in status
         await send(pilot, "hello")
         await turn_done(screen, pilot, 2)
@@ -608,7 +609,7 @@ async def test_corrupt_database_moved_aside_with_consent() -> None:
         screen = await ready(app, pilot)
         await wait_for(lambda: app.store is not None, pilot)
         assert notified(app, ".corrupt-")
-        assert "not saving" not in str(app.query_one("#status", Static).render())
+        assert "not saving" not in app.query_one(StatusBar).full_text()
         await send(pilot, "hello")
         await turn_done(screen, pilot, 2)
     kept = [p for p in db().parent.iterdir() if ".corrupt-" in p.name]
@@ -628,7 +629,7 @@ async def test_newer_schema_is_explained_and_can_be_kept() -> None:
         assert "newer version" in str(app.screen.query_one("#problem", Static).render())
         await pilot.press("escape")  # = continue without saving
         await ready(app, pilot)
-        assert "not saving" in str(app.query_one("#status", Static).render())
+        assert "not saving" in app.query_one(StatusBar).full_text()
     assert db().read_bytes() == before
 
 

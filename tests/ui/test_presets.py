@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from textual.command import Command, CommandList, CommandPalette
-from textual.widgets import Static
 
 from chat import paths
 from chat.conversations.store import Store
@@ -19,6 +18,7 @@ from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.widgets.context_meter import ContextMeter
 from chat.ui.widgets.message_view import MessageView
+from chat.ui.widgets.status_bar import StatusBar
 from tests.conftest import turn_done, wait_for, write
 from tests.fakes import ScriptedEngine, scripted_factory
 from tests.ui.conftest import MODEL, make_app, ready, run_command, send
@@ -28,7 +28,9 @@ assert CODER is not None and CODER.system_prompt is not None
 
 
 def status(app: ChatApp) -> str:
-    return str(app.query_one("#status", Static).render())
+    # All the bar holds: at 80 columns it draws the reply's figures first and
+    # leaves the rest to F1 (tests/ui/test_small_terminals.py).
+    return app.query_one(StatusBar).full_text()
 
 
 def system_shown(app: ChatApp) -> str | None:

@@ -29,6 +29,7 @@ from chat.ui.screens.settings import SettingsScreen
 from chat.ui.widgets.message_view import MessageView
 from chat.ui.widgets.prompt_box import PromptBox
 from chat.ui.widgets.setting_field import SettingField
+from chat.ui.widgets.status_bar import StatusBar
 from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine, scripted_factory
 from tests.ui.conftest import ready, run_command, send
@@ -495,8 +496,8 @@ async def test_model_change_reloads_in_the_background_and_the_chat_continues(
         await set_field(pane, pilot, "model.n_batch", "128")
         await save(pane, pilot)
         # Loading: visible in the status bar; sending waits; the chat stays.
-        status = app.query_one("#status", Static)
-        await wait_for(lambda: "Reloading model fake" in str(status.render()), pilot)
+        status = app.query_one(StatusBar)
+        await wait_for(lambda: "Reloading model fake" in status.full_text(), pilot)
         await send(pilot, "during")  # waits for the new model (tests/ui/test_waiting_message.py)
         assert len(list(app.query(MessageView))) == 3  # system, user, assistant
         assert not old.closed
@@ -506,7 +507,7 @@ async def test_model_change_reloads_in_the_background_and_the_chat_continues(
         assert screen.engine is new and app.models.engine is new
         assert factory.loads[1][1] == ModelSettings(path=str(gguf), n_ctx=2048, n_batch=128)
         # show_model sets the engine before it redraws the status bar.
-        await wait_for(lambda: "2,048 ctx" in str(status.render()), pilot)
+        await wait_for(lambda: "2,048 ctx" in status.full_text(), pilot)
         await wait_for(lambda: old.closed, pilot)
         assert not old.closed_while_busy
         assert app.settings.model.n_ctx == 2048
@@ -534,7 +535,7 @@ async def test_only_sampling_changes_do_not_reload(gguf: Path) -> None:
             lambda: any("applied for this session" in n.message for n in app._notifications),
             pilot,
         )
-        assert "Reloading" not in str(app.query_one("#status", Static).render())
+        assert "Reloading" not in app.query_one(StatusBar).full_text()
         await send(pilot, "still you?")  # no "No model is loaded yet": it answers at once
         await finished_turns(app, pilot, 1)
         (engine,) = factory.engines
@@ -563,7 +564,7 @@ async def test_failed_reload_keeps_the_old_engine_and_says_why(gguf: Path, tmp_p
         assert "Still using scripted" in note.message and "not saved" in note.message
         assert screen.engine is old and app.models.engine is old and not old.closed
         assert app.settings.model.n_ctx == 0
-        assert "4,096 ctx" in str(app.query_one("#status", Static).render())
+        assert "4,096 ctx" in app.query_one(StatusBar).full_text()
         # The file has the sampling change but not the model setting that failed.
         saved, problems = load_config(path)
         assert problems == []
@@ -944,8 +945,8 @@ async def test_real_model_reload_and_a_failed_reload(demo_model: Path, tmp_path:
             timeout=120,
         )
         assert screen.engine.info.n_ctx == 1024  # type: ignore[union-attr]
-        status = app.query_one("#status", Static)
-        await wait_for(lambda: "1,024 ctx" in str(status.render()), pilot)
+        status = app.query_one(StatusBar)
+        await wait_for(lambda: "1,024 ctx" in status.full_text(), pilot)
         await real_reply(app, pilot, "Say goodbye.")
         assert len(screen.conversation.messages) == 4
         # A broken model file: the running model stays, and the user is told why.

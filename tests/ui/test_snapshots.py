@@ -36,6 +36,7 @@ from chat.ui.app import ChatApp, Launch
 from chat.ui.screens.chat import ChatScreen
 from chat.ui.screens.conversations import ConversationsScreen
 from chat.ui.screens.dialogs import ConfirmScreen, RenameScreen, StorageProblemScreen
+from chat.ui.screens.help import HelpScreen
 from chat.ui.screens.link_confirm import LinkConfirmScreen
 from chat.ui.screens.settings import SettingsScreen
 from chat.ui.screens.token_view import TokenViewScreen
@@ -46,6 +47,10 @@ from tests.ui.conftest import MODEL, ready, send
 
 SIZE = (100, 30)
 SIZES = pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+DIALOG_SIZES = pytest.mark.parametrize(
+    "size", [(80, 24), (120, 40), (60, 20)], ids=["80x24", "120x40", "60x20"]
+)
+"""Dialogs also at 60x20, where they take the whole screen and stack their buttons."""
 SNAPSHOTS = Path(__file__).parent / "__snapshots__" / "test_snapshots"
 README_SCREENSHOT = Path(__file__).parents[2] / "docs" / "screenshot.svg"
 
@@ -211,7 +216,7 @@ def test_chat_reply(size: tuple[int, int], snap_compare: Any) -> None:
 # -- the settings pane, the token view ----------------------------------------------
 
 
-@SIZES
+@DIALOG_SIZES
 def test_settings_pane(
     size: tuple[int, int], snap_compare: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -244,6 +249,19 @@ def test_token_view(size: tuple[int, int], snap_compare: Any) -> None:
     assert snap_compare(chat_app(replies=REPLIES[1:]), terminal_size=size, run_before=run_before)
 
 
+@pytest.mark.parametrize("size", [(80, 24), (60, 20)], ids=["80x24", "60x20"])
+def test_help_screen(size: tuple[int, int], snap_compare: Any) -> None:
+    """F1 after a reply: what the status bar and the meter leave out, then every key."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await one_reply(pilot)
+        await pilot.press("f1")
+        await on_top(pilot, HelpScreen)
+        await steady(pilot)
+
+    assert snap_compare(chat_app(), terminal_size=size, run_before=run_before)
+
+
 # -- saved conversations: the browser and its dialogs ---------------------------------
 
 
@@ -271,7 +289,7 @@ def test_conversation_browser(size: tuple[int, int], snap_compare: Any, tmp_path
     assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
-@SIZES
+@DIALOG_SIZES
 def test_delete_confirm(size: tuple[int, int], snap_compare: Any, tmp_path: Path) -> None:
     """D in the browser: the confirmation before the newest conversation is deleted."""
 
@@ -285,7 +303,7 @@ def test_delete_confirm(size: tuple[int, int], snap_compare: Any, tmp_path: Path
     assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
-@SIZES
+@DIALOG_SIZES
 def test_rename_dialog(size: tuple[int, int], snap_compare: Any, tmp_path: Path) -> None:
     """R in the browser: the newest conversation's title, selected, ready to retype."""
 
@@ -299,7 +317,7 @@ def test_rename_dialog(size: tuple[int, int], snap_compare: Any, tmp_path: Path)
     assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
-@SIZES
+@DIALOG_SIZES
 def test_model_switch_confirm(
     size: tuple[int, int], snap_compare: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -327,7 +345,7 @@ def test_model_switch_confirm(
 # -- the database kvchat cannot use; a link in a reply ---------------------------------
 
 
-@SIZES
+@DIALOG_SIZES
 def test_storage_problem_dialog(
     size: tuple[int, int], snap_compare: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -346,7 +364,7 @@ def test_storage_problem_dialog(
     assert snap_compare(chat_app(database=database), terminal_size=size, run_before=run_before)
 
 
-@SIZES
+@DIALOG_SIZES
 def test_link_confirm(size: tuple[int, int], snap_compare: Any) -> None:
     """A link clicked in a reply: open, copy or cancel."""
 

@@ -480,22 +480,19 @@ async def test_textual_app_uses_every_theme(tmp_path: Path) -> None:
                 assert widget.styles.background == expected, (theme.name, name)
 
 
-# --- the README's Themes section ---------------------------------------------------
+# --- the manual's Themes page (docs/themes.md) --------------------------------------
 
 
-def readme_section(title: str) -> str:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else len(text)]
+def themes_page() -> str:
+    return (REPO / "docs" / "themes.md").read_text(encoding="utf-8")
 
 
-def test_readme_example_theme_is_example_theme_toml() -> None:
-    blocks = re.findall(r"```toml\n(.*?)```", readme_section("Themes"), re.DOTALL)
+def test_the_themes_page_shows_example_theme_toml() -> None:
+    blocks = re.findall(r"```toml\n(.*?)```", themes_page(), re.DOTALL)
     assert example_theme_toml() in blocks
 
 
-def test_readme_names_every_builtin_theme() -> None:
-    section = readme_section("Themes")
+def test_the_themes_page_names_every_builtin_theme() -> None:
+    section = themes_page()
     for theme in builtin_themes():
         assert f"`{theme.name}`" in section

@@ -31,7 +31,7 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.signal import Signal
 from textual.timer import Timer
-from textual.widgets import Footer, LoadingIndicator, Static
+from textual.widgets import LoadingIndicator, Static
 from textual.worker import Worker
 
 from chat.conversations.attachments import Attachment, AttachmentError, prompt_text
@@ -52,11 +52,12 @@ from chat.settings.presets import Preset, find_preset
 from chat.settings.schema import Settings
 from chat.ui.commands import ChatScreenCommands, PresetCommands
 from chat.ui.messages import ReplyUpdate, SwitchModelRequested, SwitchServerRequested
+from chat.ui.screens.help import HelpScreen
 from chat.ui.untrusted import shown
 from chat.ui.widgets.attachment_strip import AttachmentChip, AttachmentStrip
-from chat.ui.widgets.context_meter import HELP as CONTEXT_HELP
 from chat.ui.widgets.context_meter import ContextMeter, MeterState
 from chat.ui.widgets.conversation_view import ConversationView
+from chat.ui.widgets.keys_footer import KeysFooter
 from chat.ui.widgets.message_view import (
     AssistantMessageView,
     BranchSwitch,
@@ -91,7 +92,7 @@ class ChatScreen(Screen[None]):
             "f1",
             "context_help",
             "Help",
-            tooltip="Why the whole conversation is re-sent",
+            tooltip="Every key and every figure of the status bar",
             show=False,
         ),
         Binding("ctrl+t", "token_view", "Tokens"),
@@ -242,9 +243,9 @@ class ChatScreen(Screen[None]):
         yield AttachmentStrip(id="attachments")
         yield PromptBox(id="prompt")
         yield StatusBar(id="status")
-        # Compact (styled in app.tcss): every key of the chat screen fits on one
-        # line at 100 columns.
-        yield Footer()
+        # Compact (styled in app.tcss); narrower than 120 columns it leads with
+        # help, settings and models.
+        yield KeysFooter()
 
     async def on_mount(self) -> None:
         self.query_one("#notice").display = False
@@ -714,7 +715,7 @@ class ChatScreen(Screen[None]):
         open_token_view(self, self.conversation.messages)
 
     def action_context_help(self) -> None:
-        self.notify(CONTEXT_HELP, title="Why the whole conversation is sent again", timeout=20)
+        self.app.push_screen(HelpScreen.of(self))
 
     # The reply.
 

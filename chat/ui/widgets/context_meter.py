@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rich.style import Style
 from rich.text import Text
 from textual.widgets import Static
 
@@ -23,7 +24,19 @@ LABELS = {
     "reserved": "reserved",
     "free": "free",
 }
+SHORT_LABELS = {
+    "system": "sys",
+    "history": "earlier",
+    "new": "new",
+    "reply": "reply",
+    "reserved": "resv",
+    "free": "free",
+}
 BAR_WIDTH = 20
+WIDE = 118
+"""Content width from which the long legend is drawn (a 120-column terminal).
+Narrower, the meter picks the first of its compact forms that fits, so every
+segment keeps its count at 80 columns; F1 shows the long legend whatever the width."""
 
 HELP = (
     "A language model has no memory between turns: every turn, kvchat sends the system prompt "
@@ -118,6 +131,13 @@ class ContextMeter(Static):
         self.tooltip = HELP
         self._redraw_scheduled = False
 
+    def on_resize(self) -> None:
+        if self.state is not None:
+            self.update(self.render_text(), layout=False)
+
+    async def on_click(self) -> None:
+        await self.run_action("screen.context_help")
+
     def show(self, state: MeterState | None) -> None:
         self.state = state
         self.update(self.render_text())
@@ -157,10 +177,36 @@ class ContextMeter(Static):
         state = self.state
         if state is None:
             return Text("context: no model loaded")
-        styles = {name: self.get_component_rich_style(f"meter--{name}") for name in SEGMENTS}
+        width = self.content_size.width
+        if not width or width >= WIDE:
+            return self._long_form(state)
+        # Most detail first: the first form that fits is drawn; the last one,
+        # cut with "…", only in a window too narrow for any (F1 shows all).
+        forms = [
+            self._compact_form(state, bar=12, labels=LABELS),
+            self._compact_form(state, bar=8, labels=SHORT_LABELS),
+            self._compact_form(state, bar=0, labels=SHORT_LABELS),
+        ]
+        for form in forms:
+            if form.cell_len <= width:
+                return form
+        form = forms[-1]
+        form.truncate(width, overflow="ellipsis")
+        return form
+
+    def _styles(self) -> dict[str, Style]:
+        return {name: self.get_component_rich_style(f"meter--{name}") for name in SEGMENTS}
+
+    def _bar(self, state: MeterState, width: int) -> Text:
+        styles = self._styles()
         text = Text()
-        for name, count in bar_cells(state.sizes(), state.n_ctx, BAR_WIDTH):
+        for name, count in bar_cells(state.sizes(), state.n_ctx, width):
             text.append("░" * count if name == "free" else "█" * count, style=styles[name])
+        return text
+
+    def _long_form(self, state: MeterState) -> Text:
+        styles = self._styles()
+        text = self._bar(state, BAR_WIDTH)
         share = 100 * state.used / state.n_ctx if state.n_ctx else 0
         about = "≈" if self.estimated else ""
         text.append(f" {about}{state.used:,} / {state.n_ctx:,} tokens · {share:.0f}% ")
@@ -171,3 +217,29 @@ class ContextMeter(Static):
         if state.left_out:
             text.append(f"  · {state.left_out} messages outside the window", style="bold")
         return text
+
+    def _compact_form(self, state: MeterState, *, bar: int, labels: dict[str, str]) -> Text:
+        """`████░░░░ 53/8,192 █sys 11 █earlier 0 …`: every segment with its count."""
+        styles = self._styles()
+        text = self._bar(state, bar) if bar else Text()
+        about = "≈" if self.estimated else ""
+        text.append(f"{' ' if bar else ''}{about}{state.used:,}/{state.n_ctx:,}")
+        for name, size in state.sizes().items():
+            text.append(" █", style=styles[name])
+            text.append(f"{labels[name]} {size:,}")
+        if state.left_out:
+            text.append(f" · {state.left_out} left out", style="bold")
+        return text
+
+    def legend_lines(self) -> list[str]:
+        """Every figure of the meter, one a line, as the help screen (F1) lists them."""
+        state = self.state
+        if state is None:
+            return ["no model loaded"]
+        share = 100 * state.used / state.n_ctx if state.n_ctx else 0
+        about = "≈" if self.estimated else ""
+        lines = [f"{about}{state.used:,} of {state.n_ctx:,} tokens used ({share:.0f}%)"]
+        lines += [f"{LABELS[name]}: {size:,}" for name, size in state.sizes().items()]
+        if state.left_out:
+            lines.append(f"{state.left_out} messages outside the window")
+        return lines

@@ -1,8 +1,14 @@
 """The status bar: model, the conversation's preset, where the model runs, and
-the last reply's figures."""
+the last reply's figures.
+
+From 120 columns it is one long line, as it always was. Narrower, it keeps the
+last reply's figures first (first-token time, tokens/s, reused and evaluated
+tokens, the seed), then "not saving", then the rest while they fit, and ends
+with "…F1" when something is left out; F1 or a click lists everything."""
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from textual.content import Content
 from textual.timer import Timer
 from textual.widgets import Static
@@ -11,7 +17,12 @@ from chat.conversations.conversation import ReplyStats
 from chat.engine.base import ModelInfo, PromptProgress
 from chat.sanitize import sanitize
 from chat.session.prompt_progress import SHOW_AFTER_S, progress_text
-from chat.ui.widgets.message_view import FINISH_NOTES, reply_summary
+from chat.ui.widgets.message_view import FINISH_NOTES, cache_summary, reply_summary
+
+WIDE = 118
+"""Content width of a 120-column terminal: from there, the long form."""
+MORE = "…F1"
+"""Said at the end of a bar that left something out: F1 lists it."""
 
 
 class StatusBar(Static):
@@ -26,6 +37,7 @@ class StatusBar(Static):
         self._progress_due = False
         self._progress_timer: Timer | None = None
         self._preset = ""
+        self._stats: ReplyStats | None = None
 
     def show_loading(self, doing: str) -> None:
         """`doing`: "Loading model NAME" or "Connecting to SERVER"."""
@@ -50,7 +62,14 @@ class StatusBar(Static):
         self._device = ""
         self._render_bar()
 
+    def on_resize(self) -> None:
+        self._render_bar()
+
+    async def on_click(self) -> None:
+        await self.run_action("screen.context_help")
+
     def show_generating(self) -> None:
+        self._stats = None
         self._reply = "generating… (Esc to stop)"
         self._end_progress()
         self._render_bar()
@@ -83,17 +102,20 @@ class StatusBar(Static):
     def show_no_reply(self) -> None:
         """The reply failed: neither "generating…" nor its progress stays."""
         self._end_progress()
+        self._stats = None
         self._reply = ""
         self._render_bar()
 
     def show_stopped_reading(self) -> None:
         """Esc while the prompt was read: no reply; what was read stays in the cache."""
         self._end_progress()
+        self._stats = None
         self._reply = "stopped while reading the prompt · Ctrl+L answers the message"
         self._render_bar()
 
     def show_reply(self, stats: ReplyStats) -> None:
         note = FINISH_NOTES[stats.finish_reason]
+        self._stats = stats
         self._reply = "last: " + reply_summary(stats) + (f" · {note}" if note else "")
         self._end_progress()
         self._render_bar()
@@ -118,6 +140,10 @@ class StatusBar(Static):
         return f"{progress_text(progress)} · Esc stops"
 
     def _render_bar(self) -> None:
+        width = self.content_size.width
+        if width and width < WIDE:
+            self.update(Content(self._compact_text(width)))
+            return
         # Model names come from GGUF metadata: plain Content, never markup.
         # The last reply's figures before the device: a narrow terminal cuts
         # off the end of the bar, and the device does not change.
@@ -128,3 +154,50 @@ class StatusBar(Static):
             shown = (reading, *shown[:3], shown[4])
         parts = [p for p in shown if p]
         self.update(Content("  │  ".join(parts)))
+
+    def _compact_parts(self) -> list[str]:
+        """What the bar shows, most wanted first."""
+        stats = self._stats
+        reading = self._progress_text()
+        if reading:
+            parts = [reading]
+        elif stats is not None:
+            note = FINISH_NOTES[stats.finish_reason]
+            parts = [
+                f"first {stats.ttft_s:.2f} s",
+                f"{stats.decode_tps:.1f} tok/s",
+                f"reused {stats.prompt_reused:,} · eval {stats.prompt_evaluated:,}",
+                f"seed {stats.seed}",
+                note,
+            ]
+        else:
+            parts = [self._reply]
+        if self._not_saving:
+            parts.insert(5 if stats is not None and not reading else 1, "⚠ not saving")
+        return [part for part in (*parts, self._model, self._preset, self._device) if part]
+
+    def _compact_text(self, width: int) -> str:
+        """As many parts as fit in `width`, in order, and "…F1" if one is left out."""
+        parts = self._compact_parts()
+        shown: list[str] = []
+        for index, part in enumerate(parts):
+            candidate = " · ".join([*shown, part])
+            last = index == len(parts) - 1
+            needed = cell_len(candidate) + (0 if last else cell_len(" " + MORE))
+            if needed > width:
+                more = " ".join([" · ".join(shown), MORE]) if shown else MORE
+                return more if cell_len(more) <= width else MORE
+            shown.append(part)
+        return " · ".join(shown)
+
+    def full_lines(self) -> list[str]:
+        """Everything the bar knows, one item a line, for the help screen (F1)."""
+        lines = [self._progress_text(), self._reply]
+        if self._stats is not None:
+            lines.append(cache_summary(self._stats))
+        lines += [self._not_saving, self._model, self._preset, self._device]
+        return [line for line in lines if line]
+
+    def full_text(self) -> str:
+        """Everything the bar knows on one line, whatever the terminal's width."""
+        return "  │  ".join(self.full_lines())
