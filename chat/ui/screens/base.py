@@ -12,7 +12,7 @@ screen is the one on top.)
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from textual.app import ScreenStackError
 from textual.await_complete import AwaitComplete
@@ -21,18 +21,31 @@ from textual.screen import ModalScreen, Screen
 ResultType = TypeVar("ResultType")
 
 
+def _on_top(screen: Screen[Any]) -> bool:
+    try:
+        return screen.app.screen is screen
+    except ScreenStackError:
+        return False
+
+
+# Two classes, not one and a subclass: a screen class between `Dialog` and
+# `ModalScreen` would bring `Screen`'s default CSS back after `ModalScreen`'s
+# (Textual reads each class's DEFAULT_CSS along the MRO).
+
+
 class KvchatScreen(Screen[ResultType]):
     """A full screen that answers once."""
 
     def dismiss(self, result: ResultType | None = None) -> AwaitComplete:
-        try:
-            on_top = self.app.screen is self
-        except ScreenStackError:
-            on_top = False
-        if not on_top:
+        if not _on_top(self):
             return AwaitComplete.nothing()
         return super().dismiss(result)
 
 
-class Dialog(KvchatScreen[ResultType], ModalScreen[ResultType]):
+class Dialog(ModalScreen[ResultType]):
     """A modal dialog that answers once."""
+
+    def dismiss(self, result: ResultType | None = None) -> AwaitComplete:
+        if not _on_top(self):
+            return AwaitComplete.nothing()
+        return super().dismiss(result)
