@@ -155,3 +155,58 @@ def _wait_until_ready(server: RunningServer, ready_path: str) -> None:
             pass  # not listening yet, or 503 while the model loads
         time.sleep(0.1)
     pytest.fail(f"the server was not ready within {START_TIMEOUT_S:g} s")
+
+
+def rpc_server_binary() -> Path:
+    """llama.cpp's rpc-server, built by `.ci/llama-server` beside llama-server."""
+    path = llama_server_binary().parent / "rpc-server"
+    if not path.is_file() or not os.access(path, os.X_OK):
+        pytest.fail(f"rpc-server is not built ({path}). Run .ci/llama-server again.")
+    return path
+
+
+@dataclass
+class RpcServer:
+    """One rpc-server: a machine's memory and compute lent to a llama-server."""
+
+    address: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(10)
+
+
+@contextmanager
+def rpc_servers(log_dir: Path, count: int, threads: int = 1) -> Iterator[list[RpcServer]]:
+    """`count` rpc-servers on loopback ports, each listening when this yields;
+    killed on the way out."""
+    binary = rpc_server_binary()
+    started: list[RpcServer] = []
+    try:
+        for _ in range(count):
+            port = free_port()
+            log = log_dir / f"rpc-server-{port}.log"
+            command = [str(binary), "-H", "127.0.0.1", "-p", str(port), "-t", str(threads)]
+            with log.open("wb") as out:
+                process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+            started.append(RpcServer(f"127.0.0.1:{port}", process, log))
+            _wait_for_port(port, process, log)
+        yield started
+    finally:
+        for server in started:
+            if server.process.poll() is None:
+                server.kill()
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"rpc-server exited at start:\n{log.read_text(errors='replace')[-2000:]}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    pytest.fail(f"rpc-server was not listening within {START_TIMEOUT_S:g} s")
