@@ -12,9 +12,12 @@ from chat.engine.reasoning.splitter import ReplyPart
 def openai_chunk_parts(chunk: Mapping[str, Any]) -> list[ReplyPart]:
     """The parts of one OpenAI-style chat completion: a streamed chunk's
     `choices[0].delta`, or a whole reply's `choices[0].message`. The thinking
-    is `reasoning_content` (llama-server with `--reasoning-format`, vLLM
-    before 0.10) or `reasoning` (vLLM since, Ollama's /v1); the text is raw
-    server output, to be sanitised as the content is."""
+    is `reasoning_content` (llama-server with `--reasoning-format`, DeepSeek's
+    API, vLLM until it renamed it) or `reasoning` (vLLM since, Ollama's /v1,
+    OpenRouter); a server sending both (the same text, during vLLM's rename)
+    counts once. The text is raw server output, to be sanitised as the
+    content is (each field with its own sanitiser: an escape may be split
+    across chunks)."""
     choices = chunk.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return []
@@ -27,12 +30,13 @@ def openai_chunk_parts(chunk: Mapping[str, Any]) -> list[ReplyPart]:
 
 
 def ollama_chunk_parts(chunk: Mapping[str, Any]) -> list[ReplyPart]:
-    """The parts of one line of Ollama's /api/chat stream (or its whole
-    reply): `message.thinking` (with `think` on) and `message.content`."""
+    """The parts of one line of Ollama's native stream (or its whole reply):
+    /api/chat's `message.thinking` and `message.content`, /api/generate's
+    `thinking` and `response` (thinking sent when the request's `think` is on)."""
     message = chunk.get("message")
-    if not isinstance(message, dict):
-        return []
-    return _parts(_text(message.get("thinking")), _text(message.get("content")))
+    if isinstance(message, dict):
+        return _parts(_text(message.get("thinking")), _text(message.get("content")))
+    return _parts(_text(chunk.get("thinking")), _text(chunk.get("response")))
 
 
 def _text(value: object) -> str:
