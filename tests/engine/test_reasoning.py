@@ -4,9 +4,12 @@ crafted pieces and on the demo model's real tokens (see reasoning_models)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import llama_cpp
 import pytest
 
@@ -18,9 +21,11 @@ from chat.engine.reasoning.markers import (
     ThinkingMarkers,
     find_markers,
     generation_prompt_opens_block,
+    prompt_opens_block,
     recognise,
     special_token_test,
 )
+from chat.engine.reasoning.server_fields import openai_chunk_parts
 from chat.engine.reasoning.splitter import ReplyPart, ThinkingSplitter
 from chat.engine.reply_text import ReplyText
 from tests.engine.reasoning_models import (
@@ -31,6 +36,7 @@ from tests.engine.reasoning_models import (
     deepseek_r1_model,
     qwen3_model,
 )
+from tests.servers import RunningServer, llama_server
 
 GPT_OSS = next(m for m in KNOWN_MARKERS if "channel" in m.open)
 
@@ -85,6 +91,14 @@ def test_parts_stream_as_they_become_known() -> None:
     assert splitter.thinking_tokens == 4
 
 
+def test_nothing_is_held_once_it_cannot_be_a_marker() -> None:
+    plain = ThinkingSplitter(THINK)
+    assert plain.feed("Hel", 1) == [ReplyPart("answer", "Hel", 1)]
+    answering = ThinkingSplitter(THINK)
+    answering.feed("<think>hm</think>Yes", 3)
+    assert answering.feed(" <think> and </", 1) == [ReplyPart("answer", " <think> and </", 1)]
+
+
 def test_tokens_go_to_the_part_they_spell() -> None:
     splitter = ThinkingSplitter(THINK)
     for piece in ["<think>", "a", "b", "</think>", "\n\n", "X", "Y", "Z"]:
@@ -135,8 +149,10 @@ def test_gpt_oss_channels() -> None:
     )
     splitter = split(GPT_OSS, chars(reply))
     assert (splitter.thinking, splitter.answer) == ("User asks 2+2.", "4")
-    direct = split(GPT_OSS, chars("<|start|>assistant<|channel|>final<|message|>Hi"))
-    assert (direct.thinking, direct.answer) == ("", "Hi")
+    final = "<|channel|>final<|message|>"
+    for direct in (final + "Hi", "<|start|>assistant" + final + "Hi"):
+        splitter = split(GPT_OSS, chars(direct))
+        assert (splitter.thinking, splitter.answer) == ("", "Hi")
 
 
 # --- recognition -------------------------------------------------------------------------
@@ -191,6 +207,11 @@ def test_which_generation_prompt_opens_the_block() -> None:
     assert recognise(DEMO_LIKE, template(DEMO_LIKE)) is None
 
 
+def test_a_template_that_cannot_render_a_question_still_has_its_markers() -> None:
+    failing = "{{ raise_exception('System prompt required') }}<think>{# </think> #}"
+    assert recognise(failing, template(failing)) == Reasoning(THINK, "template", False)
+
+
 def test_what_the_templates_keep_of_earlier_thinking() -> None:
     first = {"role": "assistant", "content": "<think>\nsecret plan\n</think>\n\nFour."}
     history = [{"role": "user", "content": "2+2?"}, first, {"role": "user", "content": "And 3+3?"}]
@@ -207,6 +228,16 @@ def test_what_the_templates_keep_of_earlier_thinking() -> None:
 
 # --- the demo model's real tokens --------------------------------------------------------
 
+GRAMMARS = {"qwen3": THINKING_GRAMMAR, "r1": OPENED_GRAMMAR}
+QUESTION = [{"role": "user", "content": "Why is the sky blue?"}]
+
+
+@dataclass
+class RealReply:
+    pieces: list[str]
+    sampled: int
+    splitter: ThinkingSplitter
+
 
 @pytest.fixture(scope="module")
 def reasoning_models(demo_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
@@ -214,64 +245,112 @@ def reasoning_models(demo_model: Path, tmp_path_factory: pytest.TempPathFactory)
     return {"qwen3": qwen3_model(demo_model, folder), "r1": deepseek_r1_model(demo_model, folder)}
 
 
-def stream(model: Path, grammar: str, max_tokens: int) -> Iterator[tuple[Reasoning, str, int]]:
-    """The real reply to one question, as kvchat's engine decodes it: the text
-    of each sampled token (ReplyText), after the model's template is recognised;
-    the last piece is what ReplyText held back, and spells no token of its own."""
-    llm = llama_cpp.Llama(str(model), n_ctx=512, verbose=False)
+@pytest.fixture(scope="module")
+def models_loaded(reasoning_models: dict[str, Path]) -> Iterator[dict[str, llama_cpp.Llama]]:
+    loaded = {
+        name: llama_cpp.Llama(str(path), n_ctx=512, verbose=False)
+        for name, path in reasoning_models.items()
+    }
+    yield loaded
+    for llm in loaded.values():
+        llm.close()
+
+
+def real_reply(llm: llama_cpp.Llama, grammar: str, max_tokens: int) -> RealReply:
+    """The greedy reply to QUESTION, decoded as kvchat's engine decodes it
+    (ReplyText per sampled token), split after the model's template and
+    vocabulary are recognised."""
     source = llm.metadata["tokenizer.chat_template"]
     chat_template = template(source)
     reasoning = recognise(source, chat_template, special_token_test(llm.tokenize))
     assert reasoning is not None
-    prompt = chat_template.render([{"role": "user", "content": "Why is the sky blue?"}])
+    splitter = ThinkingSplitter(reasoning.markers, reasoning.prompt_opens_block)
+    prompt = chat_template.render(QUESTION)
     tokens = llm.tokenize(prompt.encode(), add_bos=False, special=True)
     grammar_object = llama_cpp.LlamaGrammar.from_string(grammar, verbose=False)
     text = ReplyText()
-    vocab = llm._model.vocab
-    for count, token in enumerate(llm.generate(tokens, temp=0, grammar=grammar_object)):
-        if llama_cpp.llama_vocab_is_eog(vocab, token) or count == max_tokens:
+    pieces: list[str] = []
+    for token in llm.generate(tokens, temp=0, grammar=grammar_object):
+        if llama_cpp.llama_vocab_is_eog(llm._model.vocab, token) or len(pieces) == max_tokens:
             break
-        yield reasoning, text.feed(llm.detokenize([token], special=True)), 1
-    yield reasoning, text.flush(), 0
-
-
-@pytest.mark.parametrize(("name", "grammar"), [("qwen3", THINKING_GRAMMAR), ("r1", OPENED_GRAMMAR)])
-def test_real_reply_splits_into_thinking_and_answer(
-    reasoning_models: dict[str, Path], name: str, grammar: str
-) -> None:
-    pieces = []
-    sampled = 0
-    splitter: ThinkingSplitter | None = None
-    for reasoning, piece, tokens in stream(reasoning_models[name], grammar, max_tokens=300):
-        splitter = splitter or ThinkingSplitter(reasoning.markers, reasoning.prompt_opens_block)
-        pieces.append(piece)
-        sampled += tokens
-        splitter.feed(piece, tokens)
-    assert splitter is not None
+        pieces.append(text.feed(llm.detokenize([token], special=True)))
+        splitter.feed(pieces[-1], 1)
+    splitter.feed(text.flush())  # what ReplyText held back spells no token of its own
     splitter.flush()
-    raw = "".join(pieces)
+    return RealReply(pieces, len(pieces), splitter)
+
+
+@pytest.fixture(scope="module")
+def whole_replies(models_loaded: dict[str, llama_cpp.Llama]) -> dict[str, RealReply]:
+    return {name: real_reply(llm, GRAMMARS[name], 300) for name, llm in models_loaded.items()}
+
+
+@pytest.mark.parametrize("name", GRAMMARS)
+def test_real_reply_splits_into_thinking_and_answer(
+    whole_replies: dict[str, RealReply], name: str
+) -> None:
+    reply = whole_replies[name]
+    splitter = reply.splitter
+    raw = "".join(reply.pieces)
     assert raw.count("</think>") == 1
     if name == "qwen3":
         # The demo model's tokens spell `<think>` in pieces, as a model without
         # thinking tokens does.
-        assert raw.startswith("<think>") and "<think>" not in pieces
+        assert raw.startswith("<think>") and "<think>" not in reply.pieces
     thought, answer = raw.removeprefix("<think>").split("</think>")
     assert splitter.thinking == thought.lstrip() and splitter.thinking
     assert splitter.answer == answer.lstrip() and splitter.answer[0].isupper()
-    assert splitter.thinking_tokens + splitter.answer_tokens == sampled
+    assert splitter.thinking_tokens + splitter.answer_tokens == reply.sampled
     assert splitter.answer_tokens >= 3 and splitter.thinking_tokens >= 3
     assert not splitter.in_thinking
 
 
-@pytest.mark.parametrize(("name", "grammar"), [("qwen3", THINKING_GRAMMAR), ("r1", OPENED_GRAMMAR)])
+@pytest.mark.parametrize("name", GRAMMARS)
 def test_real_reply_stopped_mid_thought(
-    reasoning_models: dict[str, Path], name: str, grammar: str
+    models_loaded: dict[str, llama_cpp.Llama], name: str
 ) -> None:
-    splitter: ThinkingSplitter | None = None
-    for reasoning, piece, tokens in stream(reasoning_models[name], grammar, max_tokens=12):
-        splitter = splitter or ThinkingSplitter(reasoning.markers, reasoning.prompt_opens_block)
-        splitter.feed(piece, tokens)
-    assert splitter is not None
-    splitter.flush()
+    splitter = real_reply(models_loaded[name], GRAMMARS[name], max_tokens=12).splitter
     assert splitter.in_thinking and splitter.thinking and splitter.answer == ""
     assert splitter.thinking_tokens == 12 and splitter.answer_tokens == 0
+
+
+# --- llama-server on the same files ------------------------------------------------------
+
+
+def server_parts(server: RunningServer, name: str) -> list[ReplyPart]:
+    body = {
+        "messages": QUESTION,
+        "stream": True,
+        "grammar": GRAMMARS[name],
+        "temperature": 0,
+        "max_tokens": 300,
+    }
+    parts: list[ReplyPart] = []
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=300) as sent:
+        for line in sent.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                parts += openai_chunk_parts(json.loads(line.removeprefix("data: ")))
+    return parts
+
+
+@pytest.mark.parametrize("name", GRAMMARS)
+def test_llama_server_sends_the_thinking_apart(
+    reasoning_models: dict[str, Path],
+    whole_replies: dict[str, RealReply],
+    name: str,
+    tmp_path: Path,
+) -> None:
+    extra = ["--jinja", "--reasoning-format", "deepseek"]
+    with llama_server(tmp_path, extra, n_ctx=1024, model=reasoning_models[name]) as server:
+        prompt = httpx.post(server.url + "/apply-template", json={"messages": QUESTION}).json()
+        parts = server_parts(server, name)
+    # The server renders the same generation prompt, opened block or not.
+    assert prompt_opens_block(prompt["prompt"], THINK) == (name == "r1")
+    kinds = [part.kind for part in parts]
+    assert kinds == sorted(kinds, key=["thinking", "answer"].index)  # thinking first
+    thinking = "".join(part.text for part in parts if part.kind == "thinking")
+    answer = "".join(part.text for part in parts if part.kind == "answer")
+    assert "think>" not in thinking + answer  # the markers are the server's to remove
+    # The same greedy thought as the local engine's, whitespace aside.
+    assert thinking.strip() == whole_replies[name].splitter.thinking.strip()
+    assert answer.lstrip()[0].isupper()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from chat.engine.chat_template import ChatTemplate
+from chat.errors import ChatTemplateError
 
 
 @dataclass(frozen=True)
@@ -21,9 +22,10 @@ class ThinkingMarkers:
 
     open: str
     close: str
-    answer_lead: str = ""
-    """Text that introduces the answer and is not part of it (gpt-oss's
-    final channel header); dropped where the answer begins."""
+    answer_leads: tuple[str, ...] = ()
+    """Texts that introduce the answer and are not part of it (gpt-oss's
+    final channel header, after its thinking or without it); dropped where
+    the answer begins."""
 
 
 THINK = ThinkingMarkers("<think>", "</think>")
@@ -31,13 +33,15 @@ THINK = ThinkingMarkers("<think>", "</think>")
 # other tags in its text, but no template holds `<|channel|>analysis` by chance.
 KNOWN_MARKERS: tuple[ThinkingMarkers, ...] = (
     ThinkingMarkers(
-        "<|channel|>analysis<|message|>", "<|end|>", "<|start|>assistant<|channel|>final<|message|>"
+        "<|channel|>analysis<|message|>",
+        "<|end|>",
+        ("<|start|>assistant<|channel|>final<|message|>", "<|channel|>final<|message|>"),
     ),
     ThinkingMarkers("<|START_THINKING|>", "<|END_THINKING|>"),  # Command R7B
     ThinkingMarkers("[THINK]", "[/THINK]"),  # Magistral
     ThinkingMarkers("<seed:think>", "</seed:think>"),  # Seed-OSS
     ThinkingMarkers("◁think▷", "◁/think▷"),  # Kimi VL thinking
-    ThinkingMarkers("<|begin_of_thought|>", "<|end_of_thought|>", "<|begin_of_solution|>"),
+    ThinkingMarkers("<|begin_of_thought|>", "<|end_of_thought|>", ("<|begin_of_solution|>",)),
     THINK,  # DeepSeek-R1, Qwen3, QwQ, GLM, Kimi K2, LFM2, MiniMax, Nemotron, Granite
 )
 
@@ -111,10 +115,15 @@ def recognise(
     is_special_token: Callable[[str], bool] = lambda _: False,
     **extra: Any,
 ) -> Reasoning | None:
-    """Everything above for one model; None when it does not think."""
+    """Everything above for one model; None when it does not think. A
+    template that cannot render a first question is not this module's to
+    report (the first turn says why): its prompt is taken as not opening."""
     found = find_markers(template_text, is_special_token)
     if found is None:
         return None
     markers, where = found
-    opens = template is not None and generation_prompt_opens_block(template, markers, **extra)
+    try:
+        opens = template is not None and generation_prompt_opens_block(template, markers, **extra)
+    except ChatTemplateError:
+        opens = False
     return Reasoning(markers, where, opens)

@@ -120,10 +120,11 @@ class ThinkingSplitter:
 
     def _lead(self, markers: ThinkingMarkers, final: bool) -> bool:
         rest = self._buffer.lstrip()
-        lead = markers.answer_lead
-        if lead and rest.startswith(lead):
+        leads = markers.answer_leads
+        lead = next((lead for lead in leads if rest.startswith(lead)), None)
+        if lead is not None:
             self._consume(len(self._buffer) - len(rest) + len(lead), "answer")
-        elif not final and (not rest or (lead and lead.startswith(rest))):
+        elif not final and (not rest or any(lead.startswith(rest) for lead in leads)):
             return False
         self._state = "answer"
         self._at_part_start = True
