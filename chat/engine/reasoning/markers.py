@@ -42,7 +42,7 @@ KNOWN_MARKERS: tuple[ThinkingMarkers, ...] = (
     ThinkingMarkers("<seed:think>", "</seed:think>"),  # Seed-OSS
     ThinkingMarkers("◁think▷", "◁/think▷"),  # Kimi VL thinking
     ThinkingMarkers("<|begin_of_thought|>", "<|end_of_thought|>", ("<|begin_of_solution|>",)),
-    THINK,  # DeepSeek-R1, Qwen3, QwQ, GLM, Kimi K2, LFM2, MiniMax, Nemotron, Granite
+    THINK,  # DeepSeek-R1, Qwen3, QwQ, GLM, Kimi K2, LFM2, MiniMax, Nemotron
 )
 
 
