@@ -77,6 +77,30 @@ def test_thinking_then_answer_in_any_pieces(pieces: list[str]) -> None:
     assert splitter.thinking_tokens + splitter.answer_tokens == len(pieces)
 
 
+@pytest.mark.parametrize(
+    ("markers", "reply", "starts_inside"),
+    [
+        (THINK, REPLY, False),
+        (THINK, "So 2 + 2 is 4.</think>\n\n4", True),
+        (
+            GPT_OSS,
+            "<|channel|>analysis<|message|>2+2<|end|><|start|>assistant<|channel|>final<|message|>4",
+            False,
+        ),
+    ],
+)
+def test_every_cut_into_three_pieces_splits_alike(
+    markers: ThinkingMarkers, reply: str, starts_inside: bool
+) -> None:
+    whole = split(markers, [reply], starts_inside)
+    for first in range(len(reply) + 1):
+        for second in range(first, len(reply) + 1):
+            pieces = [reply[:first], reply[first:second], reply[second:]]
+            cut = split(markers, pieces, starts_inside)
+            assert (cut.thinking, cut.answer) == (whole.thinking, whole.answer), pieces
+            assert cut.thinking_tokens + cut.answer_tokens == 3
+
+
 def test_parts_stream_as_they_become_known() -> None:
     splitter = ThinkingSplitter(THINK)
     assert splitter.feed("<thi", 1) == []  # may be the marker: held
@@ -101,10 +125,12 @@ def test_nothing_is_held_once_it_cannot_be_a_marker() -> None:
 
 def test_tokens_go_to_the_part_they_spell() -> None:
     splitter = ThinkingSplitter(THINK)
-    for piece in ["<think>", "a", "b", "</think>", "\n\n", "X", "Y", "Z"]:
+    # A token that ends mid-character spells "" until the next one: it counts
+    # with the text that follows it.
+    for piece in ["<think>", "a", "", "b", "</think>", "", "\n\n", "X", "Y", "Z"]:
         splitter.feed(piece, 1)
     splitter.flush()
-    assert (splitter.thinking_tokens, splitter.answer_tokens) == (4, 4)
+    assert (splitter.thinking_tokens, splitter.answer_tokens) == (5, 5)
 
 
 def test_reply_that_starts_inside_a_block_the_prompt_opened() -> None:
