@@ -73,11 +73,12 @@ def llama_server(
     n_ctx: int = 4096,
     threads: int = 2,
     port: int | None = None,
+    model: Path | None = None,
 ) -> Iterator[RunningServer]:
-    """llama-server with the demo model on a free loopback port, ready (its
-    /health says ok) when this yields; killed on the way out."""
+    """llama-server with the demo model (or `model`) on a free loopback port,
+    ready (its /health says ok) when this yields; killed on the way out."""
     binary = llama_server_binary()
-    model = installed_demo_model()
+    model = model or installed_demo_model()
     port = port or free_port()
     log = log_dir / f"llama-server-{port}.log"
     command = [
