@@ -40,7 +40,9 @@ from chat.ui.screens.help import HelpScreen
 from chat.ui.screens.link_confirm import LinkConfirmScreen
 from chat.ui.screens.settings import SettingsScreen
 from chat.ui.screens.token_view import TokenViewScreen
+from chat.ui.widgets.context_meter import ContextMeter, MeterState
 from chat.ui.widgets.message_view import AssistantMessageView, WaitingMessage
+from chat.ui.widgets.prompt_box import PromptBox
 from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine, scripted_factory
 from tests.ui.conftest import MODEL, ready, send
@@ -151,6 +153,22 @@ async def steady(pilot: Pilot[Any]) -> None:
             widget.cursor_blink = False
     app.clear_notifications()
     await pilot.pause()
+
+
+async def meter_caught_up(pilot: Pilot[Any]) -> None:
+    """The meter is planned in a thread as the draft changes: wait until it
+    shows the plan of what the prompt box holds."""
+    assert isinstance(pilot.app, ChatApp)
+    screen = pilot.app.chat_screen
+    meter = pilot.app.query_one(ContextMeter)
+    draft = pilot.app.query_one(PromptBox).text
+    await wait_for(
+        lambda: (
+            (plan := screen.session.plan(draft)) is not None
+            and meter.state == MeterState.from_plan(plan)
+        ),
+        pilot,
+    )
 
 
 async def on_top(pilot: Pilot[Any], kind: type[Screen[Any]]) -> Screen[Any]:
@@ -460,6 +478,7 @@ def test_branch_switch_and_edit_banner(
         await pilot.press("alt+left")
         await wait_for(lambda: screen.conversation.messages[-1].content == first.content, pilot)
         await pilot.press("alt+up", "alt+up", "f3")
+        await meter_caught_up(pilot)
         await steady(pilot)
 
     app = chat_app(database=database, resume=conv_id)

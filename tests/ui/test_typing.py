@@ -280,6 +280,27 @@ async def test_a_long_draft_is_counted_off_the_ui_thread() -> None:
         await wait_for(lambda: meter.state == MeterState.from_plan(expected), pilot)
 
 
+async def test_a_slow_chat_template_never_holds_up_typing() -> None:
+    """A plan renders the model's chat template, a stranger's code that may run
+    up to its time limit: even a short draft in a short conversation is planned
+    off the UI thread, and the meter follows."""
+    engine = SlowTokenizer(0.0)
+    app = make_app(engine, Settings())
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        meter = app.query_one(ContextMeter)
+        await wait_for(lambda: meter.state is not None, pilot)
+        engine.seconds = 1.0  # each plan from here on takes a second
+        await typing_time(pilot, "hi")
+        await wait_for(lambda: engine.slow_threads, pilot)  # a plan is under way
+        assert await typing_time(pilot, " there") < 0.5
+        assert threading.main_thread().name not in engine.slow_threads
+        engine.seconds = 0.0
+        expected = screen.session.plan("hi there")
+        assert expected is not None
+        await wait_for(lambda: meter.state == MeterState.from_plan(expected), pilot, 10)
+
+
 @pytest.mark.model
 async def test_counting_a_conversation_with_the_real_model_keeps_typing_live(
     demo_model: Path,

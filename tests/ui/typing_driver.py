@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,10 +37,14 @@ class SlowTokenizer(ScriptedEngine):
     def __init__(self, seconds: float) -> None:
         super().__init__(replies=[["Noted."]])
         self.seconds = seconds
+        self.slow_threads: list[str] = []
+        """The thread each slow call ran on."""
 
     def tokenize_chat(
         self, messages: ChatMessages, add_generation_prompt: bool = True
     ) -> list[int]:
+        if self.seconds:
+            self.slow_threads.append(threading.current_thread().name)
         end = time.perf_counter() + self.seconds
         while time.perf_counter() < end:
             pass

@@ -142,13 +142,13 @@ class ChatScreen(Screen[None]):
     # sent unchanged, its reply starts at once. Typing speed leaves ~0.2 s
     # between keys; a longer pause usually means the text is read over.
     PREFILL_PAUSE_S = 0.5
-    # Longer conversations are counted in a thread when opened, and planned in
-    # one as the text changes; so are longer drafts (see refresh_meter).
+    # Longer conversations are counted in a thread when opened, the meter
+    # saying "counting" meanwhile (shorter ones are counted by the first plan).
     COUNT_IN_THREAD_ABOVE = 100
     COUNT_IN_THREAD_CHARS = 200_000
     """A conversation of fewer messages than COUNT_IN_THREAD_ABOVE, but longer."""
     DRAFT_IN_THREAD_ABOVE = 20_000
-    """Characters."""
+    """Characters of a draft above which the meter says "counting" while it is planned."""
 
     def __init__(
         self, defaults: Settings, models: ModelLoader, presets: Sequence[Preset] = ()
@@ -540,23 +540,17 @@ class ChatScreen(Screen[None]):
     def refresh_meter(self) -> None:
         """Show how sending the text in the prompt box would fill the window.
 
-        Planned here when that is quick. With a long conversation, a long draft
-        or a model server it is planned in a thread and the meter follows; while
-        the conversation is being counted, the count refreshes the meter when it
-        ends."""
+        Always planned in a thread, the meter following: a plan renders the
+        model's chat template, a stranger's code that may run up to its time
+        limit, and a model server counts over the network; typing never waits
+        for either. The newest text's plan replaces an older one still under
+        way. While the conversation is being counted, the count refreshes the
+        meter when it ends."""
         self.call_later(self._show_attachments)
         if self.generating or self.session.budget is None or self._counting_messages():
             return
         text = self._draft_text()
-        long_draft = len(text) > self.DRAFT_IN_THREAD_ABOVE
-        # A model server counts over the network (llama-server: two requests for
-        # a new draft): never while the user types, whatever the size.
-        remote = self.engine is not None and self.engine.info.server_url is not None
-        short = len(self.conversation.messages) <= self.COUNT_IN_THREAD_ABOVE
-        if short and not long_draft and not remote:
-            self._show_plan(self.session.plan(text))
-            return
-        if long_draft:
+        if len(text) > self.DRAFT_IN_THREAD_ABOVE:
             self.query_one(ContextMeter).show_counting("the message's")
         self.run_worker(
             self._plan_in_thread(text),
