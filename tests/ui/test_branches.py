@@ -81,7 +81,7 @@ async def test_regenerate_keeps_the_old_reply_and_alt_arrows_switch() -> None:
         # The headers of the branch switched to show each message's tokens.
         views = [v for v in screen.query(MessageView) if v.message.role != "system"]
         await wait_for(
-            lambda: all("tokens" in header_of(v) for v in views),
+            lambda: all(" token" in header_of(v) for v in views),
             pilot,
         )
         conv_id = screen.conversation.id
@@ -164,7 +164,7 @@ async def test_edit_a_reply_in_the_dialog() -> None:
         assert switch_text(screen, 1) == "‹ 2/2 ›"
         # The edited reply's header counts its tokens, as every other one does.
         edited = [v for v in screen.query(MessageView) if v.message.role != "system"][1]
-        await wait_for(lambda: "tokens" in header_of(edited), pilot)
+        await wait_for(lambda: " token" in header_of(edited), pilot)
         await turn(screen, pilot, "go on")
         assert [m["content"] for m in engine.calls[-1][0][1:]] == ["hi", "a better answer", "go on"]
         await pilot.press("alt+up", "alt+up", "alt+up", "alt+left")  # the edited reply

@@ -490,4 +490,4 @@ async def test_a_model_ready_while_a_conversation_opens_counts_it_once_shown() -
         await pilot.pause()
         system = app.query(MessageView).first()
         assert system.message.content == "B."
-        assert "tokens" in str(system.query_one(".message-header", Static).render())
+        assert " token" in str(system.query_one(".message-header", Static).render())

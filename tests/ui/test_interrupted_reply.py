@@ -94,7 +94,7 @@ async def reopened_reply(conv_id: int) -> tuple[str, str, bool]:
         view = app.query_one(AssistantMessageView)
 
         # The tokens are counted once the model is ready, after the view is drawn.
-        await wait_for(lambda: "tokens" in header_of(view), pilot)
+        await wait_for(lambda: " token" in header_of(view), pilot)
         return header_of(view), rendered(view.body), view.has_class("ended-early")
 
 
