@@ -45,12 +45,13 @@ MAX_SOURCE_BYTES = 1024 * 1024
 RENDER_SECONDS = 1.0
 MAX_STEPS = 2_000_000
 OUTPUT_FLOOR = 1024 * 1024
+"""A prompt may be this much longer than its messages' text (the template's
+own words around each message), and four times the text besides."""
 MAX_INT_BITS = 1 << 16
 """An integer a template computes stays below 2**65536 (squaring one in a loop
 would otherwise take the memory and a single step longer than any deadline)."""
 MAX_JSON_INDENT = 64
-"""A prompt may be this much longer than its messages' text (the template's
-own words around each message), and four times the text besides."""
+"""`tojson(indent=...)` repeats the indent on every nested line."""
 
 PLAIN_TEMPLATE_HINT = (
     "Start kvchat with --plain-template (or set plain_template = true under "
@@ -136,10 +137,8 @@ class _GuardedEnvironment(ImmutableSandboxedEnvironment):
             raise _Overrun(f"ran longer than {RENDER_SECONDS:g} s")
 
     def check_size(self, value: object) -> object:
-        if isinstance(value, (str, bytes, list, tuple, dict)) and len(value) > (
-            self.budget.size_limit
-        ):
-            raise _Overrun(f"built a value larger than {human_limit(self.budget.size_limit)}")
+        if isinstance(value, (str, bytes, list, tuple, dict)):
+            self.check_growth(len(value))
         if type(value) is int and value.bit_length() > MAX_INT_BITS:
             raise _Overrun(f"computed a number of more than {MAX_INT_BITS:,} bits")
         return value
@@ -250,14 +249,8 @@ class _GuardedEnvironment(ImmutableSandboxedEnvironment):
             raise _Overrun(f"raised a number to the power {right:,}")
         if operator == "*":
             for count, other in ((left, right), (right, left)):
-                if (
-                    type(count) is int
-                    and isinstance(other, (str, list, tuple))
-                    and count * len(other) > self.budget.size_limit
-                ):
-                    raise _Overrun(
-                        f"built a value larger than {human_limit(self.budget.size_limit)}"
-                    )
+                if type(count) is int and isinstance(other, (str, list, tuple)):
+                    self.check_growth(count * len(other))
         return self.check_size(super().call_binop(context, operator, left, right))
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
