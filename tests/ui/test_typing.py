@@ -269,7 +269,7 @@ async def test_a_long_draft_is_counted_off_the_ui_thread() -> None:
         await wait_for(lambda: meter.state is not None, pilot)
         engine.seconds = 2.0  # a slow count from here on
         box = app.query_one(PromptBox)
-        draft = "word " * (ChatScreen.DRAFT_IN_THREAD_ABOVE // 5 + 1)
+        draft = "word " * (ChatScreen.DRAFT_SAYS_COUNTING_ABOVE // 5 + 1)
         box.insert(draft)
         await wait_for(lambda: "counting the message" in str(meter.render()), pilot)
         assert await typing_time(pilot, "x") < 1  # less than one count: not blocked by it

@@ -147,7 +147,7 @@ class ChatScreen(Screen[None]):
     COUNT_IN_THREAD_ABOVE = 100
     COUNT_IN_THREAD_CHARS = 200_000
     """A conversation of fewer messages than COUNT_IN_THREAD_ABOVE, but longer."""
-    DRAFT_IN_THREAD_ABOVE = 20_000
+    DRAFT_SAYS_COUNTING_ABOVE = 20_000
     """Characters of a draft above which the meter says "counting" while it is planned."""
 
     def __init__(
@@ -550,7 +550,7 @@ class ChatScreen(Screen[None]):
         if self.generating or self.session.budget is None or self._counting_messages():
             return
         text = self._draft_text()
-        if len(text) > self.DRAFT_IN_THREAD_ABOVE:
+        if len(text) > self.DRAFT_SAYS_COUNTING_ABOVE:
             self.query_one(ContextMeter).show_counting("the message's")
         self.run_worker(
             self._plan_in_thread(text),
