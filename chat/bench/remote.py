@@ -37,7 +37,8 @@ def server_binary() -> Path | None:
     import llama_cpp
 
     tools = Path(os.environ.get("KVCHAT_TOOLS", Path.home() / ".cache" / "kvchat-tools"))
-    cached = tools / f"llama.cpp-{llama_cpp.__version__}" / "bin" / "llama-server"
+    # The folder .ci/llama-server builds into ("-rpc": built with the RPC backend).
+    cached = tools / f"llama.cpp-{llama_cpp.__version__}-rpc" / "bin" / "llama-server"
     if cached.is_file():
         return cached
     found = shutil.which("llama-server")
