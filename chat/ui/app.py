@@ -1,9 +1,11 @@
 """ChatApp: wires the parts together and hosts the chat screen.
 
-What it wires: the model loader (chat.session.model_loader) to the chat
-screen; the settings pane (chat.ui.settings_flow) to the settings, the config
-file and the loader; the conversation database (chat.ui.database_flow) to the
-screen's saver; and kvchat's colour themes.
+What it wires: the model loader (chat.session.model_loader) and the turn
+(chat.session.turn, the owner of sending and replies, over the conversation's
+session) to the chat screen; the settings pane (chat.ui.settings_flow) to the
+settings, the config file, the loader and the turn; the conversation database
+(chat.ui.database_flow) and the conversation flow (chat.ui.screens.conversation_flow)
+to the session's saver; quitting to the turn; and kvchat's colour themes.
 
 Themes: kvchat's themes (built-in and the user's) are the only ones
 registered, the one in `settings.ui.theme` is applied at start, and any later
@@ -37,6 +39,7 @@ from chat.errors import KvchatError
 from chat.model_files import ModelCandidate, how_to_get_a_model
 from chat.safe_files import shown_path
 from chat.sanitize import sanitize, sanitize_line
+from chat.session.chat_session import ChatSession
 from chat.session.model_loader import (
     EngineFactory,
     ModelFailed,
@@ -45,6 +48,7 @@ from chat.session.model_loader import (
     Reload,
     load_llama,
 )
+from chat.session.turn import Turn
 from chat.settings.config_file import update_config
 from chat.settings.presets import load_presets
 from chat.settings.run_overrides import RunOverrides
@@ -55,6 +59,7 @@ from chat.ui.crash_report import crash_notice, write_crash_report
 from chat.ui.database_flow import DatabaseFlow
 from chat.ui.messages import ModelLoadFinished, SwitchModelRequested, SwitchServerRequested
 from chat.ui.screens.chat import ChatScreen
+from chat.ui.screens.conversation_flow import ConversationFlow
 from chat.ui.settings_flow import SettingsFlow
 from chat.ui.terminal_input import TerminalGone, TypedText, deliver_typed_text, typing_driver
 from chat.ui.textual_fixes import install as install_textual_fixes
@@ -122,11 +127,22 @@ class ChatApp(App[None]):
             lambda outcome: self.post_message(ModelLoadFinished(outcome)), engine_factory
         )
         presets, self._preset_problems = load_presets()
-        self.chat_screen = ChatScreen(self.settings, self.models, presets)
+        self.conversations = ConversationFlow(self)
+        session = ChatSession(
+            self.settings,
+            self.models,
+            self.conversations.report_save_problem,
+            self.conversations.not_saving_changed,
+            self.conversations.changed_elsewhere,
+        )
+        self.turn = Turn(session, self.models)
+        self.chat_screen = ChatScreen(self.turn, self.models, self.conversations, presets)
+        self.conversations.show_on(self.chat_screen, self.turn)
         self.settings_flow = SettingsFlow(
             self,
             self.settings,
             self.chat_screen,
+            self.turn,
             self.models,
             launch.config_path,
             config_had_problems=launch.config_had_problems,
@@ -313,7 +329,7 @@ class ChatApp(App[None]):
     async def _open_database_and_model(self) -> None:
         settle_startup_garbage()
         await DatabaseFlow(
-            self, self.database, self._use_store, self.chat_screen.stop_saving
+            self, self.database, self._use_store, self.conversations.stop_saving
         ).open()
         for problem in self._startup_problems:
             # Not markup: problems quote the user's text, and "[model]" is a section.
@@ -338,9 +354,9 @@ class ChatApp(App[None]):
 
     async def _use_store(self, store: Store) -> None:
         self.store = store
-        self.chat_screen.attach_store(store)
+        self.conversations.attach_store(store)
         if self.launch.resume is not None:
-            await self.chat_screen.open_conversation(self.launch.resume)
+            await self.conversations.open(self.launch.resume)
             self.launch.resume = None
 
     async def on_model_load_finished(self, message: ModelLoadFinished) -> None:
@@ -474,9 +490,9 @@ class ChatApp(App[None]):
             await asyncio.wait_for(settled.wait(), QUIT_WAIT_S)
         # A reply ends within a token: wait for it while the screen still runs,
         # so that it is saved whole, as stopped, with its figures.
-        screen.stop_generating()
-        while screen.generating and time.monotonic() < self._quit_by:
-            await asyncio.sleep(0.01)
+        self.turn.stop_and_save()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.turn.stopped(), max(0.0, self._quit_by - time.monotonic()))
         if self._unsaved_messages():
             if ask:
                 self._ask_about_unsaved()
@@ -486,26 +502,26 @@ class ChatApp(App[None]):
 
     def _unsaved_messages(self) -> int:
         """Messages the database does not hold and cannot take now (0 when saving works)."""
-        screen = self.chat_screen
-        saver = screen.saver
+        session = self.turn.session
+        saver = session.saver
         if saver.not_saving is None:
             return 0
-        screen.session.save_all()  # one more try: the disk may have room again
-        return saver.unsaved_messages(screen.conversation)
+        session.save_all()  # one more try: the disk may have room again
+        return saver.unsaved_messages(session.conversation)
 
     def _ask_about_unsaved(self) -> None:
         from chat.ui.screens.quit_unsaved import QuitUnsavedScreen
 
         self._quit_by = None  # not quitting while the user decides
-        screen = self.chat_screen
+        session = self.turn.session
 
         def saved() -> bool:
-            screen.session.save_all()
-            return screen.saver.unsaved_messages(screen.conversation) == 0
+            session.save_all()
+            return session.saver.unsaved_messages(session.conversation) == 0
 
         dialog = QuitUnsavedScreen(
-            screen.saver.unsaved_messages(screen.conversation),
-            screen.saver.not_saving or "the database cannot be written",
+            session.saver.unsaved_messages(session.conversation),
+            session.saver.not_saving or "the database cannot be written",
             saved,
             self._export_elsewhere,
         )
@@ -522,7 +538,7 @@ class ChatApp(App[None]):
     def _export_elsewhere(self) -> Path:
         from chat.conversations.transcript import export_elsewhere
 
-        session = self.chat_screen.session
+        session = self.turn.session
         return export_elsewhere(session.conversation, session.conversation_settings().sampling)
 
     def _save_elsewhere_on_exit(self) -> None:
@@ -543,9 +559,8 @@ class ChatApp(App[None]):
         )
 
     def _leave_and_exit(self) -> None:
-        screen = self.chat_screen
-        if not screen.generating:
-            screen.session.leave()  # its KV cache, for instant resume next time
+        if not self.turn.generating:
+            self.turn.session.leave()  # its KV cache, for instant resume next time
         self.exit()
 
     def _handle_exception(self, error: Exception) -> None:
@@ -580,7 +595,7 @@ class ChatApp(App[None]):
         quit_by = self._quit_by or time.monotonic() + QUIT_WAIT_S
         # The KV cache was copied out when the conversation was left; its file
         # is being written (a state not written in time is only a slower resume).
-        self.chat_screen.session.resumer.wait(max(0.0, quit_by - time.monotonic()))
+        self.turn.session.resumer.wait(max(0.0, quit_by - time.monotonic()))
         self.models.close(timeout=max(0.0, quit_by - time.monotonic()))
         if self.store is not None:
             self.store.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 from textual.message import Message
 
 from chat.session.model_loader import LoadOutcome
-from chat.session.reply_stream import ReplyEvent
+from chat.session.turn import TurnEvent
 
 
 @dataclass
@@ -24,10 +24,11 @@ class ModelLoadFinished(Message):
 
 
 @dataclass
-class ReplyUpdate(Message):
-    """The reply being generated moved on: a chunk of tokens, its end, or a failure."""
+class TurnUpdate(Message):
+    """The turn moved on (chat.session.turn): a reply started, its text, its
+    end or failure, a message waiting for the model."""
 
-    event: ReplyEvent
+    event: TurnEvent
 
 
 @dataclass

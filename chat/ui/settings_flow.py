@@ -16,7 +16,6 @@ What a change does:
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import os
 from pathlib import Path
@@ -34,6 +33,7 @@ from chat.session.model_loader import (
     Reload,
 )
 from chat.session.server_choice import server_config
+from chat.session.turn import Turn
 from chat.settings.config_file import backup_path, save_config
 from chat.settings.run_overrides import RunOverrides
 from chat.settings.schema import SERVER_KINDS, ModelSettings, ServerSettings, Settings
@@ -50,6 +50,7 @@ class SettingsFlow:
         app: App[None],
         settings: Settings,
         screen: ChatScreen,
+        turn: Turn,
         models: ModelLoader,
         config_path: Path | None,
         *,
@@ -62,6 +63,7 @@ class SettingsFlow:
         self._app = app
         self._settings = settings
         self._screen = screen
+        self._turn = turn
         self._models = models
         self.config_path = config_path
         self.config_had_problems = config_had_problems
@@ -264,11 +266,10 @@ class SettingsFlow:
         await screen.show_reloading(
             reload.model.name, server=reload.model.server is not None
         )  # no new replies from here on
-        if screen.generating:
+        if self._turn.generating:
             self._app.notify("Stopping the reply to reload the model; what it wrote is kept.")
-            screen.stop_generating()
-            while screen.generating:
-                await asyncio.sleep(0.02)
+            self._turn.stop_and_save()
+            await self._turn.stopped()
         doing = "Connecting to" if reload.model.server is not None else "Reloading model"
         self._app.notify(f"{doing} {reload.model.name}…")
         self._models.reload(reload, save=save)

@@ -161,7 +161,7 @@ async def test_real_model_receives_the_file_and_counts_it_as_the_meter_does(
         box.insert("What is the secret word in @code.txt? Answer with the word only.")
         meter = app.query_one(ContextMeter)
         await wait_for(lambda: chips(app) != [], pilot, timeout=30)
-        draft = screen._draft_text()
+        draft = screen.meter.draft_text()
         assert "PERIWINKLE" in draft
         # What the meter shows (system prompt + the new message) is what the engine counts.
         system = screen.conversation.system_prompt

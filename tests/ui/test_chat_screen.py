@@ -309,18 +309,18 @@ async def test_a_pause_in_typing_prefills_exactly_what_enter_sends() -> None:
 
 async def prefill_pause_over(pilot) -> None:  # type: ignore[no-untyped-def]
     """Return once the prefill pause that the prompt box's last change started
-    has run out: the screen's timer for it has fired, whatever it then did.
+    has run out: the turn's timer for it has fired, whatever it then did.
 
-    The screen starts that timer (ChatScreen.PREFILL_PAUSE_S) when it handles
-    the box's Changed message, which the box passes up after handling it. A
-    callback queued behind that message on the box, then behind it on the
-    screen, runs after the screen's handler; a timer of the same length started
-    there falls due later, and Textual fires timers in the order they fall due."""
+    The screen has the turn start that timer when it handles the box's Changed
+    message, which the box passes up after handling it. A callback queued
+    behind that message on the box, then behind it on the screen, runs after
+    the screen's handler: from then on, the turn's pending prefill is that one."""
     screen = pilot.app.screen
     box = screen.query_one(PromptBox)
-    over = threading.Event()
-    box.call_later(screen.call_later, screen.set_timer, ChatScreen.PREFILL_PAUSE_S, over.set)
-    await wait_for(over.is_set, pilot)
+    handled = threading.Event()
+    box.call_later(screen.call_later, handled.set)
+    await wait_for(handled.is_set, pilot)
+    await wait_for(lambda: not screen.turn.prefill_pending, pilot)
 
 
 async def test_no_prefill_while_a_reply_streams_or_for_an_empty_box() -> None:

@@ -16,8 +16,7 @@ import chat.ui.database_flow as database_flow
 from chat.conversations.store import Store
 from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
-from chat.ui.screens import quit_unsaved
-from chat.ui.screens.chat import ChatScreen
+from chat.ui.screens import conversation_flow, quit_unsaved
 from chat.ui.screens.quit_unsaved import QuitUnsavedScreen
 from chat.ui.terminal_input import TerminalGone
 from chat.ui.widgets.status_bar import StatusBar
@@ -30,7 +29,7 @@ from tests.ui.conftest import MODEL, ready, send
 @pytest.fixture(autouse=True)
 def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(database_flow, "RETRY_S", 0.2)
-    monkeypatch.setattr(ChatScreen, "SAVE_RETRY_S", 0.2)
+    monkeypatch.setattr(conversation_flow, "SAVE_RETRY_S", 0.2)
 
 
 def app_saving_to(

@@ -26,7 +26,7 @@ from chat.model_files import ModelCandidate
 from chat.session.context_window import ContextBudget
 from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
-from chat.ui.screens.chat import ChatScreen
+from chat.ui.meter_planner import DRAFT_SAYS_COUNTING_ABOVE
 from chat.ui.terminal_input import TypedText
 from chat.ui.widgets.context_meter import ContextMeter, MeterState
 from chat.ui.widgets.prompt_box import PromptBox
@@ -247,7 +247,7 @@ async def test_typing_while_a_huge_conversation_is_counted() -> None:
         screen = await ready(app, pilot)
         await screen.open_conversation(big_conversation(20_000))
         meter = app.query_one(ContextMeter)
-        await wait_for(lambda: screen._counting_messages(), pilot)
+        await wait_for(lambda: screen.meter.counting(), pilot)
         assert "counting the conversation" in str(meter.render())
         box = app.query_one(PromptBox)
         assert await typing_time(pilot, "hi") < 1  # generous: milliseconds here
@@ -256,7 +256,7 @@ async def test_typing_while_a_huge_conversation_is_counted() -> None:
         await wait_for(
             lambda: any("Still counting" in n.message for n in app._notifications), pilot
         )
-        assert screen._counting_messages()
+        assert screen.meter.counting()
         assert box.text == "hi" and engine.calls == []
 
 
@@ -269,7 +269,7 @@ async def test_a_long_draft_is_counted_off_the_ui_thread() -> None:
         await wait_for(lambda: meter.state is not None, pilot)
         engine.seconds = 2.0  # a slow count from here on
         box = app.query_one(PromptBox)
-        draft = "word " * (ChatScreen.DRAFT_SAYS_COUNTING_ABOVE // 5 + 1)
+        draft = "word " * (DRAFT_SAYS_COUNTING_ABOVE // 5 + 1)
         box.insert(draft)
         await wait_for(lambda: "counting the message" in str(meter.render()), pilot)
         assert await typing_time(pilot, "x") < 1  # less than one count: not blocked by it
@@ -316,13 +316,11 @@ async def test_counting_a_conversation_with_the_real_model_keeps_typing_live(
         screen = app.chat_screen
         await wait_for(lambda: screen.engine is not None, pilot, 60)
         await screen.open_conversation(conversation)
-        await wait_for(lambda: screen._counting_messages(), pilot)
+        await wait_for(lambda: screen.meter.counting(), pilot)
         assert await typing_time(pilot, "ok") < 1
-        assert screen._counting_messages(), "the count should take longer than typing"
+        assert screen.meter.counting(), "the count should take longer than typing"
         meter = app.query_one(ContextMeter)
-        await wait_for(
-            lambda: not screen._counting_messages() and meter.state is not None, pilot, 120
-        )
+        await wait_for(lambda: not screen.meter.counting() and meter.state is not None, pilot, 120)
         engine = screen.engine
         assert engine is not None
         exact = ContextBudget(engine.tokenize_chat, engine.info.n_ctx).plan(

@@ -70,6 +70,8 @@ def main(argv: Sequence[str]) -> None:
     boxes: list[PromptBox] = []
 
     async def setup(pilot: Pilot[None]) -> None:
+        # The box is mounted with the draft, just after the screen's first widgets.
+        await wait_for(lambda: app.query(PromptBox), pilot, 30)
         boxes.append(app.query_one(PromptBox))
         await wait_for(lambda: app.chat_screen.engine is not None, pilot, 30)
         if messages:

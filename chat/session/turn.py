@@ -1,0 +1,597 @@
+"""The turn: from a message sent to its reply kept, without Textual.
+
+`Turn` owns what happens between the user's Enter and the reply being saved
+whole: the plan the message is sent with (or the problem that keeps it in the
+box), the message that waits while a model loads, starting a reply (a new
+message, an edit sent as a new branch, a regeneration, a continuation), the
+reply's stream (chat.session.reply_stream), stopping it and being told once
+it has stopped, when the reply so far is saved, and the work done ahead while
+the user pauses (prefill, and re-evaluating a reply so that the same seed
+gives the same next reply).
+
+What happens is reported as events, one callback for all of them, called on
+the event loop the turn was started from (the reply's thread hands its events
+over with `call_soon_threadsafe`): the chat screen turns them into views,
+status and notices; a test reads them as they come. The conversation itself
+lives in the `ChatSession`; the turn changes it only through the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Literal
+
+from chat.conversations.attachments import Attachment, prompt_text
+from chat.conversations.conversation import Message
+from chat.engine.base import Engine, Finished, PromptProgress
+from chat.errors import KvchatError
+from chat.session.background import start_thread
+from chat.session.chat_session import ChatSession
+from chat.session.context_window import WindowPlan
+from chat.session.draft_attachments import DraftAttachments
+from chat.session.frame_pacing import FramePacer
+from chat.session.model_loader import ModelLoader
+from chat.session.reply_stream import ReplyChunk, ReplyEnded, ReplyEvent, ReplyFailed, ReplyStream
+
+PREFILL_PAUSE_S = 0.5
+"""After this pause in typing, the message is evaluated ahead (Engine.prefill):
+sent unchanged, its reply starts at once. Typing leaves about 0.2 s between
+keys; a longer pause usually means the text is read over."""
+
+BUSY = "Wait for the reply to finish, or press Esc to stop it."
+
+
+# What the turn reports.
+
+
+StartKind = Literal["new", "regenerate", "answer", "continue"]
+"""Why a reply starts: a message sent (or an edit of one), a reply regenerated,
+the last message (the user's) answered, or the last reply continued."""
+
+
+@dataclass(frozen=True)
+class TurnStarted:
+    """A reply starts streaming into `reply`. `shown`: the branch shown as the
+    reply starts (the user's new message last, if there is one; never a new
+    reply itself): the view follows it, then shows the reply. `kind`
+    "continue": `reply` is the last message, cut short, and goes on."""
+
+    reply: Message
+    shown: tuple[Message, ...]
+    plan: WindowPlan
+    kind: StartKind = "new"
+
+
+@dataclass(frozen=True)
+class TurnProgress:
+    """The prompt of `reply` is being evaluated: how far."""
+
+    reply: Message
+    progress: PromptProgress
+
+
+@dataclass(frozen=True)
+class TurnText:
+    """New text of `reply` (already safe to display), and how many tokens it is."""
+
+    reply: Message
+    text: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class TurnEnded:
+    """`reply` is complete (or was stopped) and saved: its `content` and `stats`
+    are what to show. `finished`: the engine's end of this part (its `error`:
+    a server connection dropped mid-reply, what came is kept)."""
+
+    reply: Message
+    finished: Finished
+    continued: bool = False
+
+
+@dataclass(frozen=True)
+class TurnCancelled:
+    """Stopped while the prompt was evaluated: no reply, and none is kept (the
+    user's message is; what was evaluated stays in the KV cache)."""
+
+    reply: Message
+
+
+@dataclass(frozen=True)
+class TurnFailed:
+    """No reply: `error` says why. `reply`: its message, dropped (None when it
+    was a continuation: the reply stays as it was, `continued`). `taken_back`:
+    the user's message, taken out of the conversation so that nothing is lost
+    (the prompt did not fit, or the server failed before any text): it goes
+    back into the box."""
+
+    reply: Message
+    error: str
+    continued: bool = False
+    taken_back: Message | None = None
+
+
+@dataclass(frozen=True)
+class MessageWaiting:
+    """`text` waits for the model that is loading; sent once it is ready."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class WaitingOver:
+    """The message that waited for the model is no longer waiting: sent, or
+    `taken_back` (Esc, the model failed, another conversation); then
+    `refused` may say why it could not be sent."""
+
+    text: str
+    taken_back: bool
+    refused: Refused | None = None
+
+
+TurnEvent = (
+    TurnStarted
+    | TurnProgress
+    | TurnText
+    | TurnEnded
+    | TurnCancelled
+    | TurnFailed
+    | MessageWaiting
+    | WaitingOver
+)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Why nothing was sent (the text stays where it is), as the user is told."""
+
+    text: str
+    severity: str = "error"
+    title: str = ""
+    timeout: float | None = None
+
+
+# The turn.
+
+
+class Turn:
+    def __init__(
+        self,
+        session: ChatSession,
+        models: ModelLoader,
+        listener: Callable[[TurnEvent], object] = lambda event: None,
+        draft: DraftAttachments | None = None,
+    ) -> None:
+        """`listener` is called with each event, on the event loop that started
+        the reply (or called the method that caused the event)."""
+        self.session = session
+        self.listener = listener
+        self.draft = draft if draft is not None else DraftAttachments()
+        """The files attached to the message being written (chat.session.draft_attachments)."""
+        self.typed: Callable[[], str] = lambda: ""
+        """The text being written (the prompt box's): what a prefill evaluates."""
+        self._models = models
+        self.counting: Callable[[], bool] = lambda: False
+        """Whether the conversation's messages are being counted (the meter's):
+        until they are, what fits in the window is not known."""
+        self._stream: ReplyStream | None = None
+        self._reply: Message | None = None
+        self._continuing = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._pacer = FramePacer()
+        self._waiting: str | None = None
+        self._prefill: asyncio.TimerHandle | None = None
+
+    @property
+    def generating(self) -> bool:
+        """A reply is being generated (until its end has been kept)."""
+        return self._reply is not None
+
+    @property
+    def reply_text(self) -> str | None:
+        """The reply being generated, so far (None when none is)."""
+        return self._stream.text if self._stream is not None else None
+
+    @property
+    def prefill_pending(self) -> bool:
+        """A prefill waits for the pause in typing to end (`schedule_prefill`)."""
+        return self._prefill is not None
+
+    @property
+    def waiting(self) -> str | None:
+        """The message waiting for the model to load, if one does."""
+        return self._waiting
+
+    async def stopped(self) -> None:
+        """Return once no reply is being generated (its end kept and saved)."""
+        await self._idle.wait()
+
+    # Sending.
+
+    def send(self, text: str) -> Refused | None:
+        """Send the user's message with the draft's files: it joins the
+        conversation, is saved, and its reply starts; while a model loads, it
+        waits for it (`MessageWaiting`). None when sent or waiting; else why
+        not (nothing changed: the text stays in the box)."""
+        return self._submit(text, None)
+
+    def send_edit(self, original: Message, text: str) -> Refused | None:
+        """Send `text` as a new branch beside the user's message `original` (it
+        is kept as an alternative). As `send` otherwise."""
+        return self._submit(text, original)
+
+    def _submit(self, text: str, original: Message | None) -> Refused | None:
+        if self.generating:
+            return Refused(
+                "A reply is still being generated. Press Esc to stop it, or wait; "
+                "your text stays in the box.",
+                severity="warning",
+            )
+        if self.session.engine is None:
+            if self._models.busy:
+                return self.wait_for_model(text)
+            return Refused("No model is loaded yet; your text stays in the box.", "warning")
+        if self.counting():
+            return Refused(
+                "Still counting the conversation's tokens, to know what fits in the "
+                "window. Press Enter again in a moment; your text stays in the box.",
+                severity="warning",
+            )
+        conversation = self.session.conversation
+        if original is not None and not any(m is original for m in conversation.messages):
+            return Refused("The message being edited is no longer shown.", severity="warning")
+        attached = self.attachments_for(text)
+        if isinstance(attached, Refused):
+            return attached
+        shown = self.session.cut_before(original) if original is not None else None
+        plan = self.plan_to_send(prompt_text(text, attached))
+        if isinstance(plan, Refused):
+            if shown is not None:
+                self.session.restore_branch(shown)
+            return plan
+        self.draft.clear()  # sent: the next message starts with none
+        self._send(text, plan, attached)
+        return None
+
+    def attachments_for(self, text: str) -> list[Attachment] | Refused:
+        """The files a message with `text` is sent with (picked, or named with
+        `@`), or why one of them cannot be attached (then nothing is sent)."""
+        attached = self.draft.resolve(text)
+        if attached.problems:
+            return Refused(
+                " ".join(attached.problems)
+                + " Take the @ off its name to send the name as text; your message "
+                "stays in the box.",
+                title="Cannot attach",
+                timeout=12,
+            )
+        return attached.attachments
+
+    def prompt_for(self, text: str) -> str:
+        """What sending `text` would send the model: the text, then the files
+        attached. The meter and the prefill plan it."""
+        return prompt_text(text, self.draft.resolve(text).attachments)
+
+    def plan(self, text: str | None) -> WindowPlan | None:
+        """`session.plan`; a model server that cannot count (down, answering
+        garbage) makes the plan's problem, so nothing is sent and what was
+        typed stays in the box."""
+        try:
+            return self.session.plan(text)
+        except KvchatError as error:
+            return WindowPlan(0, 0, 0, 0, 0, (), problem=str(error))
+
+    def plan_to_send(self, text: str | None) -> WindowPlan | Refused:
+        """How sending `text` (None: a new reply to the conversation as it is)
+        would fill the window, or why it cannot be sent."""
+        plan = self.plan(text)
+        if plan is None:
+            return Refused("No model is loaded.", severity="error")
+        if plan.problem:
+            return Refused(plan.problem, severity="error", timeout=15)
+        return plan
+
+    def _send(self, text: str, plan: WindowPlan, attachments: Sequence[Attachment]) -> None:
+        self.session.add_user_message(text, plan, attachments)
+        self._start_reply(plan)
+
+    # The message that waits for a model.
+
+    def wait_for_model(self, text: str) -> Refused | None:
+        """Hold `text` until the model loading now is ready (`send_waiting`)."""
+        if self._waiting is not None:
+            return Refused(
+                "A message is already waiting for the model; Esc takes it back.",
+                severity="warning",
+            )
+        self._waiting = text
+        self.listener(MessageWaiting(text))
+        return None
+
+    def take_back_waiting(self, refused: Refused | None = None) -> str | None:
+        """The waiting message goes back to the user (`refused`: why it was not
+        sent); None if none waited."""
+        text, self._waiting = self._waiting, None
+        if text is not None:
+            self.listener(WaitingOver(text, taken_back=True, refused=refused))
+        return text
+
+    def send_waiting(self) -> bool:
+        """The model is ready: send the waiting message as Enter would have (a
+        message that does not fit goes back, with the reason). False if none
+        waited or it went back."""
+        text = self._waiting
+        if text is None:
+            return False
+        refused: Refused | None = Refused(BUSY, severity="warning")
+        attached: list[Attachment] = []
+        plan: WindowPlan | Refused | None = None
+        if not self.generating:
+            found = self.attachments_for(text)
+            refused = found if isinstance(found, Refused) else None
+            if not isinstance(found, Refused):
+                attached = found
+                plan = self.plan_to_send(prompt_text(text, attached))
+                refused = plan if isinstance(plan, Refused) else None
+        if refused is not None or not isinstance(plan, WindowPlan):
+            self.take_back_waiting(refused)
+            return False
+        self._waiting = None
+        self.listener(WaitingOver(text, taken_back=False))
+        self.draft.picked = []  # sent with it
+        self._send(text, plan, attached)
+        return True
+
+    # Regenerating and continuing.
+
+    def regenerate(self, selected: Message | None = None) -> Refused | None:
+        """A new reply in place of `selected` (else the last reply); the old one
+        stays as an alternative. None when started; else why not."""
+        if self.generating:
+            return Refused(BUSY, severity="warning")
+        if self.session.engine is None:
+            return Refused("No model is loaded.", severity="warning")
+        reply = selected if selected and selected.role == "assistant" else None
+        reply = reply or self.session.last_reply()
+        if reply is None:
+            return Refused("There is no reply to regenerate yet.", severity="warning")
+        shown = self.session.cut_before(reply)
+        plan = self.plan_to_send(None)
+        if isinstance(plan, Refused):
+            self.session.restore_branch(shown)
+            return replace(plan, timeout=None)
+        self._start_reply(plan, "regenerate")
+        return None
+
+    def continue_reply(self) -> Refused | None:
+        """Ctrl+L: the last reply goes on where it was cut short, in the same
+        message, the KV cache that holds it reused; when the last message is
+        the user's (its reply stopped while the prompt was read), it is
+        answered, reading only what was not read yet."""
+        if self.generating:
+            return Refused(BUSY, severity="warning")
+        if self.session.engine is None:
+            return Refused("No model is loaded.", severity="warning")
+        conversation = self.session.conversation
+        messages = conversation.messages
+        reply = self.session.continuable_reply()
+        answering = bool(messages) and messages[-1].role == "user"
+        if reply is None and not answering:
+            return Refused(
+                "Only a reply cut short (by max tokens or Esc) can be continued.",
+                severity="warning",
+            )
+        if reply is not None and conversation.tree.children(reply):
+            return Refused(
+                "This reply has messages after it in another branch; regenerate it "
+                "(Ctrl+R) instead.",
+                severity="warning",
+            )
+        plan = self.plan_to_send(None)
+        if isinstance(plan, Refused):
+            return replace(plan, timeout=None)
+        if reply is None:
+            self._start_reply(plan, "answer")
+            return None
+        self.session.begin_continue(reply, plan)
+        self._stream_reply(reply, plan, "continue")
+        return None
+
+    # The reply.
+
+    def _start_reply(self, plan: WindowPlan, kind: StartKind = "new") -> None:
+        reply = self.session.begin_reply(plan)
+        self._stream_reply(reply, plan, kind)
+
+    def _stream_reply(self, reply: Message, plan: WindowPlan, kind: StartKind) -> None:
+        engine = self.session.engine
+        assert engine is not None
+        shown = tuple(self.session.conversation.messages)
+        self._reply, self._continuing = reply, kind == "continue"
+        self._idle.clear()
+        self._cancel_prefill()
+        self.listener(TurnStarted(reply, shown, plan, kind))
+        loop = asyncio.get_running_loop()
+        # The events are handled in the context the reply started from: the
+        # listener and the saver's reports may need its context variables (a
+        # UI's, for one), which the reply's thread does not have.
+        context = contextvars.copy_context()
+        prompt = self.session.reply_prompt(plan)
+        settings = self.session.settings
+        self._stream = ReplyStream(
+            engine,
+            prompt,
+            # A copy: the settings pane may change them while the reply streams.
+            replace(settings.sampling),
+            partial(_hand_over, loop, context, partial(self._on_stream_event, reply)),
+            record_probs=settings.chat.record_token_probs,
+            before=partial(self.session.resume_before_reply, engine, prompt),
+            continue_text=reply.content if self._continuing else None,
+        )
+        self._pacer = FramePacer()
+        self._stream.start()
+
+    def frame_shown(self) -> None:
+        """The screen has drawn the reply's newest text: the next piece comes
+        after an interval that keeps the drawing within its share of a core."""
+        if self._stream is not None:
+            self._stream.frame_s = self._pacer.frame_shown()
+
+    def _on_stream_event(self, reply: Message, event: ReplyEvent) -> None:
+        if reply is not self._reply:
+            return  # a reply that has ended already (cannot happen; be safe)
+        if isinstance(event, ReplyChunk):
+            if event.save_due and self._stream is not None:
+                self.session.saver.save_progress(self._stream.text)
+            self.listener(TurnText(reply, event.text, event.tokens))
+        elif isinstance(event, PromptProgress):
+            self.listener(TurnProgress(reply, event))
+        elif isinstance(event, ReplyEnded):
+            self._ended(reply, event.finished)
+        else:
+            self._failed(reply, event)
+
+    def _done(self) -> None:
+        self._reply = self._stream = None
+        self._continuing = False
+        self._idle.set()
+
+    def _ended(self, reply: Message, finished: Finished) -> None:
+        continuing = self._continuing
+        if continuing:
+            self.session.end_continue(reply, finished)
+        elif finished.stats.finish_reason == "stopped" and not finished.stats.generated_tokens:
+            self.session.drop_reply(reply)
+            self._done()
+            self.listener(TurnCancelled(reply))
+            # No prefill: it would read the rest in the background, which Esc declined.
+            return
+        else:
+            self.session.end_reply(reply, finished)
+        self._done()
+        engine = self.session.engine
+        if self.session.settings.sampling.repeatable and engine is not None:
+            # While the user reads: the same seed then gives the same next reply
+            # (or continuation) whether this conversation stays in memory, is
+            # resumed or reopened.
+            start_thread("rebatch", _rebatch_quietly, engine)
+        self.listener(TurnEnded(reply, finished, continued=continuing))
+        self.schedule_prefill()  # for what was typed while the reply streamed
+
+    def _failed(self, reply: Message, failed: ReplyFailed) -> None:
+        session = self.session
+        if self._continuing:
+            # The reply stays as it was: nothing of it is dropped.
+            session.end_continue_failed(reply)
+            self._done()
+            self.listener(TurnFailed(reply, failed.error, continued=True))
+            return
+        session.drop_reply(reply)
+        conversation = session.conversation
+        messages = conversation.messages
+        fresh = bool(messages) and not conversation.tree.children(messages[-1])
+        taken_back = None
+        if failed.prompt_too_long or (failed.server_failed and fresh):
+            # Nothing is lost: the message goes back into the box, to be
+            # shortened or sent again once the server answers.
+            taken_back = session.take_back_last_message()
+        self._done()
+        self.listener(TurnFailed(reply, failed.error, taken_back=taken_back))
+
+    def stop(self) -> bool:
+        """Esc: end the reply within one token (its end arrives, and is saved,
+        as usual). False when no reply is being generated."""
+        if self._stream is None:
+            return False
+        self._stream.cancel()
+        return True
+
+    def stop_and_save(self) -> None:
+        """`stop`, and the reply so far saved now too: on quit, a reply whose
+        prompt is still being evaluated does not end before the app does."""
+        if self._stream is not None:
+            self._stream.cancel()
+            self.session.saver.save_progress(self._stream.text)
+
+    def save_all(self) -> None:
+        """Write whatever is not saved yet (the reply so far included)."""
+        self.session.save_all(self.reply_text)
+
+    # Work done ahead while the user pauses.
+
+    def schedule_prefill(self) -> None:
+        """Evaluate ahead, after a pause, what the next reply will evaluate."""
+        self._cancel_prefill()
+        with contextlib.suppress(RuntimeError):  # no loop: nothing to schedule on
+            loop = asyncio.get_running_loop()
+            self._prefill = loop.call_later(PREFILL_PAUSE_S, self.prefill_now)
+
+    def _cancel_prefill(self) -> None:
+        if self._prefill is not None:
+            self._prefill.cancel()
+            self._prefill = None
+
+    def prefill_now(self) -> None:
+        """Evaluate ahead, in a thread, what the next reply will evaluate (see
+        `ChatSession.prefill_prompt`), and put back a saved KV cache first
+        (instant resume). Sent otherwise, nothing changes but the CPU time."""
+        self._prefill = None
+        engine = self.session.engine
+        if engine is None or self.generating:
+            return
+        if self.counting():
+            return  # planning would count them too; done, the count schedules this again
+        chat = self.session.settings.chat
+        if not (chat.prefill or self.session.resume_pending):
+            return  # nothing to evaluate ahead and no saved KV cache to put back
+        # Planned in the thread too: with a long conversation or draft, planning
+        # takes longer than a keystroke may.
+        start_thread(
+            "prefill",
+            _prefill_quietly,
+            engine,
+            self.session,
+            self.prompt_for(self.typed().strip("\n")),
+            chat.prefill,
+            self.session.settings.sampling.repeatable,
+        )
+
+
+def _hand_over(
+    loop: asyncio.AbstractEventLoop,
+    context: contextvars.Context,
+    handle: Callable[[ReplyEvent], None],
+    event: ReplyEvent,
+) -> None:
+    """From the reply's thread to the loop; the loop may be closed already (the
+    app quit while the reply ran)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(handle, event, context=context)
+
+
+def _prefill_quietly(
+    engine: Engine, session: ChatSession, text: str, prefill: bool, exact: bool
+) -> None:
+    """A prefill is only a head start: if it fails, sending the text meets the
+    same problem and reports it, so nothing is shown from here. A saved KV cache
+    of the conversation (instant resume) is put back first when it holds more."""
+    with contextlib.suppress(Exception):
+        prompt = session.prefill_prompt(text)
+        if prompt is not None:
+            if session.resume_pending:
+                session.resume(engine, *prompt)
+            if prefill:
+                engine.prefill(*prompt, exact=exact)
+
+
+def _rebatch_quietly(engine: Engine) -> None:
+    """Like a prefill, only a head start: the next reply does it if this fails."""
+    with contextlib.suppress(Exception):
+        engine.rebatch_reply()

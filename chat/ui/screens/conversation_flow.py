@@ -1,0 +1,330 @@
+"""Conversations from the user's side: a new one, one opened or forked, the
+offer of the model it was made with, its export; and saving: problems told,
+failed writes retried, another window that changed the same conversation.
+
+Like the settings and database flows, this holds the steps and the dialogs;
+the chat screen draws the result (`ChatScreen.show_conversation`), and the
+conversation itself is the session's (chat.session.chat_session), reached
+through the turn (chat.session.turn), which must not be generating a reply
+while the conversation changes under it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, Protocol
+
+from textual.app import App
+from textual.timer import Timer
+
+from chat.conversations.conversation import Conversation, Message
+from chat.conversations.store import Store
+from chat.engine.base import Engine
+from chat.errors import KvchatError
+from chat.session.chat_session import ChatSession
+from chat.session.turn import Turn
+from chat.settings.presets import Preset
+from chat.ui.messages import SwitchModelRequested, SwitchServerRequested
+
+if TYPE_CHECKING:
+    from chat.ui.screens.conversations import OpenChoice
+
+STOP_FIRST = "Stop the reply first (Esc)."
+
+SAVE_RETRY_S = 3.0
+"""While writes fail, they are tried again this often."""
+
+
+class ConversationScreen(Protocol):
+    """What this flow asks of the chat screen (chat.ui.screens.chat)."""
+
+    check_model_when_loaded: bool
+
+    @property
+    def generating(self) -> bool: ...
+
+    async def show_conversation(
+        self,
+        *,
+        new: bool = False,
+        forked: bool = False,
+        preset: bool = False,
+        system_changed: str | None = None,
+    ) -> None: ...
+
+    def stop_editing(self) -> None: ...
+
+    def put_in_empty_box(self, text: str) -> None: ...
+
+    async def reply_drawn(self) -> None: ...
+
+    def show_not_saving(self, reason: str | None) -> None: ...
+
+    def set_interval(self, interval: float, callback: Any) -> Timer: ...
+
+
+class ConversationFlow:
+    def __init__(self, app: App[None]) -> None:
+        """`show_on` gives it the turn and the screen: both are made after this
+        flow, which the session's saver reports to."""
+        self._app = app
+        self._save_retry: Timer | None = None
+        self._turn: Turn | None = None
+        self._shown_on: ConversationScreen | None = None
+
+    def show_on(self, screen: ConversationScreen, turn: Turn) -> None:
+        self._shown_on, self._turn = screen, turn
+
+    @property
+    def _screen(self) -> ConversationScreen:
+        assert self._shown_on is not None
+        return self._shown_on
+
+    @property
+    def turn(self) -> Turn:
+        assert self._turn is not None
+        return self._turn
+
+    @property
+    def _session(self) -> ChatSession:
+        return self.turn.session
+
+    @property
+    def _conversation(self) -> Conversation:
+        return self._session.conversation
+
+    def _busy(self) -> bool:
+        if self._screen.generating:
+            self._app.notify(STOP_FIRST, severity="warning")
+            return True
+        return False
+
+    # New, opened, forked.
+
+    async def new(self) -> None:
+        if self._busy():
+            return
+        self.turn.take_back_waiting()  # it was for the conversation that goes
+        self._screen.stop_editing()
+        self._session.new_conversation()
+        await self._screen.show_conversation(new=True)
+
+    async def open(self, conversation: int | Conversation) -> bool:
+        """Show a saved conversation and continue it with its own system prompt and
+        sampling settings (for this conversation only: see chat.session.chat_session).
+
+        `conversation`: its id in the store, or one already loaded from the store
+        (its saved sampling settings are then not read: the defaults apply).
+        """
+        if self._busy():
+            return False
+        self.turn.take_back_waiting()  # it was for the conversation that goes
+        self._screen.stop_editing()
+        sampling: dict[str, Any] = {}
+        if isinstance(conversation, int):
+            try:
+                conversation, sampling = self._session.load(conversation)
+            except KvchatError as error:
+                self._app.notify(str(error), severity="error", timeout=10)
+                return False
+        self._session.open(conversation, sampling)
+        await self._screen.show_conversation()
+        if self._session.engine is None:
+            self._screen.check_model_when_loaded = True
+        else:
+            self.offer_model_switch()
+        return True
+
+    def browse(self) -> None:
+        """Ctrl+O: the saved conversations; the one chosen is opened."""
+        if self._busy():
+            return
+        saver = self._session.saver
+        store = saver.store
+        if store is None:
+            reason = saver.not_saving or "the database is not open yet"
+            self._app.notify(
+                f"Saved conversations are not available: {reason}.", severity="warning"
+            )
+            return
+        from chat.ui.screens.conversations import ConversationsScreen
+
+        browser = ConversationsScreen(
+            store, open_id=self._conversation.id, resumable=self._session.resumable()
+        )
+
+        async def chosen(choice: OpenChoice) -> None:
+            conv_id = self._conversation.id
+            if conv_id is not None and conv_id in browser.renamed:
+                self._conversation.title = browser.renamed[conv_id]
+            if isinstance(choice, int):
+                await self.open(choice)
+            elif choice == "new" or (conv_id is not None and conv_id in browser.deleted):
+                await self.new()
+
+        self._app.push_screen(browser, chosen)
+
+    async def fork(self, message: Message | None) -> None:
+        """The branch shown, up to `message` (else all of it), becomes a new
+        saved conversation, which is then shown."""
+        if message is None and self._conversation.messages:
+            message = self._conversation.messages[-1]
+        if message is None:
+            self._app.notify("There is nothing to fork yet.", severity="warning")
+            return
+        self._screen.stop_editing()
+        self._session.fork_at(message)
+        await self._screen.show_conversation(forked=True)
+        self._app.notify(f"Forked: {self._conversation.title}", timeout=6)
+
+    async def use_preset(self, preset: Preset) -> None:
+        """Continue this conversation with `preset` (see `ChatSession.use_preset`);
+        the view shows its system prompt, the meter counts it."""
+        self._screen.stop_editing()
+        before = self._conversation.system_prompt
+        self._session.use_preset(preset)
+        await self._screen.show_conversation(preset=True, system_changed=before)
+        system = self._conversation.system_prompt
+        text = f"Preset {preset.name}" + (f": {preset.summary()}" if preset.summary() else ".")
+        if system != before and self._conversation.messages:
+            text += " The next reply reads the whole conversation again, with the new prompt."
+        self._app.notify(text, timeout=6)
+
+    def export(self) -> None:
+        conversation = self._conversation
+        if not conversation.messages:
+            self._app.notify("There is nothing to export yet.", severity="warning")
+            return
+        from chat.conversations.transcript import export_conversation
+
+        try:
+            path = export_conversation(conversation, asdict(self._session.settings.sampling))
+        except KvchatError as error:
+            self._app.notify(str(error), severity="error", timeout=10)
+            return
+        self._app.notify(f"Exported to {path}", title="Conversation exported", timeout=10)
+
+    # The model a conversation was made with.
+
+    def offer_model_switch(self) -> None:
+        """Say so when the conversation was made with another model, and offer it."""
+        session = self._session
+        server_url, engine = session.made_on_another_server(), session.engine
+        if server_url is not None and engine is not None:
+            self._offer_server(server_url, engine)
+            return
+        path = session.made_with_another_model()
+        if path is None or engine is None:
+            return
+        made_with = self._conversation.model_name or path.name
+        if not path.is_file():
+            self._app.notify(
+                f"This conversation was made with {made_with} ({path}), which is no longer "
+                f"there; it continues with {engine.info.name}.",
+                severity="warning",
+                timeout=10,
+            )
+            return
+
+        def answer(switch: bool | None) -> None:
+            if switch:
+                self._app.post_message(SwitchModelRequested(path))
+
+        from chat.ui.screens.dialogs import ConfirmScreen
+
+        question = ConfirmScreen(
+            "Made with another model",
+            f"This conversation was made with {made_with} ({path}). The loaded model is "
+            f"{engine.info.name} ({engine.info.path}). The conversation continues on "
+            "either; switch models?",
+            f"Switch to {made_with}",
+            f"Keep {engine.info.name}",
+        )
+        self._app.push_screen(question, answer)
+
+    def _offer_server(self, url: str, engine: Engine) -> None:
+        """The conversation was made on a model server not in use: offer to reconnect."""
+        conversation = self._conversation
+        made_with = conversation.model_name or "its model"
+
+        def answer(reconnect: bool | None) -> None:
+            if reconnect:
+                self._app.post_message(
+                    SwitchServerRequested(
+                        url, conversation.backend, conversation.model_name or None
+                    )
+                )
+
+        from chat.ui.screens.dialogs import ConfirmScreen
+
+        question = ConfirmScreen(
+            "Made on a model server",
+            f"This conversation was made with {made_with} on the {conversation.backend} "
+            f"server at {url}. It continues with {engine.info.name} unless you reconnect.",
+            "Reconnect to the server",
+            f"Keep {engine.info.name}",
+        )
+        self._app.push_screen(question, answer)
+
+    # Saving: the database, problems, retries, another window.
+
+    def attach_store(self, store: Store) -> None:
+        """Save from now on; what was said before is saved now."""
+        self._session.saver.attach(store)
+        self._session.save_all()
+
+    def stop_saving(self, reason: str) -> None:
+        """Go on without a database: `reason` stays in the status bar."""
+        self._session.saver.stop_saving(reason)
+
+    def report_save_problem(self, text: str) -> None:
+        if text.startswith("Saving again"):
+            self._app.notify(text, title="Saving", timeout=6)
+            return
+        self._app.notify(text, title="Not saving", severity="error", timeout=15)
+
+    def not_saving_changed(self, reason: str | None) -> None:
+        """The saver's lasting reason changed: the status bar shows it until
+        saving works again, and failed writes are retried meanwhile."""
+        self._screen.show_not_saving(reason)
+        failing = self._session.saver.failing
+        if failing and self._save_retry is None:
+            self._save_retry = self._screen.set_interval(SAVE_RETRY_S, self.turn.save_all)
+        elif not failing and self._save_retry is not None:
+            self._save_retry.stop()
+            self._save_retry = None
+
+    def changed_elsewhere(self) -> None:
+        """Another window added to this conversation: this one's turns are not
+        written until the user reloads it or continues as a fork."""
+        from chat.ui.screens.dialogs import ConfirmScreen
+
+        title = self._conversation.title or "This conversation"
+        question = ConfirmScreen(
+            "Changed in another window",
+            f"“{title}” was continued in another kvchat window since this one opened "
+            "it, so this window's new messages are not saved there. Reload it to see "
+            "both (your last message goes back into the box), or continue here as a "
+            "new conversation, a fork with everything shown here.",
+            "Continue as a fork",
+            "Reload",
+        )
+        self._app.push_screen(question, self._settle_conflict)
+
+    async def _settle_conflict(self, fork: bool | None) -> None:
+        session = self._session
+        if fork:
+            session.fork()
+            self._app.notify(f"Saved as a new conversation: {self._conversation.title}", timeout=8)
+            return
+        conv_id = self._conversation.id
+        unsaved = [m for m in self._conversation.messages if m.id is None and m.role == "user"]
+        turn = self.turn
+        if turn.generating:
+            turn.stop()
+            await turn.stopped()
+        await self._screen.reply_drawn()
+        if conv_id is None:
+            return
+        if await self.open(conv_id) and unsaved:
+            self._screen.put_in_empty_box(unsaved[-1].content)
