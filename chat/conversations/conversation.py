@@ -62,6 +62,12 @@ class ReplyStats:
     finish_reason: FinishReason
     seed: int | None = None
     total_s: float = 0.0
+    thinking_tokens: int = 0
+    """Of `generated_tokens`, those of the thinking (a reasoning model's),
+    markers included."""
+    first_answer_s: float | None = None
+    """From the request to the answer's first token, when the reply thought
+    first (`ttft_s` is then the thinking's first token); None otherwise."""
 
     @property
     def prompt_reused(self) -> int:
@@ -129,6 +135,9 @@ class Message:
     attachments: Sequence[Attachment] = ()
     """For the user's messages: text files attached (chat.conversations.attachments),
     sent after `content`; `content` is what the user typed."""
+    thinking: str = ""
+    """For replies of a reasoning model: its thinking, without the markers;
+    `content` is then the answer alone."""
 
     @property
     def prompt_content(self) -> str:
@@ -138,10 +147,14 @@ class Message:
     def as_chat_dict(self) -> dict[str, Any]:
         """The OpenAI-style `{"role", "content"}` form that chat templates take,
         plus `"token_ids"` when the reply has them (the engine sends those instead
-        of re-tokenizing the text)."""
+        of re-tokenizing the text), and a reply's thinking as
+        `"reasoning_content"`: the model's template decides whether it is sent
+        again (most drop it from earlier turns)."""
         data: dict[str, Any] = {"role": self.role, "content": self.prompt_content}
         if self.token_ids is not None:
             data["token_ids"] = self.token_ids
+        if self.thinking:
+            data["reasoning_content"] = self.thinking
         return data
 
 

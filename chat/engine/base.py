@@ -14,6 +14,7 @@ from typing import Protocol, TypedDict
 
 from chat.conversations.conversation import ReplyStats, TokenChoice
 from chat.engine.kv_state import KvState, StateIdentity
+from chat.engine.reasoning.markers import Reasoning
 from chat.engine.threads import ThreadCounts
 from chat.settings.schema import SamplingSettings
 
@@ -24,7 +25,12 @@ class _MessageText(TypedDict):
 
 
 class ChatMessage(_MessageText, total=False):
-    """One message of a prompt. The chat template sees only `role` and `content`."""
+    """One message of a prompt. The chat template sees `role` and `content`,
+    and a reply's `reasoning_content` (its thinking, which most reasoning
+    templates drop from earlier turns)."""
+
+    reasoning_content: str
+    """For a reasoning model's reply: its thinking, apart from `content`."""
 
     token_ids: Sequence[int]
     """For a reply: the tokens that were sampled (`Finished.token_ids`). The
@@ -68,6 +74,10 @@ class ModelInfo:
     """Whether `tokenize_chat` counts exactly what the model sees; False where
     the server cannot tokenize (Ollama, generic OpenAI servers): an estimate,
     corrected after each reply from the server's own count."""
+    reasoning: Reasoning | None = None
+    """How the model thinks before it answers (its markers, from its chat
+    template and vocabulary; chat.engine.reasoning); None when it does not,
+    or when a model server sends the thinking in a field of its own."""
 
     def device_text(self) -> str:
         if self.server_url is not None:
