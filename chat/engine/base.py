@@ -102,6 +102,9 @@ class TokenEvent:
     token_id: int
     choice: TokenChoice | None = None
     """The distribution this token was sampled from, when recording."""
+    thinking: bool = False
+    """The token is the model's thinking, which a model server sent in a field
+    of its own (a local model's thinking is found in the text by its markers)."""
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,8 @@ class ChatPrompt:
         that fails raises `ChatTemplateError`, unless `plain_allowed`: then
         plain ChatML is used instead."""
         source = self._llm.metadata.get("tokenizer.chat_template") or CHATML_TEMPLATE
+        self.source = source
+        """The template's text (how a reasoning model thinks is read from it)."""
         try:
             templates = {flag: self._template(path, source, flag) for flag in (True, False)}
             templates[True](messages=[{"role": "user", "content": "Hello"}])
@@ -71,6 +73,7 @@ class ChatPrompt:
             if not plain_allowed or source == CHATML_TEMPLATE:
                 raise
             self.plain_template_reason = str(error)
+            self.source = CHATML_TEMPLATE
             return {flag: self._template(path, CHATML_TEMPLATE, flag) for flag in (True, False)}
         return templates
 

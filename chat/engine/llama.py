@@ -43,6 +43,7 @@ from chat.engine.chat_prompt import CHATML_TEMPLATE, ChatPrompt
 from chat.engine.kv_cache import copy_sequence, identity_of, load_sequence
 from chat.engine.kv_state import KvState, StateIdentity, common_prefix
 from chat.engine.llama_log import route_llama_log
+from chat.engine.reasoning.markers import recognise, special_token_test
 from chat.engine.reply_text import ReplyText
 from chat.engine.threads import (
     CALIBRATION_FILLER,
@@ -179,6 +180,20 @@ class LlamaEngine:
             gpu_supported=supported,
         )
         self.chat_prompt = ChatPrompt(llm, path, settings.plain_template)
+        # How the model thinks, if it does: from its template and vocabulary,
+        # never from its name (chat.engine.reasoning; docs/reasoning.md).
+        self.info = replace(
+            self.info,
+            reasoning=recognise(
+                self.chat_prompt.source,
+                self.chat_prompt.formatters[True],
+                special_token_test(llm.tokenize),
+            ),
+        )
+        self.grammar: str | None = None
+        """A GBNF grammar the replies are sampled under (None: none). The tests
+        make the demo model's own tokens take a shape with it (a thinking
+        block); constrained output will use it too."""
         self.plain_template_reason = self.chat_prompt.plain_template_reason
         """Why the model's own chat template is not used (plain ChatML is,
         as the user asked with `model.plain_template`), or None."""
@@ -431,6 +446,14 @@ class LlamaEngine:
         evaluated = 0
         generated = 0
         finish: FinishReason = "done"
+        grammar = (
+            llama_cpp.LlamaGrammar.from_string(self.grammar, verbose=False)
+            if self.grammar
+            else None
+        )
+        # A reasoning model's markers may be special tokens (Qwen3's `<think>`):
+        # their text is kept so that the thinking can be told from the answer.
+        special = self.info.reasoning is not None
         tokens = llm.generate(
             prompt,
             temp=sampling.temperature,
@@ -445,6 +468,7 @@ class LlamaEngine:
             mirostat_tau=sampling.mirostat_tau,
             mirostat_eta=sampling.mirostat_eta,
             reset=True,  # keeps the longest common prefix of the KV cache
+            grammar=grammar,
         )
         try:
             for token in tokens:
@@ -455,7 +479,7 @@ class LlamaEngine:
                     break
                 generated += 1
                 sampled.append(int(token))
-                piece = bytes(llm.detokenize([token]))
+                piece = bytes(llm.detokenize([token], special=special))
                 text = reply.feed(piece)
                 choice = (
                     recorder.choice(self._step_logits(), token, self._cached_piece(token))

@@ -199,9 +199,11 @@ class ChatSession:
         self.saver.start_reply(self.conversation, self.conversation_settings(), reply)
         return reply
 
-    def end_reply(self, reply: Message, finished: Finished) -> None:
-        """The reply is complete: it joins the conversation, whole, and is saved."""
+    def end_reply(self, reply: Message, finished: Finished, thinking: str = "") -> None:
+        """The reply is complete: it joins the conversation, whole, and is saved.
+        `thinking`: a reasoning model's, apart from the answer (`finished.text`)."""
         reply.content, reply.stats = finished.text, finished.stats
+        reply.thinking = thinking
         reply.token_probs = list(finished.choices) or None
         # Sent again as sampled: the KV cache then holds the next prompt's prefix.
         reply.token_ids = list(finished.token_ids) if finished.token_ids is not None else None

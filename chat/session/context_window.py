@@ -33,8 +33,9 @@ MAX_RESERVE_SHARE = 0.25
 CACHE_SIZE = 20_000
 
 
-_CountKey = tuple[str, str, str, str, tuple[int, ...]]
-"""What a count depends on: system prompt, first message, role, text, sampled tokens."""
+_CountKey = tuple[str, str, str, str, tuple[int, ...], str]
+"""What a count depends on: system prompt, first message, role, text, sampled
+tokens, thinking."""
 
 
 @dataclass(frozen=True)
@@ -103,10 +104,20 @@ class ContextBudget:
             message.prompt_content,  # with its attachments
             # A reply is sent as its sampled tokens, which may count differently.
             tuple(message.token_ids or ()),
+            message.thinking,
         )
         count = self._cache.get(key)
         if count is None:
-            count = self._count([*head, message.as_chat_dict()], False) - self._head_tokens(head)
+            if message.thinking:
+                # Reasoning templates keep a reply's thinking only while no
+                # question follows it (Qwen3's), and one always follows in the
+                # prompts it is sent in: counted as rendered before one.
+                after = [{"role": "user", "content": ""}]
+                count = self._count([*head, message.as_chat_dict(), *after], False)
+                count -= self._count([*head, *after], False)
+            else:
+                count = self._count([*head, message.as_chat_dict()], False)
+                count -= self._head_tokens(head)
             self._cache[key] = count
         return count
 
@@ -116,7 +127,7 @@ class ContextBudget:
         nor once per keystroke."""
         if not head:
             return 0
-        key = ("\0head", head[0]["role"], head[0]["content"], "", ())
+        key = ("\0head", head[0]["role"], head[0]["content"], "", (), "")
         return self._cached(key, lambda: self._count(head, False))
 
     def new_message_tokens(self, system_prompt: str, text: str, anchor: Message | None) -> int:
@@ -129,7 +140,7 @@ class ContextBudget:
         """About what `attachment` adds to a message (its block counted in a
         message of its own: the meter's plan counts the message exactly)."""
         block = attachment_block(attachment)
-        key = ("\0attachment", "", "", block, ())
+        key = ("\0attachment", "", "", block, (), "")
         return self._cached(
             key,
             lambda: (
@@ -142,7 +153,7 @@ class ContextBudget:
         head = _head(system_prompt, anchor)
         if not head:
             return 0
-        key = ("\0opening", head[0]["role"], head[0]["content"], "", ())
+        key = ("\0opening", head[0]["role"], head[0]["content"], "", (), "")
         return self._cached(key, lambda: self._count(head, True) - self._head_tokens(head))
 
     def _cached(self, key: _CountKey, compute: Callable[[], int]) -> int:

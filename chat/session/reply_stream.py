@@ -10,6 +10,13 @@ the UI a Markdown update, which competes with the engine for the CPU.
 While the prompt is evaluated, the engine's `PromptProgress` events go to
 `deliver` as they come (one per batch, not per token).
 
+A reasoning model's reply is split here into its thinking and its answer as
+it streams (chat.engine.reasoning.splitter, from the markers the engine
+recognised in the model's template; a model server that sends the thinking in
+a field of its own marks those tokens `TokenEvent.thinking`): chunks carry the
+two apart, and the end carries the answer as the reply's text, the thinking
+beside it.
+
 The save cadence lives here too: a chunk is marked `save_due` when the reply's
 text was last marked more than `save_interval_s` ago, so that a killed process
 loses at most that much of a reply (the text of the whole reply so far is
@@ -22,10 +29,12 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from chat.conversations.saver import SAVE_INTERVAL_S
 from chat.engine.base import ChatMessages, Engine, Finished, PromptProgress, TokenEvent
+from chat.engine.reasoning.markers import Reasoning
+from chat.engine.reasoning.splitter import ReplyPart, ThinkingSplitter
 from chat.errors import KvchatError, PromptTooLongError, ServerError
 from chat.session.background import start_thread
 from chat.session.frame_pacing import FASTEST_FRAME_S
@@ -37,19 +46,29 @@ FRAME_S = FASTEST_FRAME_S
 
 @dataclass(frozen=True)
 class ReplyChunk:
-    """The tokens sampled since the last chunk: their text (already safe to
-    display), how many tokens, and whether the reply so far is due to be saved."""
+    """The tokens sampled since the last chunk: the answer's text (already
+    safe to display), how many tokens, and whether the reply so far is due to
+    be saved; `thinking`: the thinking's text among them, and
+    `thinking_tokens` of the `tokens`."""
 
     text: str
     tokens: int
     save_due: bool = False
+    thinking: str = ""
+    thinking_tokens: int = 0
 
 
 @dataclass(frozen=True)
 class ReplyEnded:
-    """The reply is complete (or was stopped); `finished` holds all of it."""
+    """The reply is complete (or was stopped); `finished` holds all of it: its
+    `text` the answer, its stats the thinking's tokens and the time to the
+    answer's first token. `thinking`: the thinking's text ("" when none);
+    `in_thought`: the reply ended inside its thinking (stopped, or cut by
+    max tokens)."""
 
     finished: Finished
+    thinking: str = ""
+    in_thought: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,12 +98,22 @@ class ReplyStream:
         save_interval_s: float = SAVE_INTERVAL_S,
         before: Callable[[], object] | None = None,
         continue_text: str | None = None,
+        reasoning: Reasoning | None = None,
     ) -> None:
         """`before`: run in the reply's thread before the prompt is evaluated
         (putting back a saved KV cache); its failure is ignored.
         `continue_text`: the last message of `messages` is this reply, cut
-        short, and the model goes on writing it (chunks carry only new text)."""
+        short, and the model goes on writing it (chunks carry only new text).
+        `reasoning`: how the model thinks (`ModelInfo.reasoning`): its reply is
+        split into thinking and answer (a continuation is all answer)."""
         self._before = before
+        self._splitter = (
+            ThinkingSplitter(reasoning.markers, reasoning.prompt_opens_block)
+            if reasoning is not None and continue_text is None
+            else None
+        )
+        self._thinking: list[str] = []
+        self._thinking_tokens = 0
         self._continue_text = continue_text
         self._engine = engine
         self._messages = list(messages)
@@ -101,9 +130,29 @@ class ReplyStream:
 
     @property
     def text(self) -> str:
-        """The reply so far (every token delivered, or about to be), with the
-        text it continues."""
+        """The reply's answer so far (every token delivered, or about to be),
+        with the text it continues."""
         return (self._continue_text or "") + "".join(self._parts)
+
+    @property
+    def thinking(self) -> str:
+        """The reply's thinking so far."""
+        return "".join(self._thinking)
+
+    def _split(self, event: TokenEvent) -> tuple[str, str, int]:
+        """`event`'s text as (answer, thinking, thinking tokens)."""
+        tokens = 1 if event.token_id >= 0 else 0  # -1: held-back text at the end
+        if event.thinking:
+            return "", event.text, tokens
+        if self._splitter is None:
+            return event.text, "", 0
+        return self._parts_of(self._splitter.feed(event.text, tokens))
+
+    def _parts_of(self, parts: list[ReplyPart]) -> tuple[str, str, int]:
+        answer = "".join(part.text for part in parts if part.kind == "answer")
+        thinking = "".join(part.text for part in parts if part.kind == "thinking")
+        tokens = sum(part.tokens for part in parts if part.kind == "thinking")
+        return answer, thinking, tokens
 
     def start(self) -> None:
         self._thread = start_thread("generate", self._run)
@@ -121,8 +170,34 @@ class ReplyStream:
             return not self._thread.is_alive()
         return True
 
+    def _ended(
+        self, finished: Finished, first_token_at: float | None, first_answer_at: float | None
+    ) -> ReplyEnded:
+        """The end as the session keeps it: the answer as the reply's text, the
+        thinking beside it (and its tokens, the time to the answer, in the
+        stats). The sampled ids spell the whole reply, thinking included: with
+        thinking they are not the answer's, so they are not kept."""
+        thinking = self.thinking
+        if (
+            not thinking
+            and not self._thinking_tokens
+            and (self._splitter is None or not self._splitter.saw_thinking)
+        ):
+            return ReplyEnded(finished)
+        stats = finished.stats
+        first_answer_s = None
+        if first_answer_at is not None and first_token_at is not None:
+            first_answer_s = stats.ttft_s + (first_answer_at - first_token_at)
+        stats = replace(stats, thinking_tokens=self._thinking_tokens, first_answer_s=first_answer_s)
+        answer = "".join(self._parts)
+        kept = replace(finished, text=answer, stats=stats, token_ids=None)
+        in_thought = self._splitter is not None and self._splitter.in_thinking
+        return ReplyEnded(kept, thinking, in_thought)
+
     def _run(self) -> None:
-        text, tokens = "", 0
+        text, tokens, thinking, thinking_tokens = "", 0, "", 0
+        first_token_at: float | None = None
+        first_answer_at: float | None = None
         if self._before is not None:
             with contextlib.suppress(Exception):
                 self._before()
@@ -142,21 +217,38 @@ class ReplyStream:
                 )
             for event in events:
                 if isinstance(event, TokenEvent):
-                    text += event.text
-                    self._parts.append(event.text)
-                    tokens += 1 if event.token_id >= 0 else 0  # -1: held-back text at the end
                     now = time.monotonic()
-                    if (text or tokens) and now - delivered_at >= self.frame_s:
+                    first_token_at = first_token_at or now
+                    answer, thought, thought_tokens = self._split(event)
+                    if answer and first_answer_at is None:
+                        first_answer_at = now
+                    text += answer
+                    self._parts.append(answer)
+                    thinking += thought
+                    self._thinking.append(thought)
+                    thinking_tokens += thought_tokens
+                    self._thinking_tokens += thought_tokens
+                    tokens += 1 if event.token_id >= 0 else 0  # -1: held-back text at the end
+                    if (text or thinking or tokens) and now - delivered_at >= self.frame_s:
                         save_due = now - saved_at >= self._save_interval_s
                         saved_at = now if save_due else saved_at
-                        self._deliver(ReplyChunk(text, tokens, save_due))
-                        text, tokens, delivered_at = "", 0, now
+                        chunk = ReplyChunk(text, tokens, save_due, thinking, thinking_tokens)
+                        self._deliver(chunk)
+                        text, tokens, thinking, thinking_tokens = "", 0, "", 0
+                        delivered_at = now
                 elif isinstance(event, PromptProgress):
                     self._deliver(event)
                 elif isinstance(event, Finished):
-                    if text or tokens:
-                        self._deliver(ReplyChunk(text, tokens))
-                    self._deliver(ReplyEnded(event))
+                    if self._splitter is not None:
+                        answer, thought, thought_tokens = self._parts_of(self._splitter.flush())
+                        text, thinking = text + answer, thinking + thought
+                        self._parts.append(answer)
+                        self._thinking.append(thought)
+                        thinking_tokens += thought_tokens
+                        self._thinking_tokens += thought_tokens
+                    if text or tokens or thinking:
+                        self._deliver(ReplyChunk(text, tokens, False, thinking, thinking_tokens))
+                    self._deliver(self._ended(event, first_token_at, first_answer_at))
         except PromptTooLongError as error:
             self._deliver(ReplyFailed(str(error), prompt_too_long=True))
         except ServerError as error:

@@ -77,22 +77,27 @@ class TurnProgress:
 
 @dataclass(frozen=True)
 class TurnText:
-    """New text of `reply` (already safe to display), and how many tokens it is."""
+    """New text of `reply`'s answer (already safe to display), how many tokens
+    came; `thinking`: new text of its thinking, `thinking_tokens` of `tokens`."""
 
     reply: Message
     text: str
     tokens: int
+    thinking: str = ""
+    thinking_tokens: int = 0
 
 
 @dataclass(frozen=True)
 class TurnEnded:
-    """`reply` is complete (or was stopped) and saved: its `content` and `stats`
-    are what to show. `finished`: the engine's end of this part (its `error`:
-    a server connection dropped mid-reply, what came is kept)."""
+    """`reply` is complete (or was stopped) and saved: its `content`, `thinking`
+    and `stats` are what to show. `finished`: the engine's end of this part
+    (its `error`: a server connection dropped mid-reply, what came is kept).
+    `in_thought`: it ended inside its thinking."""
 
     reply: Message
     finished: Finished
     continued: bool = False
+    in_thought: bool = False
 
 
 @dataclass(frozen=True)
@@ -434,6 +439,7 @@ class Turn:
             record_probs=settings.chat.record_token_probs,
             before=partial(self.session.resume_before_reply, engine, prompt),
             continue_text=reply.content if self._continuing else None,
+            reasoning=engine.info.reasoning,
         )
         self._pacer = FramePacer()
         self._stream.start()
@@ -450,11 +456,13 @@ class Turn:
         if isinstance(event, ReplyChunk):
             if event.save_due and self._stream is not None:
                 self.session.saver.save_progress(self._stream.text)
-            self.listener(TurnText(reply, event.text, event.tokens))
+            self.listener(
+                TurnText(reply, event.text, event.tokens, event.thinking, event.thinking_tokens)
+            )
         elif isinstance(event, PromptProgress):
             self.listener(TurnProgress(reply, event))
         elif isinstance(event, ReplyEnded):
-            self._ended(reply, event.finished)
+            self._ended(reply, event)
         else:
             self._failed(reply, event)
 
@@ -463,7 +471,8 @@ class Turn:
         self._continuing = False
         self._idle.set()
 
-    def _ended(self, reply: Message, finished: Finished) -> None:
+    def _ended(self, reply: Message, ended: ReplyEnded) -> None:
+        finished = ended.finished
         continuing = self._continuing
         if continuing:
             self.session.end_continue(reply, finished)
@@ -474,7 +483,7 @@ class Turn:
             # No prefill: it would read the rest in the background, which Esc declined.
             return
         else:
-            self.session.end_reply(reply, finished)
+            self.session.end_reply(reply, finished, ended.thinking)
         self._done()
         engine = self.session.engine
         if self.session.settings.sampling.repeatable and engine is not None:
@@ -482,7 +491,7 @@ class Turn:
             # (or continuation) whether this conversation stays in memory, is
             # resumed or reopened.
             start_thread("rebatch", _rebatch_quietly, engine)
-        self.listener(TurnEnded(reply, finished, continued=continuing))
+        self.listener(TurnEnded(reply, finished, continuing, ended.in_thought))
         self.schedule_prefill()  # for what was typed while the reply streamed
 
     def _failed(self, reply: Message, failed: ReplyFailed) -> None:

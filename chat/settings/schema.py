@@ -370,6 +370,11 @@ class ChatSettings:
 @dataclass
 class UISettings:
     theme: str = _setting("kvchat-dark", "str", "Colour theme: a built-in name or a user theme.")
+    show_thinking: bool = _setting(
+        False,
+        "bool",
+        "Show a reasoning model's thinking unfolded (else one line: alt+t or a click unfolds it).",
+    )
 
 
 @dataclass

@@ -71,6 +71,7 @@ from chat.ui.themes import (
     unknown_theme_message,
 )
 from chat.ui.tuning import settle_startup_garbage, share_the_gil_quickly
+from chat.ui.widgets.message_view import AssistantMessageView
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -126,6 +127,8 @@ class ChatApp(App[None]):
         self.models = ModelLoader(
             lambda outcome: self.post_message(ModelLoadFinished(outcome)), engine_factory
         )
+        # How a reasoning model's thinking is first shown (the settings pane may change it).
+        AssistantMessageView.show_thinking = self.settings.ui.show_thinking
         presets, self._preset_problems = load_presets()
         self.conversations = ConversationFlow(self)
         session = ChatSession(

@@ -188,6 +188,13 @@ CHAT_SCREEN_ACTIONS = (
     ScreenAction(
         "Random seed each reply", "Unpin the seed: each reply gets a new one", "random_seed"
     ),
+    ScreenAction(
+        "Show or hide thinking",
+        "alt+t: unfold or fold a reasoning model's thinking (the selected reply's, else "
+        "the newest)",
+        "toggle_thinking",
+        other_names=("Reasoning", "Thoughts"),
+    ),
 )
 
 

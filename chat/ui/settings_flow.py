@@ -39,6 +39,7 @@ from chat.settings.run_overrides import RunOverrides
 from chat.settings.schema import SERVER_KINDS, ModelSettings, ServerSettings, Settings
 from chat.settings.server import ServerConfig
 from chat.ui.screens.chat import ChatScreen
+from chat.ui.widgets.message_view import AssistantMessageView
 
 if TYPE_CHECKING:
     from chat.ui.screens.settings import SettingsResult
@@ -125,6 +126,8 @@ class SettingsFlow:
         current.chat = copy.deepcopy(new.chat)
         theme_changed = new.ui.theme != current.ui.theme
         current.ui = copy.deepcopy(new.ui)
+        # Replies drawn from now on start folded or not (those shown keep theirs).
+        AssistantMessageView.show_thinking = current.ui.show_thinking
         self._screen.defaults_changed()
         if prompt_changed:
             await self._system_prompt_changed()

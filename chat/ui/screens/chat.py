@@ -141,6 +141,13 @@ class ChatScreen(Screen[None]):
             "f9", "choose_preset", "Preset", tooltip="A persona for this conversation", show=False
         ),
         Binding("ctrl+f", "find", "Find", tooltip="Find in the conversation", show=False),
+        Binding(
+            "alt+t",
+            "toggle_thinking",
+            "Thinking",
+            tooltip="Unfold or fold a reasoning model's thinking",
+            show=False,
+        ),
     ]
     COMMANDS = {ChatScreenCommands, PresetCommands}
 
@@ -436,9 +443,9 @@ class ChatScreen(Screen[None]):
             return
         assert self._reply_view is not None
         if text.tokens:
-            self.query_one(ContextMeter).add_reply_tokens(text.tokens)
-        if text.text:
-            await self._reply_view.append(text.text)
+            self.query_one(ContextMeter).add_reply_tokens(text.tokens, text.thinking_tokens)
+        if text.text or text.thinking or text.thinking_tokens:
+            await self._reply_view.append(text.text, text.thinking, text.thinking_tokens)
         if text.tokens:
             self.reply_shown.publish(text.tokens)
         self.turn.frame_shown()
@@ -454,7 +461,7 @@ class ChatScreen(Screen[None]):
         if view is None or view.message is not ended.reply:
             return
         reply, finished = ended.reply, ended.finished
-        await view.finish(reply.content, reply.stats)
+        await view.finish(reply.content, reply.stats, reply.thinking)
         self._drawn()
         self._mark_branches([view])
         self.query_one(StatusBar).show_reply(finished.stats)
@@ -812,6 +819,22 @@ class ChatScreen(Screen[None]):
             return
         if not self._busy():
             await self.conversations.use_preset(preset)
+
+    def action_toggle_thinking(self) -> None:
+        """alt+t: fold or unfold the thinking of the selected reply, else of the
+        newest reply that thought."""
+        views = [
+            view
+            for view in self.query_one(ConversationView).message_views()
+            if isinstance(view, AssistantMessageView) and view.thinking.has_class("-shown")
+        ]
+        target = next((view for view in views if view.has_class("selected")), None)
+        if target is None and views:
+            target = views[-1]
+        if target is None:
+            self.notify("No reply shown here has thinking to unfold.", severity="warning")
+            return
+        target.thinking.folded = not target.thinking.folded
 
     # Finding, tokens, help, models.
 

@@ -1,7 +1,8 @@
 """The context meter: one line showing how this turn fills the model's window.
 
 Segments, left to right: system prompt | earlier conversation re-sent this
-turn | the new message | the reply being generated | room reserved for the
+turn | the new message | the reply being generated (a reasoning model's
+thinking apart from its answer, while it streams) | room reserved for the
 reply | free. Colours come from the theme through component classes.
 """
 
@@ -15,11 +16,12 @@ from textual.widgets import Static
 
 from chat.session.context_window import WindowPlan
 
-SEGMENTS = ("system", "history", "new", "reply", "reserved", "free")
+SEGMENTS = ("system", "history", "new", "thinking", "reply", "reserved", "free")
 LABELS = {
     "system": "system",
     "history": "earlier",
     "new": "new",
+    "thinking": "thinking",
     "reply": "reply",
     "reserved": "reserved",
     "free": "free",
@@ -28,6 +30,7 @@ SHORT_LABELS = {
     "system": "sys",
     "history": "earlier",
     "new": "new",
+    "thinking": "think",
     "reply": "reply",
     "reserved": "resv",
     "free": "free",
@@ -56,6 +59,8 @@ class MeterState:
     reply: int = 0
     reserved: int = 0
     left_out: int = 0
+    thinking: int = 0
+    """Of the reply being generated, its thinking's tokens (`reply` is the rest)."""
 
     @classmethod
     def from_plan(cls, plan: WindowPlan, reply: int = 0) -> MeterState:
@@ -71,17 +76,20 @@ class MeterState:
 
     @property
     def used(self) -> int:
-        return self.system + self.history + self.new + self.reply
+        return self.system + self.history + self.new + self.thinking + self.reply
 
     @property
     def free(self) -> int:
         return max(0, self.n_ctx - self.used - self.reserved)
 
     def sizes(self) -> dict[str, int]:
+        """Each segment's tokens; the thinking's only while a reply thinks."""
+        thinking = {"thinking": self.thinking} if self.thinking else {}
         return {
             "system": self.system,
             "history": self.history,
             "new": self.new,
+            **thinking,
             "reply": self.reply,
             "reserved": self.reserved,
             "free": self.free,
@@ -113,6 +121,7 @@ class ContextMeter(Static):
     ContextMeter > .meter--system { color: $meter-system; }
     ContextMeter > .meter--history { color: $meter-history; }
     ContextMeter > .meter--new { color: $meter-new; }
+    ContextMeter > .meter--thinking { color: $meter-reply; text-style: dim; }
     ContextMeter > .meter--reply { color: $meter-reply; }
     ContextMeter > .meter--reserved { color: $meter-reserved; }
     ContextMeter > .meter--free { color: $meter-free; }
@@ -154,9 +163,10 @@ class ContextMeter(Static):
         # arrange every widget on the screen again, 20 times a second.
         self.update(self.render_text(), layout=False)
 
-    def add_reply_tokens(self, count: int) -> None:
-        """The reply grows by `count` tokens: it takes them from the reserve first.
-        The state is exact at once; the drawing follows within STREAM_REDRAW_S."""
+    def add_reply_tokens(self, count: int, thinking: int = 0) -> None:
+        """The reply grows by `count` tokens (`thinking` of them its thinking's):
+        it takes them from the reserve first. The state is exact at once; the
+        drawing follows within STREAM_REDRAW_S."""
         if self.state is None:
             return
         s = self.state
@@ -165,9 +175,10 @@ class ContextMeter(Static):
             system=s.system,
             history=s.history,
             new=s.new,
-            reply=s.reply + count,
+            reply=s.reply + count - thinking,
             reserved=max(0, s.reserved - count),
             left_out=s.left_out,
+            thinking=s.thinking + thinking,
         )
         if not self._redraw_scheduled:
             self._redraw_scheduled = True

@@ -22,6 +22,7 @@ from textual.widgets import Static
 
 from chat.conversations.conversation import STATE_NOTES, Message, ReplyStats
 from chat.sanitize import sanitize
+from chat.ui.widgets.thinking_block import ThinkingBlock
 from chat.wording import counted
 
 if TYPE_CHECKING:
@@ -39,10 +40,12 @@ FINISH_NOTES = {
 
 
 def reply_summary(stats: ReplyStats) -> str:
-    """`212 tokens · 81.3 tok/s · first token 0.21 s · seed 42`."""
+    """`212 tokens · 81.3 tok/s · first token 0.21 s · seed 42`; a reply that
+    thought first also gives its answer's first token (`first answer 3.40 s`)."""
+    answer = "" if stats.first_answer_s is None else f" · first answer {stats.first_answer_s:.2f} s"
     return (
         f"{counted(stats.generated_tokens, 'token')} · {stats.decode_tps:.1f} tok/s · "
-        f"first token {stats.ttft_s:.2f} s · seed {stats.seed}"
+        f"first token {stats.ttft_s:.2f} s{answer} · seed {stats.seed}"
     )
 
 
@@ -319,6 +322,9 @@ def _text_shape(text: str) -> tuple[int, int]:
 
 
 class AssistantMessageView(MessageView):
+    show_thinking = False
+    """Whether a reply's thinking starts unfolded (`ui.show_thinking`; the app sets it)."""
+
     def __init__(self, message: Message) -> None:
         super().__init__(message)
         self._stream: MarkdownStream | None = None
@@ -326,6 +332,13 @@ class AssistantMessageView(MessageView):
 
     def compose(self) -> ComposeResult:
         yield from super().compose()
+        stats = self.message.stats
+        yield ThinkingBlock(
+            self.message.thinking,
+            stats.thinking_tokens if stats is not None else 0,
+            _thinking_seconds(stats),
+            folded=not self.show_thinking,
+        )
         yield _reply_markdown_class()(
             sanitize(self.message.content),
             classes="message-body",
@@ -337,16 +350,26 @@ class AssistantMessageView(MessageView):
     def body(self) -> Markdown:
         return cast("Markdown", self.query_one(".message-body"))
 
+    @property
+    def thinking(self) -> ThinkingBlock:
+        return self.query_one(ThinkingBlock)
+
     def start_stream(self) -> None:
         self.add_class("streaming")
         self._stream = self.body.get_stream(self.body)
 
-    async def append(self, text: str) -> None:
-        """Add streamed text; the stream batches appends when the UI falls behind."""
-        if self._stream is not None:
+    async def append(self, text: str, thinking: str = "", thinking_tokens: int = 0) -> None:
+        """Add streamed text (and thinking); the stream batches appends when the
+        UI falls behind."""
+        if thinking or thinking_tokens:
+            self.thinking.add(thinking, thinking_tokens)
+        if text and self._stream is not None:
+            block = self.thinking
+            if block.thinking_now:
+                block.answer_began()
             await self._stream.write(text)
 
-    async def finish(self, text: str, stats: ReplyStats | None) -> None:
+    async def finish(self, text: str, stats: ReplyStats | None, thinking: str = "") -> None:
         """Stop streaming and render the final text once, in full."""
         if self._stream is not None:
             await self._stream.stop()
@@ -354,9 +377,20 @@ class AssistantMessageView(MessageView):
         self.remove_class("streaming")
         self.message.content = text
         self.message.stats = stats
+        self.message.thinking = thinking
+        self.thinking.finish(
+            thinking, stats.thinking_tokens if stats is not None else 0, _thinking_seconds(stats)
+        )
         self.set_class(_ended_early(self.message), "ended-early")
         await self.body.update(text)
         self.refresh_header()
+
+
+def _thinking_seconds(stats: ReplyStats | None) -> float | None:
+    """How long the reply thought: from its first token to its answer's."""
+    if stats is None or stats.first_answer_s is None:
+        return None
+    return max(0.0, stats.first_answer_s - stats.ttft_s)
 
 
 def _ended_early(reply: Message) -> bool:
