@@ -9,7 +9,8 @@ import gc
 import io
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from chat import __version__, paths
@@ -63,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-p", "--prompt", help="one-shot: print the reply to this prompt and exit")
     parser.add_argument(
         "--json", action="store_true", help="one-shot: print reply and stats as JSON"
+    )
+    parser.add_argument(
+        "--hide-thinking",
+        action="store_true",
+        help="one-shot: do not show a reasoning model's thinking (shown on stderr when it is a "
+        "terminal; stdout has the answer alone, --json both)",
     )
     parser.add_argument("-m", "--model", metavar="PATH", help="GGUF model file to load")
     parser.add_argument(
@@ -365,21 +372,22 @@ def _run(args: argparse.Namespace) -> int:
         _warn(problems)
         if not prompt.strip():
             raise KvchatError('The prompt is empty: pass it with -p "..." or on standard input.')
+        run: Callable[..., int]
         if settings.server.url:
             from chat.cli.oneshot import run_oneshot_on_server
             from chat.session.server_choice import server_config
 
             server = server_config(settings.server, os.environ)
             assert server is not None
-            return run_oneshot_on_server(
-                prompt, settings, server, as_json=args.json, out=sys.stdout
-            )
-        model = pick_model(args.model, None if args.model else settings.model.path)
-        if model is None:
-            raise KvchatError(how_to_get_a_model())
-        from chat.cli.oneshot import run_oneshot
+            run = partial(run_oneshot_on_server, prompt, settings, server)
+        else:
+            model = pick_model(args.model, None if args.model else settings.model.path)
+            if model is None:
+                raise KvchatError(how_to_get_a_model())
+            from chat.cli.oneshot import run_oneshot
 
-        return run_oneshot(prompt, settings, model, as_json=args.json, out=sys.stdout)
+            run = partial(run_oneshot, prompt, settings, model)
+        return run(as_json=args.json, out=sys.stdout, show_thinking=not args.hide_thinking)
     return _run_app(args, resolved, problems)
 
 

@@ -4,6 +4,11 @@ Like `ollama run model "prompt"` or `llm "prompt"`: plain text, safe for a
 terminal or a pipe; `--json` prints the reply and its statistics instead. The
 reply comes from a model loaded here (`run_oneshot`) or from a model server
 (`run_oneshot_on_server`, with `--server` or `[server] url`).
+
+A reasoning model's reply is split (chat.engine.reasoning): stdout gets the
+answer alone, so that a pipe or a script sees what it asked for; the thinking
+goes to stderr, dim, when that is a terminal (a person is watching), and
+nowhere otherwise or with `--hide-thinking`. `--json` has both.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, TextIO
 
@@ -22,6 +28,8 @@ from chat import paths
 from chat.cli.terminal_output import write_control
 from chat.conversations.conversation import ReplyStats
 from chat.engine.base import Engine, Finished, PromptProgress, TokenEvent
+from chat.engine.reasoning.markers import Reasoning
+from chat.engine.reasoning.splitter import ReplyPart, ThinkingSplitter
 from chat.errors import ChatTemplateError, KvchatError, ServerError
 from chat.model_files import ModelCandidate
 from chat.session.prompt_progress import SHOW_AFTER_S, progress_text
@@ -35,7 +43,100 @@ if TYPE_CHECKING:  # the remote engine is imported only when a server is used
 def stats_dict(stats: ReplyStats) -> dict[str, object]:
     data = dataclasses.asdict(stats)
     data["prompt_reused"] = stats.prompt_reused
+    data["answer_tokens"] = stats.generated_tokens - stats.thinking_tokens
     return data
+
+
+class _ReplyPrinter:
+    """One reply as one-shot mode prints it, piece by piece: the answer to
+    `out`; a reasoning model's thinking (split from the text by its markers)
+    to `err`, dim, when `show_thinking` and `err` is a terminal. The thinking
+    is model output like the answer: the engine's text is sanitised, and a
+    terminal's stderr passes through chat.cli.terminal_output's filter too;
+    only the dim on and off are written past it."""
+
+    _DIM, _NORMAL = "\x1b[2m", "\x1b[22m"
+
+    def __init__(
+        self, reasoning: Reasoning | None, out: TextIO, err: TextIO, show_thinking: bool
+    ) -> None:
+        self._out, self._err = out, err
+        self._splitter = (
+            None
+            if reasoning is None
+            else ThinkingSplitter(reasoning.markers, starts_inside=reasoning.prompt_opens_block)
+        )
+        self._thinking_shown = show_thinking and err.isatty()
+        self._dim = False  # the thinking is being written to `err`
+        self._thinking_line_open = False
+        self.line_open = False
+        """Answer text written to `out` since its last newline."""
+        self.first_answer_at: float | None = None
+        self.answer = ""
+        self.thinking = ""
+
+    def token(self, event: TokenEvent) -> None:
+        # A piece without a token id (-1) is text the engine held back and
+        # released at the end: it spells no token of its own.
+        tokens = 0 if event.token_id < 0 else 1
+        if self._splitter is None:
+            self.part(ReplyPart("answer", event.text, tokens))
+            return
+        for part in self._splitter.feed(event.text, tokens):
+            self.part(part)
+
+    def part(self, part: ReplyPart) -> None:
+        """A run of the reply of one kind (a server's thinking field goes here too)."""
+        if not part.text:
+            return
+        if part.kind == "thinking":
+            self.thinking += part.text
+            if self._thinking_shown:
+                if not self._dim:
+                    write_control(self._err, self._DIM)
+                    self._dim = True
+                self._err.write(part.text)
+                self._err.flush()
+                self._thinking_line_open = not part.text.endswith("\n")
+            return
+        if self.first_answer_at is None:
+            self.first_answer_at = time.perf_counter()
+        self.end_thinking()
+        self.answer += part.text
+        self._out.write(part.text)
+        self._out.flush()
+        self.line_open = not part.text.endswith("\n")
+
+    def finish(self) -> None:
+        """The reply ended: what the splitter held back is printed."""
+        if self._splitter is not None:
+            for part in self._splitter.flush():
+                self.part(part)
+        self.end_thinking()
+
+    def end_thinking(self) -> None:
+        """The thinking shown ends: normal text again, and a blank line before
+        the answer (stdout and stderr are often the same terminal)."""
+        if not self._dim:
+            return
+        self._dim = False
+        write_control(self._err, self._NORMAL)
+        self._err.write("\n\n" if self._thinking_line_open else "\n")
+        self._err.flush()
+
+    @property
+    def splitter(self) -> ThinkingSplitter | None:
+        return self._splitter
+
+    def stats(self, stats: ReplyStats, started: float) -> ReplyStats:
+        """The engine's stats with the thinking counted, when the reply was split."""
+        splitter = self._splitter
+        if splitter is None or not splitter.saw_thinking:
+            return stats
+        first_answer = None if self.first_answer_at is None else self.first_answer_at - started
+        return dataclasses.replace(
+            stats, thinking_tokens=splitter.thinking_tokens, first_answer_s=first_answer
+        )
 
 
 class _ProgressLine:
@@ -114,6 +215,7 @@ def run_oneshot(
     *,
     as_json: bool,
     out: TextIO,
+    show_thinking: bool = True,
 ) -> int:
     """Load `model`, stream the reply to `out`. Raises `KvchatError` for problems
     the user can fix."""
@@ -139,7 +241,8 @@ def run_oneshot(
                 f"chat: warning: {engine.plain_template_reason} Using plain ChatML, as asked.",
                 file=sys.stderr,
             )
-        return _reply(engine, prompt, settings, {"model_path": str(model.path)}, as_json, out)
+        source = {"model_path": str(model.path)}
+        return _reply(engine, prompt, settings, source, as_json, out, show_thinking)
     except ChatTemplateError as error:
         # Plain ChatML only with the user's word: say how to give it.
         raise KvchatError(f"{error} {PLAIN_TEMPLATE_HINT}") from None
@@ -152,6 +255,7 @@ def run_oneshot_on_server(
     *,
     as_json: bool,
     out: TextIO,
+    show_thinking: bool = True,
 ) -> int:
     """Connect to the model server, stream the reply to `out`. Raises
     `ServerError` (a `KvchatError`) when the server cannot be used."""
@@ -161,7 +265,19 @@ def run_oneshot_on_server(
     engine = remote.connect(server)
     # The URL as recorded everywhere: without a user name, password or query.
     source = {"server": public_url(server.url), "server_kind": engine.info.kind}
-    return _reply(engine, prompt, settings, source, as_json, out)
+    return _reply(engine, prompt, settings, source, as_json, out, show_thinking)
+
+
+def _no_answer(stats: ReplyStats, settings: Settings) -> str:
+    """Why a reply that ended mid-thought has no answer, in a sentence."""
+    why = {
+        "done": "the model ended it",
+        "stopped": "it was stopped",
+        "max_tokens": f"it reached --max-tokens {settings.sampling.max_tokens}",
+        "context_full": "the context window is full",
+        "error": "it failed",
+    }[stats.finish_reason]
+    return f"the reply ended while the model was still thinking ({why}): there is no answer."
 
 
 def _reply(
@@ -171,6 +287,7 @@ def _reply(
     source: Mapping[str, object],
     as_json: bool,
     out: TextIO,
+    show_thinking: bool,
 ) -> int:
     """Stream one reply from `engine` (closed at the end) to `out`; `source`
     says in the JSON what made it (the model file, or the server)."""
@@ -180,42 +297,55 @@ def _reply(
     messages.append({"role": "user", "content": prompt})
     cancel = threading.Event()
     finished: Finished | None = None
-    line_open = False  # text written since the last newline
+    # With --json nothing streams: the JSON says it all at the end.
+    streamed = io.StringIO() if as_json else out
+    printer = _ReplyPrinter(
+        engine.info.reasoning, streamed, sys.stderr, show_thinking and not as_json
+    )
     progress = _ProgressLine(sys.stderr)
+    started = time.perf_counter()
     try:
         for event in engine.stream_reply(messages, settings.sampling, cancel):
             if isinstance(event, PromptProgress):
                 progress.update(event)
             elif isinstance(event, TokenEvent):
-                if not as_json and event.text:
-                    out.write(event.text)
-                    out.flush()
-                    line_open = not event.text.endswith("\n")
+                printer.token(event)
             else:
                 finished = event
+        printer.finish()
     except KvchatError:
         # The reply broke off: end its line, so that the error, on stderr,
         # starts on a line of its own.
-        if line_open:
+        printer.end_thinking()
+        if printer.line_open and not as_json:
             out.write("\n")
             out.flush()
         raise
     finally:
+        printer.end_thinking()  # Ctrl+C mid-thought: the terminal's text is normal again
         progress.end()
         engine.close()
     assert finished is not None
+    stats = printer.stats(finished.stats, started)
+    splitter = printer.splitter
+    # The answer alone: a reply split by its markers is the splitter's answer.
+    answer = finished.text if splitter is None else splitter.answer
     if as_json:
         data: dict[str, object] = {
             "model": engine.info.name,
             **source,
-            "reply": finished.text,
-            "stats": stats_dict(finished.stats),
+            "reply": answer,
+            "thinking": "" if splitter is None else splitter.thinking,
+            "stats": stats_dict(stats),
         }
         if finished.error is not None:
             data["error"] = finished.error
         json.dump(data, out, ensure_ascii=False)
         out.write("\n")
-    elif not finished.text.endswith("\n"):
+    elif splitter is not None and splitter.in_thinking and not answer:
+        # Nothing for stdout: say why, where the errors go.
+        print(f"chat: warning: {_no_answer(stats, settings)}", file=sys.stderr)
+    elif not answer.endswith("\n"):
         out.write("\n")
     out.flush()
     if finished.error is not None:

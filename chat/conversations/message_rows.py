@@ -29,8 +29,22 @@ from chat.settings.server import public_url, split_credentials
 MESSAGE_COLUMNS = (
     "id, role, content, created, token_count, prompt_tokens, prompt_evaluated, "
     "generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s, token_probs, "
-    "writer_pid, interrupted, token_ids, parent_id"
+    "writer_pid, interrupted, token_ids, parent_id, thinking, thinking_tokens, first_answer_s"
 )
+
+STATS_COLUMNS = (
+    "prompt_tokens",
+    "prompt_evaluated",
+    "generated_tokens",
+    "ttft_s",
+    "decode_tps",
+    "finish_reason",
+    "seed",
+    "total_s",
+    "thinking_tokens",
+    "first_answer_s",
+)
+"""The columns of a reply's stats, in the order of `stats_values`."""
 
 
 def message_tree(
@@ -70,6 +84,7 @@ def message_from_row(row: tuple[Any, ...]) -> Message:
     (id_, role, content, created, token_count, prompt_tokens, prompt_evaluated) = row[:7]
     generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s = row[7:13]
     token_probs, writer_pid, interrupted, token_ids = row[13:17]
+    thinking, thinking_tokens, first_answer_s = row[18:21]
     stats = None
     if finish_reason is not None:  # a reply with stats always has a finish reason
         stats = ReplyStats(
@@ -81,6 +96,9 @@ def message_from_row(row: tuple[Any, ...]) -> Message:
             finish_reason=cast(FinishReason, finish_reason),
             seed=seed,
             total_s=total_s,
+            # NULL in rows saved before replies were split (schema 8).
+            thinking_tokens=thinking_tokens or 0,
+            first_answer_s=first_answer_s,
         )
     return Message(
         role=cast(Role, role),
@@ -94,6 +112,7 @@ def message_from_row(row: tuple[Any, ...]) -> Message:
         token_probs=None if token_probs is None else StoredTokenChoices(bytes(token_probs)),
         state=_reply_state(writer_pid, interrupted),
         token_ids=None if token_ids is None else _token_ids_from_blob(token_ids),
+        thinking=thinking,
     )
 
 
@@ -126,8 +145,9 @@ def _is_running(pid: int) -> bool:
 
 
 def stats_values(stats: ReplyStats | None) -> tuple[Any, ...]:
+    """The values of `STATS_COLUMNS`."""
     if stats is None:
-        return (None,) * 8
+        return (None,) * len(STATS_COLUMNS)
     return (
         stats.prompt_tokens,
         stats.prompt_evaluated,
@@ -137,6 +157,8 @@ def stats_values(stats: ReplyStats | None) -> tuple[Any, ...]:
         stats.finish_reason,
         stats.seed,
         stats.total_s,
+        stats.thinking_tokens,
+        stats.first_answer_s,
     )
 
 

@@ -4,7 +4,9 @@ The chat screen tells a `ConversationSaver` about each step of a turn: the
 user's message (written before generation starts), the reply's row when it
 starts, its text while it streams (`save_progress`, called at the cadence the
 reply stream sets, so a killed process loses at most one interval of a reply),
-and the final text with its stats.
+and the final text with its stats. A reasoning model's reply is written in its
+two parts, the thinking and the answer (`Message.thinking`, `content`), each
+time.
 
 A write that fails (a full disk, a read-only folder, another kvchat holding the
 database longer than its busy timeout) never stops the chat. It is reported
@@ -112,9 +114,9 @@ class ConversationSaver:
         self._conversation: Conversation | None = None
         self._settings: ConversationSettings | None = None
         self._reply: Message | None = None
-        self._saved_text = ""
+        self._saved_text = ("", "")  # (answer, thinking)
         # A finished reply whose final text could not be written to its row.
-        self._final_unsaved: tuple[Message, str, ReplyStats | None, list[int] | None] | None = None
+        self._final_unsaved: _FinalReply | None = None
         # A switch of the branch shown not recorded yet (the conversation's id and
         # the last message shown), written with the next write that works.
         self._shown_unsaved: tuple[Conversation, Message] | None = None
@@ -152,7 +154,7 @@ class ConversationSaver:
         if self._reply is not None:
             self._reply.id = None
         self._conflict = None
-        self._saved_text = ""
+        self._saved_text = ("", "")
         self.save_messages(conversation, settings)
 
     # -- one turn
@@ -179,10 +181,18 @@ class ConversationSaver:
         conversation.link_shown()
         if self._undeleted:
             self._delete_taken_back(store, conversation)
-        if self._final_unsaved is not None:
-            reply, text, stats, token_ids = self._final_unsaved
-            if reply.id is not None:
-                _update_reply(store, reply, text, stats, token_ids, done=True)
+        final = self._final_unsaved
+        if final is not None:
+            if final.reply.id is not None:
+                _update_reply(
+                    store,
+                    final.reply,
+                    final.text,
+                    final.thinking,
+                    final.stats,
+                    final.token_ids,
+                    done=True,
+                )
             self._final_unsaved = None
         if conversation.id is None:
             conversation.title = conversation.title or conversation.default_title()
@@ -257,32 +267,48 @@ class ConversationSaver:
         self._conversation = conversation
         self._settings = settings
         self._reply = reply
-        self._saved_text = ""
+        # A reply continued is written once it has grown (its row holds it).
+        self._saved_text = ("", reply.thinking)
         self.save_progress("")
 
-    def save_progress(self, text: str) -> None:
-        """Write `text`, the reply so far, if it changed since the last write.
+    def save_progress(self, text: str, thinking: str | None = None) -> None:
+        """Write `text`, the reply so far (a reasoning model's answer so far),
+        and `thinking`, its thinking so far, if they changed since the last
+        write. `thinking` None: the reply's own (`Message.thinking`, "" for a
+        new reply), as for a model that does not think or a continued answer.
         While writes fail, this waits for `retry`."""
-        if self._reply is None or self.failing:
+        reply = self._reply
+        if reply is None or self.failing:
             return
-        if self._reply.id is not None and text == self._saved_text:
+        parts = (text, reply.thinking if thinking is None else thinking)
+        if reply.id is not None and parts == self._saved_text:
             return
-        self._write_reply(text, None)
+        self._write_reply(*parts, None)
 
     def finish_reply(
-        self, text: str, stats: ReplyStats | None, token_ids: list[int] | None = None
+        self,
+        text: str,
+        stats: ReplyStats | None,
+        token_ids: list[int] | None = None,
+        *,
+        thinking: str | None = None,
     ) -> None:
-        """The final text (the engine's, authoritative), how it was generated and
-        the token ids sampled. If it cannot be written, the reply (in the
-        conversation by now) is written whole by `retry` or with the next message."""
+        """The final text (the engine's, authoritative; a reasoning model's
+        answer, with its `thinking` apart: None keeps the reply's own
+        `Message.thinking`), how it was generated and the token ids sampled. If
+        it cannot be written, the reply (in the conversation by now) is written
+        whole by `retry` or with the next message."""
         reply = self._reply
-        if (
-            reply is not None
-            and not self._write_reply(text, stats, token_ids=token_ids, done=True)
-            and reply.id is not None
-        ):
-            # Its row holds older text: written again by `retry` or with the next message.
-            self._final_unsaved = (reply, text, stats, token_ids)
+        if reply is not None:
+            final = _FinalReply(
+                reply, text, reply.thinking if thinking is None else thinking, stats, token_ids
+            )
+            written = self._write_reply(
+                final.text, final.thinking, stats, token_ids=token_ids, done=True
+            )
+            if not written and reply.id is not None:
+                # Its row holds older text: written again by `retry` or with the next message.
+                self._final_unsaved = final
         self._reply = None
         self._conversation = None
 
@@ -291,14 +317,18 @@ class ConversationSaver:
         conversation: Conversation,
         settings: ConversationSettings,
         reply_text: str | None = None,
+        reply_thinking: str | None = None,
     ) -> None:
         """Try the failed writes again (called on a timer while `failing`).
         `conversation`: the one on screen; `reply_text`: the streaming reply's
-        text so far, if one streams."""
+        text so far, if one streams, and `reply_thinking` its thinking so far
+        (None: the reply's own, as in `save_progress`)."""
         if not self.failing or self.store is None:
             return
-        if self._reply is not None and reply_text is not None:
-            self._write_reply(reply_text, None)
+        reply = self._reply
+        if reply is not None and reply_text is not None:
+            thinking = reply.thinking if reply_thinking is None else reply_thinking
+            self._write_reply(reply_text, thinking, None)
         else:
             # The conversation whose save failed first (the user may have opened another).
             self.save_messages(*(self._unsaved or (conversation, settings)))
@@ -306,6 +336,7 @@ class ConversationSaver:
     def _write_reply(
         self,
         text: str,
+        thinking: str,
         stats: ReplyStats | None,
         *,
         token_ids: list[int] | None = None,
@@ -327,7 +358,12 @@ class ConversationSaver:
                 # A copy with the text so far: the screen's message fills in at the end.
                 state: ReplyState = "complete" if done else "writing"
                 row = dataclasses.replace(
-                    reply, content=text, stats=stats, state=state, token_ids=token_ids
+                    reply,
+                    content=text,
+                    thinking=thinking,
+                    stats=stats,
+                    state=state,
+                    token_ids=token_ids,
                 )
                 if reply.parent is not None and reply.parent.id is None:
                     return False  # the message it answers could not be saved: waits for it
@@ -335,11 +371,11 @@ class ConversationSaver:
                 # The reply ends the branch shown now, as the write recorded.
                 self._shown_unsaved = None
             else:
-                _update_reply(self.store, reply, text, stats, token_ids, done=done)
+                _update_reply(self.store, reply, text, thinking, stats, token_ids, done=done)
         except StoreError as error:
             self._failed(conversation, settings, error)
             return False
-        self._saved_text = text
+        self._saved_text = (text, thinking)
         self._worked()
         return True
 
@@ -374,7 +410,7 @@ class ConversationSaver:
         asks what to do with them."""
         count = sum(1 for message in conversation.tree if message.id is None)
         final = self._final_unsaved
-        if final is not None and final[0].id is not None:
+        if final is not None and final.reply.id is not None:
             count += 1
         return count
 
@@ -427,18 +463,36 @@ class ConversationSaver:
             self._not_saving_changed(reason)
 
 
+@dataclass(frozen=True)
+class _FinalReply:
+    """A reply's final write, kept to write again when it failed."""
+
+    reply: Message
+    text: str
+    thinking: str
+    stats: ReplyStats | None
+    token_ids: list[int] | None
+
+
 def _update_reply(
     store: Store,
     reply: Message,
     text: str,
+    thinking: str,
     stats: ReplyStats | None,
     token_ids: Sequence[int] | None,
     *,
     done: bool,
 ) -> None:
-    """Write a saved reply's text so far; the final write (`done`) carries the
-    recorded token probabilities and the sampled tokens too."""
+    """Write a saved reply's text (and thinking) so far; the final write
+    (`done`) carries the recorded token probabilities and the sampled tokens too."""
     assert reply.id is not None
     store.update_message_content(
-        reply.id, text, stats=stats, token_probs=reply.token_probs, token_ids=token_ids, done=done
+        reply.id,
+        text,
+        stats=stats,
+        token_probs=reply.token_probs,
+        token_ids=token_ids,
+        thinking=thinking,
+        done=done,
     )

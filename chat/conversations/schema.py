@@ -193,6 +193,19 @@ def _migrate_7(conn: sqlite3.Connection) -> None:
     )
 
 
+def _migrate_8(conn: sqlite3.Connection) -> None:
+    # A reasoning model's reply (issue 29): `thinking` is its thinking without
+    # the markers, '' for a reply that did not think (and for every message
+    # before this migration); `content` stays the answer alone, so the search
+    # index (over `content`) does not see the thinking. `thinking_tokens` and
+    # `first_answer_s` are two more of the reply's stats (ReplyStats), NULL
+    # like the others where there are none; a reply saved before this
+    # migration reads back with no thinking tokens and no answer time.
+    conn.execute("ALTER TABLE messages ADD COLUMN thinking TEXT NOT NULL DEFAULT ''")
+    conn.execute("ALTER TABLE messages ADD COLUMN thinking_tokens INTEGER")
+    conn.execute("ALTER TABLE messages ADD COLUMN first_answer_s REAL")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_1,
     _migrate_2,
@@ -201,6 +214,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_5,
     _migrate_6,
     _migrate_7,
+    _migrate_8,
 ]
 """Forward migrations; after running MIGRATIONS[:n], `PRAGMA user_version` is n."""
 

@@ -33,6 +33,7 @@ from chat.conversations.conversation import (
 )
 from chat.conversations.database_file import CorruptDatabaseError, move_aside
 from chat.conversations.message_rows import (
+    STATS_COLUMNS,
     backend_value,
     message_tree,
     model_path_value,
@@ -58,6 +59,28 @@ __all__ = [
     "StoreError",
     "move_aside",
 ]
+
+
+_INSERTED_COLUMNS = (
+    "role",
+    "content",
+    "thinking",
+    "created",
+    "token_count",
+    *STATS_COLUMNS,
+    "token_probs",
+    "writer_pid",
+    "interrupted",
+    "token_ids",
+)
+# At the next position, after its parent (one deeper).
+_INSERT_MESSAGE = (
+    "INSERT INTO messages (conversation_id, position, parent_id, depth, "
+    f"{', '.join(_INSERTED_COLUMNS)}) VALUES (?, "
+    "(SELECT COALESCE(MAX(position), -1) + 1 FROM messages WHERE conversation_id = ?), ?, "
+    "COALESCE((SELECT depth + 1 FROM messages WHERE id = ?), 0), "
+    f"{', '.join('?' * len(_INSERTED_COLUMNS))})"
+)
 
 
 class ConversationChangedError(StoreError):
@@ -218,30 +241,20 @@ class Store:
                 parent_id = message.parent.id
                 if parent_id is None:
                     raise ValueError("a message's parent must be saved before it")
+            values = (
+                message.role,
+                message.content,
+                message.thinking,
+                message.created,
+                message.token_count,
+                *stats_values(message.stats),
+                token_probs_value(message.token_probs),
+                os.getpid() if message.state == "writing" else None,
+                int(message.state == "interrupted"),
+                token_ids_blob(message.token_ids),
+            )
             cursor = conn.execute(
-                "INSERT INTO messages (conversation_id, position, parent_id, depth, role, "
-                "content, created, token_count, prompt_tokens, prompt_evaluated, "
-                "generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s, "
-                "token_probs, writer_pid, interrupted, token_ids) VALUES (?, "
-                "(SELECT COALESCE(MAX(position), -1) + 1 FROM messages "
-                "WHERE conversation_id = ?), ?, "
-                "COALESCE((SELECT depth + 1 FROM messages WHERE id = ?), 0), "
-                "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    conv_id,
-                    conv_id,
-                    parent_id,
-                    parent_id,
-                    message.role,
-                    message.content,
-                    message.created,
-                    message.token_count,
-                    *stats_values(message.stats),
-                    token_probs_value(message.token_probs),
-                    os.getpid() if message.state == "writing" else None,
-                    int(message.state == "interrupted"),
-                    token_ids_blob(message.token_ids),
-                ),
+                _INSERT_MESSAGE, (conv_id, conv_id, parent_id, parent_id, *values)
             )
             message.id = cursor.lastrowid
             conn.executemany(
@@ -357,21 +370,23 @@ class Store:
         token_probs: Sequence[TokenChoice] | None = None,
         *,
         token_ids: Sequence[int] | None = None,
+        thinking: str | None = None,
         done: bool = False,
     ) -> None:
         """Save a streaming reply's text so far: one UPDATE, committed at once.
 
-        `token_count`, `stats`, `token_probs` and `token_ids` are left as they are
-        when not given. `done`: the reply's final write; from now on it reads as
-        complete.
+        `token_count`, `stats`, `token_probs`, `token_ids` and `thinking` (a
+        reasoning model's thinking so far; `content` is its answer) are left as
+        they are when not given. `done`: the reply's final write; from now on it
+        reads as complete.
         """
         assignments = ["content = ?", "token_count = COALESCE(?, token_count)"]
         params: list[Any] = [content, token_count]
+        if thinking is not None:
+            assignments.append("thinking = ?")
+            params.append(thinking)
         if stats is not None:
-            assignments.append(
-                "prompt_tokens = ?, prompt_evaluated = ?, generated_tokens = ?, ttft_s = ?, "
-                "decode_tps = ?, finish_reason = ?, seed = ?, total_s = ?"
-            )
+            assignments.append(", ".join(f"{column} = ?" for column in STATS_COLUMNS))
             params += stats_values(stats)
         if token_probs is not None:
             assignments.append("token_probs = ?")

@@ -29,6 +29,7 @@ from chat.session.draft_attachments import (
     mention_before,
     without_mention,
 )
+from tests.conversations.conftest import old_database
 
 # --- reading a file ---------------------------------------------------------------
 
@@ -218,12 +219,18 @@ def test_attachments_are_deleted_with_their_conversation(tmp_path: Path) -> None
 
 def test_migration_adds_the_attachments_table(tmp_path: Path) -> None:
     """A database from before attachments opens, and its messages have none."""
-    path = tmp_path / "chat.db"
-    with Store(path) as store:
-        conv_id = store.create_conversation(Conversation(messages=[Message("user", "hi")]))
-    with sqlite3.connect(path) as conn:
-        conn.execute("DROP TABLE attachments")
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+    path = tmp_path / "data" / "chat.db"
+    # Made by the kvchat before migration 7 (attachments).
+    conn = old_database(path, 6)
+    conn.execute(
+        "INSERT INTO conversations (id, title, created, updated) VALUES (1, 'hi', 1.0, 1.0)"
+    )
+    conn.execute(
+        "INSERT INTO messages (conversation_id, position, role, content, created) "
+        "VALUES (1, 0, 'user', 'hi', 1.0)"
+    )
+    conn.close()
+    conv_id = 1
     with Store(path) as store:
         assert store.get_conversation(conv_id).messages[0].attachments == ()
         conv = _conversation()

@@ -7,9 +7,13 @@ conversation made with a model server, its kind and URL: never a key or a
 password), sampling settings, and the whole tree (`"tree"`: every message of
 every branch, oldest first, each with an id and its parent's id, its stats,
 sampled tokens and attached files; `"shown"`: the id of the last message of the branch shown).
+A reasoning model's reply carries its thinking apart from its answer, as
+OpenAI-style APIs do (`"reasoning_content"`), in both.
 Import also takes kvchat's earlier format (one branch with per-message
-metadata), plain OpenAI-style files and bare lists of messages. Markdown is for
-people: the branch shown, or every branch one after the other.
+metadata), plain OpenAI-style files and bare lists of messages, with the
+thinking under the names servers give it (`json_import.THINKING_FIELDS`).
+Markdown is for people: the branch shown, or every branch one after the
+other; a reply's thinking folded before its answer.
 
 Here: `markdown`, `json_export`, `json_import` (no I/O besides
 `read_import_file`; the store saves what `parse_import` returns) and `files`,

@@ -29,7 +29,18 @@ def _stats_dict(stats: ReplyStats) -> dict[str, Any]:
         "finish_reason": stats.finish_reason,
         "seed": stats.seed,
         "total_s": stats.total_s,
+        "thinking_tokens": stats.thinking_tokens,
+        "first_answer_s": stats.first_answer_s,
     }
+
+
+def _message_dict(message: Message) -> dict[str, str]:
+    """What the model was sent: a message's text, then its attached files; a
+    reply's thinking as OpenAI-style APIs carry it (`reasoning_content`)."""
+    data = {"role": message.role, "content": message.prompt_content}
+    if message.thinking:
+        data["reasoning_content"] = message.thinking
+    return data
 
 
 def to_json(conv: Conversation, sampling: Mapping[str, Any]) -> str:
@@ -41,9 +52,7 @@ def to_json(conv: Conversation, sampling: Mapping[str, Any]) -> str:
     numbers = {id(message): number for number, message in enumerate(conv.tree, start=1)}
     shown = numbers[id(conv.messages[-1])] if conv.messages else None
     data = {
-        "messages": system_messages(conv.system_prompt)
-        # What the model was sent: a message's text, then its attached files.
-        + [{"role": m.role, "content": m.prompt_content} for m in conv.messages],
+        "messages": system_messages(conv.system_prompt) + [_message_dict(m) for m in conv.messages],
         "kvchat": {
             "format": FORMAT_VERSION,
             "title": conv.title,
@@ -83,6 +92,8 @@ def _tree_entry(message: Message, numbers: dict[int, int]) -> dict[str, Any]:
         # writing it when this was exported.
         "interrupted": message.state != "complete",
     }
+    if message.thinking:
+        entry["reasoning_content"] = message.thinking
     if message.token_ids is not None:
         entry["token_ids"] = message.token_ids
     if message.attachments:

@@ -52,6 +52,26 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+THINKING_FIELDS = ("reasoning_content", "reasoning", "thinking")
+"""Where a reply's thinking may be, first found first: `reasoning_content`
+(kvchat's files, llama-server, DeepSeek's API, vLLM before 0.10), `reasoning`
+(vLLM since), `thinking` (Ollama)."""
+
+
+def _parse_thinking(number: int, item: dict[str, Any]) -> str:
+    """A reply's thinking, apart from its `content` (the answer); "" when none."""
+    for key in THINKING_FIELDS:
+        value = item.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise ImportFormatError(f'message {number}\'s "{key}" is not a string')
+        # Servers send the newline the block opened with (see docs/reasoning.md).
+        if value.strip():
+            return value.lstrip()
+    return ""
+
+
 def _parse_message(number: int, item: object) -> Message:
     if not isinstance(item, dict):
         raise ImportFormatError(f"message {number} is not an object")
@@ -65,7 +85,8 @@ def _parse_message(number: int, item: object) -> Message:
         raise ImportFormatError(f'message {number} has no "content"')
     if not isinstance(item["content"], str):
         raise ImportFormatError(f"message {number}'s content is not a string")
-    return Message(role=cast(Role, role), content=item["content"])
+    thinking = _parse_thinking(number, item) if role == "assistant" else ""
+    return Message(role=cast(Role, role), content=item["content"], thinking=thinking)
 
 
 def _parse_stats(number: int, value: object) -> ReplyStats | None:
@@ -89,6 +110,14 @@ def _parse_stats(number: int, value: object) -> ReplyStats | None:
     total = value.get("total_s", 0.0)
     if not _is_number(total):
         raise ImportFormatError(f'{where} have a "total_s" that is not a number')
+    thinking_tokens = value.get("thinking_tokens", 0)
+    if not _is_int(thinking_tokens) or not 0 <= thinking_tokens <= value["generated_tokens"]:
+        raise ImportFormatError(
+            f'{where} have a "thinking_tokens" that is not a whole number of the tokens generated'
+        )
+    first_answer = value.get("first_answer_s")
+    if first_answer is not None and not _is_number(first_answer):
+        raise ImportFormatError(f'{where} have a "first_answer_s" that is not a number')
     return ReplyStats(
         prompt_tokens=value["prompt_tokens"],
         prompt_evaluated=value["prompt_evaluated"],
@@ -98,6 +127,8 @@ def _parse_stats(number: int, value: object) -> ReplyStats | None:
         finish_reason=cast(FinishReason, finish),
         seed=seed,
         total_s=total,
+        thinking_tokens=thinking_tokens,
+        first_answer_s=first_answer,
     )
 
 

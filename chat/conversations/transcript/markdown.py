@@ -1,8 +1,10 @@
 """A conversation as Markdown, for people: a metadata header, then each
-message under its role (the branch shown, or every branch in turn)."""
+message under its role (the branch shown, or every branch in turn); a
+reasoning model's thinking folded (`<details>`) before its answer."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,15 +15,21 @@ from chat.conversations.conversation import STATE_NOTES, Conversation, Message, 
 from chat.sanitize import show_controls
 from chat.settings.server import public_url, split_credentials
 
+# What the HTML parser would take for markup: a tag, an end tag, a comment or
+# declaration (`<!`), a processing instruction (`<?`). Other `<` stay as they are.
+_MARKUP_START = re.compile(r"<(?=[A-Za-z/!?])")
+
 
 def _when(timestamp: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp))
 
 
 def _stats_line(stats: ReplyStats) -> str:
+    # A reply that thought first: its first answer token came later.
+    answer = "" if stats.first_answer_s is None else f" · first answer {stats.first_answer_s:.2f} s"
     return (
         f"{stats.generated_tokens} tokens · {stats.decode_tps:.1f} tokens/s · "
-        f"first token {stats.ttft_s:.2f} s · prompt {stats.prompt_tokens} tokens "
+        f"first token {stats.ttft_s:.2f} s{answer} · prompt {stats.prompt_tokens} tokens "
         f"({stats.prompt_reused} reused) · {stats.finish_reason}"
     )
 
@@ -73,7 +81,10 @@ def to_markdown(
 def _messages_markdown(messages: list[Message], heading: str) -> list[str]:
     lines: list[str] = []
     for message in messages:
-        lines += [f"{heading} {message.role.capitalize()}", "", message.content, ""]
+        lines += [f"{heading} {message.role.capitalize()}", ""]
+        if message.thinking:
+            lines += _thinking_fold(message)
+        lines += [message.content, ""]
         for attachment in message.attachments:
             lines += [attachment_block(attachment), ""]
         if message.stats is not None:
@@ -81,3 +92,18 @@ def _messages_markdown(messages: list[Message], heading: str) -> list[str]:
         if message.state != "complete":
             lines += [f"*{STATE_NOTES[message.state]}*", ""]
     return lines
+
+
+def _thinking_fold(message: Message) -> list[str]:
+    """The thinking, folded: a `<details>` block that renderers show closed,
+    with the thinking quoted inside. The thinking is the model's, untrusted:
+    it must not end the fold early or swallow the answer after it. Quoted, an
+    unclosed code fence or list ends with the quote; and every `<` that could
+    open markup is written `&lt;` (a `</details>`, a `<!--` that never ends, a
+    `<script>`), which renders as `<` (in code it shows as written)."""
+    summary = "Thinking"
+    if message.stats is not None and message.stats.thinking_tokens:
+        summary += f" · {message.stats.thinking_tokens} tokens"
+    inert = _MARKUP_START.sub("&lt;", message.thinking.strip("\n"))
+    quoted = [f"> {line}" if line.strip() else ">" for line in inert.split("\n")]
+    return [f"<details><summary>{summary}</summary>", "", *quoted, "", "</details>", ""]
