@@ -7,6 +7,7 @@ the user confirms. The user's own text is shown as plain text.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -349,7 +350,7 @@ class AssistantMessageView(MessageView):
     async def finish(self, text: str, stats: ReplyStats | None) -> None:
         """Stop streaming and render the final text once, in full."""
         if self._stream is not None:
-            await self._stream.stop()
+            await _stop_stream(self._stream)
             self._stream = None
         self.remove_class("streaming")
         self.message.content = text
@@ -357,6 +358,19 @@ class AssistantMessageView(MessageView):
         self.set_class(_ended_early(self.message), "ended-early")
         await self.body.update(text)
         self.refresh_header()
+
+
+async def _stop_stream(stream: MarkdownStream) -> None:
+    """`stream.stop()`. A stream stopped before its task ever ran (a reply that
+    failed at once) raises the CancelledError of that task (Textual 8.2's
+    MarkdownStream cancels it and awaits it); that one is not ours to pass on."""
+    try:
+        await stream.stop()
+    except asyncio.CancelledError:
+        # Python 3.11 tells whether this handler itself is being cancelled.
+        cancelling = getattr(asyncio.current_task(), "cancelling", None)
+        if cancelling is not None and cancelling():
+            raise
 
 
 def _ended_early(reply: Message) -> bool:
