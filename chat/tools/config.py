@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from chat import paths
 from chat.safe_files import UnsafeFileError, read_text, shown_path
@@ -82,7 +82,12 @@ class HttpServerConfig:
     disabled: bool = False
 
     def describe(self) -> str:
-        return sanitize_line(self.url)
+        """The URL for messages and lists, without a user name or password in it."""
+        parts = urlsplit(self.url)
+        if parts.username is None and parts.password is None:
+            return sanitize_line(self.url)
+        host = parts.netloc.rpartition("@")[2]
+        return sanitize_line(urlunsplit(parts._replace(netloc=host)))
 
 
 ServerConfig = StdioServerConfig | HttpServerConfig

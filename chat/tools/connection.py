@@ -11,6 +11,8 @@ when there is one, goes to the server's log file.
 
 from __future__ import annotations
 
+import logging
+import logging.handlers
 import re
 import traceback
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -23,17 +25,16 @@ import anyio
 import httpx2
 import mcp_types
 from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from chat import __version__
-from chat.errors import ConfigError, ToolCallError
+from chat.errors import ToolCallError
 from chat.safe_files import human_limit
 from chat.sanitize import sanitize, sanitize_line
 from chat.tools.config import HttpServerConfig, ServerConfig, StdioServerConfig
+from chat.tools.http import CONNECT_TIMEOUT_S, HttpTransport
 from chat.tools.limits import Limits
-from chat.tools.references import expand
 from chat.tools.results import ToolResult, result_text
 from chat.tools.schemas import schema_problem
 from chat.tools.status import ServerState, ServerStatus, ToolInfo
@@ -46,6 +47,32 @@ DESCRIPTION_LIMIT = 16 * 1024
 """Characters of a tool's description: it is sent with every prompt."""
 MAX_PAGES = 50
 """Pages of a server's tool list read (a server could page forever)."""
+
+
+SDK_LOG_LIMIT = 1 << 20
+_SDK_LOG_HANDLER = "kvchat: the SDK's log"
+
+
+def keep_sdk_logs_in(folder: Path) -> None:
+    """The SDK reports its own troubles through `logging` (a broken stream, a
+    failed session end); without a handler Python prints those on stderr,
+    where Textual draws. They go to `sdk.log` in `folder` instead (bounded),
+    once per process."""
+    logger = logging.getLogger("mcp")
+    if any(handler.get_name() == _SDK_LOG_HANDLER for handler in logger.handlers):
+        return
+    handler: logging.Handler
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handler = logging.handlers.RotatingFileHandler(
+            folder / "sdk.log", maxBytes=SDK_LOG_LIMIT, backupCount=1, delay=True
+        )
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+    except OSError:
+        handler = logging.NullHandler()
+    handler.set_name(_SDK_LOG_HANDLER)
+    logger.addHandler(handler)
+    logger.propagate = False
 
 
 class ServerConnection:
@@ -71,8 +98,7 @@ class ServerConnection:
         self._stop = anyio.Event()
         self._session: ClientSession | None = None
         self._stdio: StdioTransport | None = None
-        self._http_error: str | None = None
-        """The last HTTP error status an HTTP server answered ("HTTP 401 Unauthorized")."""
+        self._http: HttpTransport | None = None
 
     @property
     def name(self) -> str:
@@ -116,7 +142,8 @@ class ServerConnection:
             self._fail(f"cannot start: {error}")
         except Exception as error:
             self._log_traceback()
-            self._fail(self._failure_reason(error))
+            if self.status.state is not ServerState.FAILED:  # else: said already, when it ended
+                self._fail(self._failure_reason(error))
         finally:
             self._session = None
             if self.status.state in (ServerState.STARTING, ServerState.READY):
@@ -175,43 +202,27 @@ class ServerConnection:
                 yield pipes
             return
         assert isinstance(config, HttpServerConfig)
-        headers = self._headers(config)
-
-        async def note_refusal(response: httpx2.Response) -> None:
-            # The SDK turns an HTTP error into "Server returned an error
-            # response": the status is what tells the user what to fix.
-            if response.status_code >= 400:
-                self._http_error = f"HTTP {response.status_code} {response.reason_phrase}".strip()
-
-        async with (
-            httpx2.AsyncClient(
-                headers=headers,
-                timeout=httpx2.Timeout(30.0, read=self._limits.call_timeout_s + 30.0),
-                event_hooks={"response": [note_refusal]},
-            ) as client,
-            streamable_http_client(
-                config.url,
-                http_client=client,
-                max_sse_event_size=self._limits.message_bytes,
-            ) as streams,
-        ):
+        self._http = HttpTransport(
+            config,
+            self._environ,
+            message_limit=self._limits.message_bytes,
+            read_timeout_s=self._limits.call_timeout_s + CONNECT_TIMEOUT_S,
+        )
+        async with self._http.open() as streams:
             yield streams
 
-    def _headers(self, config: HttpServerConfig) -> dict[str, str]:
-        headers: dict[str, str] = {}
-        for name, value in config.headers.items():
-            try:
-                headers[name] = expand(value, self._environ, where=f"the header {name}")
-            except ConfigError as error:
-                raise StartError(str(error)) from None
-        return headers
+    def _ended(self) -> anyio.Event | None:
+        """Set when the server has ended by itself: its process, or the connection."""
+        if self._stdio is not None:
+            return self._stdio.ended
+        return self._http.ended if self._http is not None else None
 
     async def _unless_ended(self, request: Callable[[], Any]) -> Any:
-        """`await request()`, or None as soon as a stdio server has ended.
+        """`await request()`, or None as soon as the server has ended.
         What the request raises is raised as it is (not in a group)."""
-        if self._stdio is None:
+        ended = self._ended()
+        if ended is None:
             return await request()
-        ended = self._stdio.ended
         outcome: list[Any] = []
         failure: list[Exception] = []
         async with anyio.create_task_group() as tasks:
@@ -245,8 +256,9 @@ class ServerConnection:
                 tasks.cancel_scope.cancel()
 
             tasks.start_soon(wait_for, self._stop, False)
-            if self._stdio is not None:
-                tasks.start_soon(wait_for, self._stdio.ended, True)
+            end = self._ended()
+            if end is not None:
+                tasks.start_soon(wait_for, end, True)
         return bool(ended and ended[0])
 
     async def _list_tools(
@@ -288,7 +300,9 @@ class ServerConnection:
                 f"{info.problem}."
             )
         limit = self._limits.call_timeout_s if timeout is None else timeout
-        self._http_error = None
+        if self._http is not None:
+            self._http.http_error = None
+            self._http.too_large = False
         try:
             result = await self._unless_ended(
                 lambda: session.call_tool(tool, dict(arguments), read_timeout_seconds=limit)
@@ -303,9 +317,13 @@ class ServerConnection:
                 ) from None
             if error.code == mcp_types.CONNECTION_CLOSED:
                 raise ToolCallError(self._during_call(shown_tool)) from None
+            if self._http is not None and self._http.too_large:
+                raise ToolCallError(
+                    self._sentence(f"{self._http.too_large_words()}, for '{shown_tool}'")
+                ) from None
             why = _short(error.message)
-            if self._http_error is not None:
-                why = f"it answered {self._refusal_words()}"
+            if self._http is not None and self._http.http_error is not None:
+                why = f"it answered {self._http.refusal_words()}"
             raise ToolCallError(
                 self._sentence(f"refused the call to '{shown_tool}': {why}")
             ) from None
@@ -329,12 +347,6 @@ class ServerConnection:
 
     # -- words ------------------------------------------------------------
 
-    def _refusal_words(self) -> str:
-        words = sanitize_line(self._http_error or "")
-        if words.startswith(("HTTP 401", "HTTP 403")):
-            words += " (the headers in its entry may be wrong)"
-        return words
-
     def _state_words(self) -> str:
         if self.status.state is ServerState.FAILED and self.status.problem:
             return "it failed: " + self.status.problem
@@ -343,7 +355,8 @@ class ServerConnection:
     def _end_words(self) -> str:
         stdio = self._stdio
         if stdio is None:
-            return "closed the connection"
+            lost = self._http.lost if self._http is not None else None
+            return lost or "closed the connection"
         if stdio.failure is not None:
             return f"{stdio.failure}, so kvchat stopped it"
         return stdio.exit_text()
@@ -373,8 +386,8 @@ class ServerConnection:
         if isinstance(found, MCPError):
             if found.code == mcp_types.CONNECTION_CLOSED:
                 return self._end_reason(starting=self.status.state is ServerState.STARTING)
-            if self._http_error is not None:
-                return f"refused to start: it answered {self._refusal_words()}"
+            if self._http is not None and self._http.http_error is not None:
+                return f"refused to start: it answered {self._http.refusal_words()}"
             return f"refused to start: {_short(found.message)}"
         if isinstance(found, httpx2.HTTPStatusError):
             return (
@@ -382,7 +395,9 @@ class ServerConnection:
                 f"HTTP {found.response.status_code}"
             )
         if isinstance(found, (httpx2.HTTPError, OSError)):
-            return f"cannot be reached: {_short(str(found) or type(found).__name__)}"
+            where = f" at {self.status.config.describe()}" if self._http is not None else ""
+            why = _short(str(found) or type(found).__name__)
+            return f"cannot be reached{where}: {why[:1].lower()}{why[1:]}"
         return f"failed: {_short(str(error) or type(error).__name__)}"
 
     def _log_traceback(self) -> None:

@@ -93,6 +93,7 @@ class ToolServers:
         connection_module = await asyncio.to_thread(
             importlib.import_module, "chat.tools.connection"
         )
+        connection_module.keep_sdk_logs_in(self._log_dir)
         connection_class: type[ServerConnection] = connection_module.ServerConnection
         import anyio
 

@@ -57,6 +57,11 @@ def test_a_file_as_claude_desktop_writes_it(tmp_path: Path) -> None:
     assert time.describe() == "uvx mcp-server-time"
 
 
+def test_a_password_in_a_url_is_never_shown() -> None:
+    server = HttpServerConfig("x", "https://me:s3cret@notes.example:8443/mcp?a=1")
+    assert server.describe() == "https://notes.example:8443/mcp?a=1"
+
+
 def test_the_default_file_is_mcp_json_in_the_config_folder() -> None:
     assert paths.mcp_config_file() == paths.config_dir() / "mcp.json"
     # None there: no servers, and nothing to say.

@@ -3,7 +3,8 @@
 Run as `python sdk_server.py` it serves stdio; `--http PORT_FILE` serves
 streamable HTTP on loopback on a free port (written to PORT_FILE once it
 listens), and `--token T` makes it refuse requests without
-`Authorization: Bearer T`. `--marks DIR` is where tools leave files the tests
+`Authorization: Bearer T`; `--json` answers in JSON bodies instead of SSE
+events. `--marks DIR` is where tools leave files the tests
 wait for (a call began, a call was cancelled).
 """
 
@@ -59,10 +60,10 @@ def crash(code: int) -> str:
     os._exit(code)
 
 
-def _serve_http(port_file: Path, token: str | None) -> None:
+def _serve_http(port_file: Path, token: str | None, json_response: bool) -> None:
     import uvicorn
 
-    app = server.streamable_http_app()
+    app = server.streamable_http_app(json_response=json_response)
 
     async def guarded(scope, receive, send):  # type: ignore[no-untyped-def]
         if scope["type"] == "http" and token is not None:
@@ -94,11 +95,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", metavar="PORT_FILE")
     parser.add_argument("--token")
+    parser.add_argument("--json", action="store_true", help="HTTP: JSON replies, not SSE")
     parser.add_argument("--marks", default=".")
     args = parser.parse_args()
     marks = Path(args.marks)
     if args.http:
-        _serve_http(Path(args.http), args.token)
+        _serve_http(Path(args.http), args.token, args.json)
     else:
         server.run()
 
