@@ -118,8 +118,6 @@ class ServerConnection:
     def _sentence(self, reason: str) -> str:
         return f"The tool server '{self.name}' {reason}."
 
-    # -- its life ---------------------------------------------------------
-
     async def run(self) -> None:
         if self.status.config.disabled:
             self._publish(state=ServerState.STOPPED, problem="Disabled in the tool server file.")
@@ -173,11 +171,11 @@ class ServerConnection:
             # so a server that exits at start is named at once.
             result = await self._unless_ended(session.initialize)
             if result is None:
-                self._fail(self._end_reason(starting=True))
+                self._not_started()
                 return None
             tools = await self._unless_ended(lambda: self._list_tools(session, guard))
             if tools is None:
-                self._fail(self._end_reason(starting=True))
+                self._not_started()
                 return None
             started = [result, tools]
         if not started:
@@ -190,6 +188,12 @@ class ServerConnection:
             server_name=sanitize_line(result.server_info.name)[:128],
         )
         return session
+
+    def _not_started(self) -> None:
+        """The start ended early: the server ended (FAILED), or kvchat is
+        stopping it (STOPPED, set by `run`)."""
+        if not self._stop.is_set():
+            self._fail(self._end_reason(starting=True))
 
     @asynccontextmanager
     async def _streams(self) -> AsyncIterator[tuple[Any, Any]]:
@@ -218,11 +222,9 @@ class ServerConnection:
         return self._http.ended if self._http is not None else None
 
     async def _unless_ended(self, request: Callable[[], Any]) -> Any:
-        """`await request()`, or None as soon as the server has ended.
-        What the request raises is raised as it is (not in a group)."""
-        ended = self._ended()
-        if ended is None:
-            return await request()
+        """`await request()`, or None as soon as the server has ended or is
+        being stopped (a quit never waits for a start or a call). What the
+        request raises is raised as it is (not in a group)."""
         outcome: list[Any] = []
         failure: list[Exception] = []
         async with anyio.create_task_group() as tasks:
@@ -235,12 +237,15 @@ class ServerConnection:
                 finally:
                     tasks.cancel_scope.cancel()
 
-            async def watch() -> None:
-                await ended.wait()
+            async def watch(event: anyio.Event) -> None:
+                await event.wait()
                 tasks.cancel_scope.cancel()
 
             tasks.start_soon(ask)
-            tasks.start_soon(watch)
+            tasks.start_soon(watch, self._stop)
+            ended = self._ended()
+            if ended is not None:
+                tasks.start_soon(watch, ended)
         if failure:
             raise failure[0]
         return outcome[0] if outcome else None
@@ -278,8 +283,6 @@ class ServerConnection:
             if not cursor:
                 break
         return tuple(tools)
-
-    # -- calls ------------------------------------------------------------
 
     async def call_tool(
         self, tool: str, arguments: Mapping[str, Any], timeout: float | None = None
@@ -343,9 +346,13 @@ class ServerConnection:
         return result_text(result, self._limits.result_bytes)
 
     def _during_call(self, tool: str) -> str:
+        if self._stop.is_set() and not self._ended_by_itself():
+            return self._sentence(f"was stopped during the call to '{tool}' (kvchat is closing)")
         return self._sentence(f"{self._end_words()} during the call to '{tool}'")
 
-    # -- words ------------------------------------------------------------
+    def _ended_by_itself(self) -> bool:
+        ended = self._ended()
+        return ended is not None and ended.is_set()
 
     def _state_words(self) -> str:
         if self.status.state is ServerState.FAILED and self.status.problem:

@@ -24,3 +24,7 @@ class Limits:
     """One tool result, as text; a larger one is cut with a note."""
     max_tools: int = 1000
     """Tools read from one server's list; the rest are left out."""
+    close_wait_s: float = 8.0
+    """The most closing waits for all servers together. Each stdio server's
+    own shutdown is bounded well below it (chat.tools.stdio); past it, what is
+    left is cancelled (its shielded shutdown still kills the processes)."""

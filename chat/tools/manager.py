@@ -34,11 +34,6 @@ from chat.tools.status import ServerState, ServerStatus
 if TYPE_CHECKING:
     from chat.tools.connection import ServerConnection
 
-CLOSE_WAIT_S = 8.0
-"""The most `close()` waits for all servers together; each stdio server's own
-shutdown is bounded below that (chat.tools.stdio), so this is only reached
-if something unforeseen hangs."""
-
 
 class ToolServers:
     def __init__(
@@ -149,7 +144,7 @@ class ToolServers:
         if task is None:
             return
         try:
-            await asyncio.wait_for(asyncio.shield(task), CLOSE_WAIT_S)
+            await asyncio.wait_for(asyncio.shield(task), self._limits.close_wait_s)
         except asyncio.TimeoutError:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

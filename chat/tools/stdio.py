@@ -188,8 +188,6 @@ class StdioTransport:
             text += f" (its last words on stderr: {self.exit.last_stderr})"
         return text
 
-    # -- the three pipes --------------------------------------------------
-
     async def _read_stdout(
         self,
         process: anyio.abc.Process,
@@ -283,8 +281,6 @@ class StdioTransport:
                         if written >= STDERR_LOG_LIMIT:
                             log.write(b"\n[kvchat: the rest of this run's stderr is not kept]\n")
                         log.flush()
-
-    # -- the end ----------------------------------------------------------
 
     async def _note_exit(self, process: anyio.abc.Process) -> None:
         """Record how the process ended, if it has (its stdout ended)."""

@@ -20,8 +20,11 @@ from chat.tools.status import ServerState, ServerStatus
 
 SERVERS = Path(__file__).parent / "servers"
 SETTLE_TIMEOUT_S = 60.0
-"""A bound on waiting for servers to start, far above what they need: a
-server that takes longer is a failure, not a hang of the suite."""
+"""A bound on waiting for servers to start or close, far above what they
+need: one that takes longer is a failure, not a hang of the suite. Tests of
+"at once" set kvchat's own limits far above it (LONG), so that only the
+behaviour under test can finish in time."""
+LONG = Limits(start_timeout_s=600.0, call_timeout_s=600.0, close_wait_s=600.0)
 LIMITS = Limits(start_timeout_s=30.0, call_timeout_s=30.0)
 
 
@@ -59,7 +62,15 @@ async def running(
         await settled(manager)
         yield manager
     finally:
-        await manager.close()
+        await closed(manager)
+
+
+async def closed(manager: ToolServers) -> None:
+    """`close()`, bounded: a close that hangs fails the test instead."""
+    try:
+        await asyncio.wait_for(manager.close(), SETTLE_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        pytest.fail(f"closing the servers took more than {SETTLE_TIMEOUT_S} s")
 
 
 async def settled(manager: ToolServers) -> None:
