@@ -214,3 +214,15 @@ async def test_a_variable_that_is_not_set(tmp_path: Path) -> None:
             "The tool server 'keyed' cannot start: 'env' API_KEY reads the environment "
             "variable KVCHAT_TEST_UNSET_KEY, which is not set."
         )
+
+
+async def test_what_a_server_says_reaches_no_terminal_as_escapes(tmp_path: Path) -> None:
+    from tests.security.canary import assert_no_leak, payload
+
+    config = raw_server("loud", "exit-hostile")
+    config = StdioServerConfig(config.name, config.command, config.args, {"CANARY": "${CANARY}"})
+    environ = {"PATH": os.environ["PATH"], "CANARY": payload("LASTWORDS").replace("\x00", "")}
+    async with running([config], tmp_path, environ=environ) as servers:
+        sentence = problem(servers, "loud")
+    assert sentence.startswith("The tool server 'loud' exited with code 4 (its last words")
+    assert_no_leak(sentence.encode(), "LASTWORDS")

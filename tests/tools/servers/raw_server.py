@@ -6,6 +6,8 @@ the file `started` when it begins. The modes:
 - `good`: behaves; its tool `fine` answers with its arguments, `crash` exits
   mid-call with code 3, `wait` never answers;
 - `exit-at-start`: says a last word on stderr and exits with code 4;
+- `exit-hostile`: the same, its last word full of terminal escapes (the
+  security tests' canary, from the environment variable CANARY);
 - `silent`: reads stdin and never answers;
 - `garbage`: answers every line with text that is not JSON-RPC;
 - `banner`: prints a line that is not JSON-RPC, then behaves;
@@ -113,6 +115,10 @@ def answer(request: dict) -> None:
 def main() -> None:
     if MODE == "exit-at-start":
         print("raw_server: cannot open the frobnicator", file=sys.stderr, flush=True)
+        sys.exit(4)
+    if MODE == "exit-hostile":
+        sys.stderr.write(os.environ["CANARY"] + "\n")
+        sys.stderr.flush()
         sys.exit(4)
     if MODE == "ignore-signals":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
