@@ -33,6 +33,9 @@ from chat.tools.references import expand
 from chat.tools.stdio import StartError
 
 CONNECT_TIMEOUT_S = 30.0
+EVENT_STREAM_QUIET_S = 300.0
+"""How long a reply's stream may stay quiet before it is read again (the
+SDK's own default): a call's own timeout is kept apart from it."""
 
 
 class MessageTooLarge(httpx2.StreamError):
@@ -98,7 +101,9 @@ class HttpTransport:
         async with (
             httpx2.AsyncClient(
                 headers=self.headers(),
-                timeout=httpx2.Timeout(CONNECT_TIMEOUT_S, read=self._read_timeout_s),
+                timeout=httpx2.Timeout(
+                    CONNECT_TIMEOUT_S, read=max(self._read_timeout_s, EVENT_STREAM_QUIET_S)
+                ),
                 event_hooks={"response": [note_refusal]},
                 transport=_BoundedTransport(self),
             ) as client,
@@ -149,6 +154,10 @@ class _WatchedBody(httpx2.AsyncByteStream):
                     self._owner.too_large = True
                     raise MessageTooLarge(self._owner.too_large_words())
                 yield chunk
+        except httpx2.TimeoutException:
+            # Quiet, not gone: the standalone event stream may see nothing
+            # for long, and the SDK opens it again.
+            raise
         except httpx2.TransportError as error:
             self._owner.connection_broke(error)
             raise

@@ -143,11 +143,17 @@ class ToolServers:
         task = self._task
         if task is None:
             return
+        if not self._connections:
+            # Still importing the SDK: nothing runs yet, nothing to wait for.
+            task.cancel()
         try:
             await asyncio.wait_for(asyncio.shield(task), self._limits.close_wait_s)
         except asyncio.TimeoutError:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # close() itself was cancelled
         except Exception:
             pass  # each server's failure is already in its status
         for status in list(self._statuses.values()):

@@ -132,3 +132,31 @@ async def test_a_server_killed_mid_call(tmp_path: Path) -> None:
             assert status.state is ServerState.FAILED
             assert status.problem is not None
             assert status.problem.startswith("The tool server 'web' broke the connection (")
+
+
+async def test_a_quiet_stream_is_not_a_broken_connection() -> None:
+    """The standalone event stream may be quiet for minutes: its read timeout
+    is not the server going away (only a connection that breaks is)."""
+    import httpx2
+
+    from chat.tools.http import HttpTransport, _WatchedBody
+
+    class Quiet(httpx2.AsyncByteStream):
+        def __init__(self, error: Exception) -> None:
+            self.error = error
+
+        async def __aiter__(self):  # type: ignore[no-untyped-def]
+            yield b"data: {}\n\n"
+            raise self.error
+
+    transport = HttpTransport(
+        HttpServerConfig("web", "http://127.0.0.1:1/mcp"), {}, message_limit=1000, read_timeout_s=1
+    )
+    for error, broken in [
+        (httpx2.ReadTimeout("quiet"), False),
+        (httpx2.RemoteProtocolError("peer closed connection"), True),
+    ]:
+        with pytest.raises(type(error)):
+            async for _ in _WatchedBody(Quiet(error), transport, bounded=False):
+                pass
+        assert transport.ended.is_set() is broken
