@@ -24,12 +24,9 @@ import pytest
 from tests.conftest import installed_demo_model
 
 SERVER_ENV = "KVCHAT_LLAMA_SERVER"
-DEFAULT_BINARY = (
-    Path(os.environ.get("KVCHAT_TOOLS", Path.home() / ".cache" / "kvchat-tools"))
-    / "llama.cpp-0.3.36"
-    / "bin"
-    / "llama-server"
-)
+TOOLS_DIR = Path(os.environ.get("KVCHAT_TOOLS", Path.home() / ".cache" / "kvchat-tools"))
+"""The cache folder outside the clone where .ci/ scripts keep what they build or install."""
+DEFAULT_BINARY = TOOLS_DIR / "llama.cpp-0.3.36" / "bin" / "llama-server"
 # Read at import: the suite's autouse fixture clears KVCHAT_* variables in each test.
 _CONFIGURED = os.environ.get(SERVER_ENV)
 START_TIMEOUT_S = 120.0
