@@ -34,15 +34,16 @@ SERVER_ENV = "KVCHAT_LLAMA_SERVER"
 SHORTER = "Now make it shorter."
 TURN_TWO_TARGET = 20
 """Turn 2 evaluates the new message and the template's few tokens around it."""
-CONVERSATION_REPLY_TOKENS = 96
+CONVERSATION_REPLY_TOKENS = 128
 """Reply length in the long conversation: its 20 turns fit the server's window."""
-CONVERSATION_OPENING = "Tell me about a lighthouse keeper, in a few sentences."
+# The benchmark's story, then paragraphs and lists: where a reply's text is
+# most often tokenized otherwise than it was sampled.
 CONVERSATION_FOLLOW_UPS = [
-    "What did the keeper do every morning?",
-    "Describe the sea on a stormy night.",
-    "Who came to visit the lighthouse?",
-    "What did they talk about?",
-    "How did the story end?",
+    "Go on with the story, in new paragraphs.",
+    "List the keeper's tools as a numbered list.",
+    "Describe the sea on a stormy night, in two paragraphs.",
+    "Who came to visit the lighthouse? Answer with a numbered list.",
+    "How did the story end? Write two paragraphs.",
 ]
 
 
@@ -273,7 +274,7 @@ def _conversation_rows(engine: Engine, options: Options) -> list[Row]:
         "kvchat": lambda messages, turn_sampling: _kvchat_turn(engine, messages, turn_sampling),
         "text": lambda messages, turn_sampling: _text_turn(url, messages, turn_sampling),
     }
-    asks = [CONVERSATION_OPENING, *CONVERSATION_FOLLOW_UPS]
+    asks = [STORY, *CONVERSATION_FOLLOW_UPS]
     for client, take_turn in clients.items():
         messages: list[dict[str, Any]] = []
         again[client], replies[client], evaluated[client] = 0, 0, 0
