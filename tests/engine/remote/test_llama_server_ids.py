@@ -15,6 +15,7 @@ from chat.conversations.conversation import Conversation, Message
 from chat.conversations.store import Store
 from chat.engine.base import Finished
 from chat.engine.remote.engine import RemoteEngine
+from chat.session.context_window import ContextBudget
 from chat.settings.schema import SamplingSettings
 from tests.engine.remote.conftest import connect_to, run_reply
 from tests.servers import RunningServer, free_port, llama_server
@@ -88,6 +89,22 @@ def test_a_counted_reply_is_the_start_of_the_next_prompt(engine: RemoteEngine) -
     following = engine.tokenize_chat([*history, SHORTER])
     assert following[: len(closed)] == closed
     assert closed != engine.tokenize_chat(as_text(history), add_generation_prompt=False)
+
+
+def test_the_meter_counts_the_prompt_the_server_is_sent(engine: RemoteEngine) -> None:
+    _, first = run_reply(engine, STORY, STORY_SAMPLING)
+    assert first.token_ids is not None
+    messages = [
+        Message("user", STORY[0]["content"]),
+        Message("assistant", first.text, token_ids=list(first.token_ids)),
+    ]
+    plan = ContextBudget(engine.tokenize_chat, engine.info.n_ctx).plan(
+        "", messages, SHORTER["content"], 8, "stop"
+    )
+    sent = engine.tokenize_chat([*answered(STORY, first), SHORTER])
+    assert plan.problem is None and plan.used == len(sent)
+    _, second = run_reply(engine, [*answered(STORY, first), SHORTER], GREEDY)
+    assert second.stats.prompt_tokens == plan.used
 
 
 def test_an_edited_reply_goes_as_text(engine: RemoteEngine) -> None:
