@@ -3,9 +3,11 @@
 llama-server (built by .ci/llama-server, or named by KVCHAT_LLAMA_SERVER, or on
 PATH) serves the benchmark's model on loopback; kvchat's remote engine streams
 a reply from it. Decode speed is measured where kvchat receives the tokens and
-compared with the rate the server reports for the same reply; the second turn
-shows how much of the prompt the server's KV cache reused. Without a server
-binary the rows are left out (said on stderr), not failed."""
+compared with the rate the server reports for the same reply; the second turn,
+and a 20-turn conversation, show how much of the prompt the server's KV cache
+reused with the replies sent back as their sampled ids, beside a client that
+sends them as text. Without a server binary the rows are left out (said on
+stderr), not failed."""
 
 from __future__ import annotations
 
