@@ -1,5 +1,7 @@
 """Helpers for the remote engine tests: run a reply to its end, or have its
-server killed under it."""
+server killed under it; a real llama-server for a module's tests (`server`,
+which a module may override with another real server) and an engine
+connected to it (`engine`)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from chat.engine.remote.engine import RemoteEngine
 from chat.errors import ServerUnreachableError
 from chat.settings.schema import SamplingSettings
 from tests.engine.remote.fake_servers import FakeServer, Route, serve
-from tests.servers import RunningServer
+from tests.servers import RunningServer, llama_server
 
 HELLO = [{"role": "user", "content": "Say hello to my friend."}]
 
@@ -45,6 +47,19 @@ def fake() -> Iterator[list[FakeServer]]:
     yield started
     for server in started:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    with llama_server(tmp_path_factory.mktemp("llama-server")) as running:
+        yield running
+
+
+@pytest.fixture
+def engine(server: RunningServer) -> Iterator[RemoteEngine]:
+    connected = connect_to(server)
+    yield connected
+    connected.close()
 
 
 def start(
