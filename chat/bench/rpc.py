@@ -5,14 +5,13 @@ holding the model itself, in the same run, through kvchat's remote engine.
 Here the "machines" are processes on loopback: the rows show what the RPC
 path costs on one machine (each layer group's activations cross a socket,
 twice per token), not what a second machine adds. Both servers get the same
-threads; they answer in turns, never at once. The rpc-server binary is the
+threads (`THREADS`); they answer in turns, never at once. The rpc-server binary is the
 one `.ci/llama-server` builds beside llama-server; without it the rows are
 left out (said on stderr), not failed."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import statistics
 import subprocess
@@ -30,6 +29,10 @@ from chat.bench.workload import SAMPLING, STORY, finished, first_token_reply
 from chat.engine.base import Engine
 
 RPC_SERVERS = 2
+THREADS = 1
+"""Every process computes with one thread: the same work for one core either
+way, and a figure that holds on a busy machine (with more threads than free
+cores, llama.cpp's threads wait on each other)."""
 
 
 def rpc_rows(options: Options) -> list[Row]:
@@ -41,22 +44,27 @@ def rpc_rows(options: Options) -> list[Row]:
             file=sys.stderr,
         )
         return []
-    threads = os.cpu_count() or 1
+    threads = THREADS
     with contextlib.ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         workers = stack.enter_context(_rpc_servers(rpc_binary, RPC_SERVERS, threads, folder))
         (folder / "alone").mkdir()
         (folder / "rpc").mkdir()
-        alone_url = stack.enter_context(_serving(binary, options.model, folder / "alone"))
+        alone = _serving(binary, options.model, folder / "alone")
         spread = _serving(binary, options.model, folder / "rpc")
         spread.command += ["--rpc", ",".join(workers), "-ngl", "99"]
+        for serving in (alone, spread):
+            serving.command[serving.command.index("--threads") + 1] = str(threads)
+        alone_url = stack.enter_context(alone)
         spread_url = stack.enter_context(spread)
 
         from chat.engine.remote import ServerConfig, connect
 
-        alone = stack.enter_context(contextlib.closing(connect(ServerConfig(alone_url))))
-        over_rpc = stack.enter_context(contextlib.closing(connect(ServerConfig(spread_url))))
-        return _measure(alone, over_rpc, options)
+        engines = {
+            name: stack.enter_context(contextlib.closing(connect(ServerConfig(url))))
+            for name, url in (("alone", alone_url), ("rpc", spread_url))
+        }
+        return _measure(engines["alone"], engines["rpc"], options)
 
 
 @dataclass
@@ -70,7 +78,7 @@ def _measure(alone: Engine, over_rpc: Engine, options: Options) -> list[Row]:
     engines = {"alone": alone, "rpc": over_rpc}
     sampling = replace(SAMPLING, max_tokens=options.tokens)
     story = [{"role": "user", "content": STORY}]
-    rounds = 1 if options.quick else 5
+    rounds = 1 if options.quick else 3
     # Round 0 warms up (left out in quick mode, which checks only that the rows
     # are measured); in turns, so drift on the machine touches both alike.
     first_round = 1 if options.quick else 0
