@@ -3,11 +3,12 @@ llama.cpp's rpc-servers (`--rpc A,B -ngl 99`) beside the same llama-server
 holding the model itself, in the same run, through kvchat's remote engine.
 
 Here the "machines" are processes on loopback: the rows show what the RPC
-path costs on one machine (each layer group's activations cross a socket,
-twice per token), not what a second machine adds. Both servers get the same
-threads (`THREADS`); they answer in turns, never at once. The rpc-server binary is the
-one `.ci/llama-server` builds beside llama-server; without it the rows are
-left out (said on stderr), not failed."""
+path costs on one machine (each token's layers run in two processes, one
+after the other, its activations passed through llama-server over sockets),
+not what a second machine adds. Both servers get the same threads
+(`THREADS`); they answer in turns, never at once. The rpc-server binary is
+the one `.ci/llama-server` builds beside llama-server; without it the rows
+are left out (said on stderr), not failed."""
 
 from __future__ import annotations
 
@@ -44,17 +45,16 @@ def rpc_rows(options: Options) -> list[Row]:
             file=sys.stderr,
         )
         return []
-    threads = THREADS
     with contextlib.ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        workers = stack.enter_context(_rpc_servers(rpc_binary, RPC_SERVERS, threads, folder))
+        workers = stack.enter_context(_rpc_servers(rpc_binary, RPC_SERVERS, THREADS, folder))
         (folder / "alone").mkdir()
         (folder / "rpc").mkdir()
         alone = _serving(binary, options.model, folder / "alone")
         spread = _serving(binary, options.model, folder / "rpc")
         spread.command += ["--rpc", ",".join(workers), "-ngl", "99"]
         for serving in (alone, spread):
-            serving.command[serving.command.index("--threads") + 1] = str(threads)
+            serving.command[serving.command.index("--threads") + 1] = str(THREADS)
         alone_url = stack.enter_context(alone)
         spread_url = stack.enter_context(spread)
 
