@@ -6,7 +6,7 @@ connected to it (`engine`)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -76,14 +76,19 @@ def connect_to(server: FakeServer | RunningServer, **options: object) -> RemoteE
     return engine
 
 
-def reply_cut_by_a_killed_server(server: RunningServer, messages: list[dict[str, str]]) -> None:
-    """Kill `server` a few tokens into a long reply: the partial text is kept,
-    the reply ends "error" with a message naming the server, and connecting
-    again says nothing answers there."""
+def reply_cut_by_a_killed_server(
+    server: RunningServer,
+    messages: list[dict[str, str]],
+    kill: Callable[[], object] | None = None,
+) -> Finished:
+    """Kill `server` (or call `kill`, which brings it down another way) a few
+    tokens into a long reply: the partial text is kept, the reply ends "error"
+    with a message naming the server, and connecting again says nothing
+    answers there. Returns the reply as it ended."""
     engine = connect(ServerConfig(server.url))
     stream = engine.stream_reply(messages, SamplingSettings(max_tokens=2000), threading.Event())
     seen = [next(stream) for _ in range(5)]
-    server.kill()
+    (kill or server.kill)()
     finished = list(stream)[-1]
     assert isinstance(finished, Finished)
     assert finished.stats.finish_reason == "error"
@@ -92,3 +97,4 @@ def reply_cut_by_a_killed_server(server: RunningServer, messages: list[dict[str,
     engine.close()
     with pytest.raises(ServerUnreachableError, match=server.url.replace(".", r"\.")):
         connect(ServerConfig(server.url, connect_timeout_s=2))
+    return finished
