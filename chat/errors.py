@@ -70,3 +70,9 @@ class UnknownServerModelError(ServerError):
     def __init__(self, message: str, models: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.models = models
+
+
+class ToolCallError(KvchatError):
+    """A tool call gave no result: its server is not ready or died, the tool is
+    unknown or unusable, the call timed out or was refused. The message names
+    the server and the tool (chat.tools.connection)."""

@@ -70,6 +70,16 @@ def config_file() -> Path:
     return config_dir() / "config.toml"
 
 
+def mcp_config_file() -> Path:
+    """The tool servers (MCP) kvchat may start: `mcpServers` JSON (chat.tools.config)."""
+    return config_dir() / "mcp.json"
+
+
+def tool_server_logs_dir() -> Path:
+    """What each tool server writes on its stderr, one file per server."""
+    return state_dir() / "tool-servers"
+
+
 def user_themes_dir() -> Path:
     return config_dir() / "themes"
 

@@ -19,6 +19,7 @@ from chat.bench.remote import remote_rows
 from chat.bench.responsiveness import responsiveness_rows
 from chat.bench.resume import resume_rows
 from chat.bench.rows import Options, Row, print_table, write_json
+from chat.bench.rpc import rpc_rows
 from chat.bench.startup import startup_rows
 from chat.bench.storage import storage_rows
 from chat.bench.ttft import ttft_rows
@@ -44,6 +45,7 @@ def run(options: Options) -> list[Row]:
         rows += storage_rows(options)
         rows += startup_rows(options)
         rows += remote_rows(options)
+        rows += rpc_rows(options)
     finally:
         engine.close()
     return rows

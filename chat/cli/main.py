@@ -135,6 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--print-config", action="store_true", help="print the effective settings and exit"
     )
+    parser.add_argument(
+        "--mcp-config",
+        metavar="FILE",
+        help="tool servers (MCP, mcpServers JSON) for this run instead of mcp.json "
+        "in the config folder",
+    )
     saved = parser.add_argument_group("saved conversations")
     opening = saved.add_mutually_exclusive_group()
     opening.add_argument(
@@ -346,7 +352,13 @@ def _run(args: argparse.Namespace) -> int:
 
             return print_presets()
         if args.print_config:
+            from chat.cli.tool_servers import describe, tool_servers_for_run
+
+            tool_servers = tool_servers_for_run(args.mcp_config)
+            _warn(list(tool_servers.problems))
             print(format_effective(resolved))
+            print()
+            print(describe(tool_servers))
         elif args.list_models:
             from chat.cli.models import print_models
 
@@ -421,6 +433,12 @@ def _run_app(args: argparse.Namespace, resolved: ResolvedSettings, problems: lis
             # The config names a bad file: open the app anyway and say so there.
             model, model_error = None, str(error)
     resume = _conversation_to_open(args, problems)
+    from chat.cli.tool_servers import tool_servers_for_run
+
+    # Read now, so a bad file is said at once (a notice in the app); the
+    # servers are started by the app (issue 30: the tools pane is to come).
+    tool_servers = tool_servers_for_run(args.mcp_config)
+    problems.extend(tool_servers.problems)
     # Startup builds many objects that live as long as the app (Textual's styles,
     # widgets, modules): the cyclic collector would walk them again and again.
     # It stays off until the first frame is drawn (ChatApp turns it back on).

@@ -208,7 +208,7 @@ class ChatSession:
         # Sent again as sampled: the KV cache then holds the next prompt's prefix.
         reply.token_ids = list(finished.token_ids) if finished.token_ids is not None else None
         self.conversation.append(reply)
-        self.saver.finish_reply(finished.text, finished.stats, reply.token_ids)
+        self.saver.finish_reply(finished.text, finished.stats, reply.token_ids, thinking=thinking)
 
     def continuable_reply(self) -> Message | None:
         """The last reply, when it was cut short (max tokens, Esc, or kvchat
@@ -375,11 +375,14 @@ class ChatSession:
         self.conversation = Conversation(system_prompt=self.settings.chat.system_prompt)
         self._outside_window = set()
 
-    def save_all(self, reply_text: str | None = None) -> None:
+    def save_all(self, reply_text: str | None = None, reply_thinking: str | None = None) -> None:
         """Write whatever is not saved yet: after the database opened late, or on
-        a timer while writes fail (`reply_text`: the streaming reply so far)."""
+        a timer while writes fail (`reply_text`, `reply_thinking`: the streaming
+        reply so far)."""
         if self.saver.failing:
-            self.saver.retry(self.conversation, self.conversation_settings(), reply_text)
+            self.saver.retry(
+                self.conversation, self.conversation_settings(), reply_text, reply_thinking
+            )
         elif self.conversation.messages:
             self.saver.save_messages(self.conversation, self.conversation_settings())
 

@@ -202,6 +202,7 @@ class ReplyStream:
             with contextlib.suppress(Exception):
                 self._before()
         delivered_at = saved_at = time.monotonic()
+        ended: ReplyEnded | None = None
         try:
             if self._continue_text is None:
                 events = self._engine.stream_reply(
@@ -248,7 +249,11 @@ class ReplyStream:
                         self._thinking_tokens += thought_tokens
                     if text or tokens or thinking:
                         self._deliver(ReplyChunk(text, tokens, False, thinking, thinking_tokens))
-                    self._deliver(self._ended(event, first_token_at, first_answer_at))
+                    ended = self._ended(event, first_token_at, first_answer_at)
+            # After the loop: the engine's call is over (its lock released), so
+            # whoever hears of the end may start the next reply at once.
+            if ended is not None:
+                self._deliver(ended)
         except PromptTooLongError as error:
             self._deliver(ReplyFailed(str(error), prompt_too_long=True))
         except ServerError as error:

@@ -455,7 +455,7 @@ class Turn:
             return  # a reply that has ended already (cannot happen; be safe)
         if isinstance(event, ReplyChunk):
             if event.save_due and self._stream is not None:
-                self.session.saver.save_progress(self._stream.text)
+                self.session.saver.save_progress(self._stream.text, self._stream.thinking or None)
             self.listener(
                 TurnText(reply, event.text, event.tokens, event.thinking, event.thinking_tokens)
             )
@@ -527,11 +527,14 @@ class Turn:
         prompt is still being evaluated does not end before the app does."""
         if self._stream is not None:
             self._stream.cancel()
-            self.session.saver.save_progress(self._stream.text)
+            self.session.saver.save_progress(self._stream.text, self._stream.thinking or None)
 
     def save_all(self) -> None:
         """Write whatever is not saved yet (the reply so far included)."""
-        self.session.save_all(self.reply_text)
+        stream = self._stream
+        self.session.save_all(
+            self.reply_text, stream.thinking or None if stream is not None else None
+        )
 
     # Work done ahead while the user pauses.
 

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from markdown_it import MarkdownIt
     from textual.app import App
 
+    from chat.conversations.conversation import Message
+
 
 @dataclass(frozen=True)
 class CodeBlock:
@@ -109,3 +111,20 @@ def copy_text(
         markup=False,
         timeout=10,
     )
+
+
+def copy_message(app: App[object], message: Message | None) -> None:
+    """Copy a message of the conversation (F5: the selected one, else the last reply)."""
+    if message is None:
+        app.notify("There is no reply to copy yet.", severity="warning")
+        return
+    what = "the reply" if message.role == "assistant" else "your message"
+    copy_text(app, message.content, what)
+
+
+def copy_code_block(app: App[object], blocks: list[CodeBlock], index: int) -> None:
+    """Copy code block `index` of `blocks` (the palette lists them, one entry each)."""
+    if not 0 <= index < len(blocks):
+        app.notify("That code block is no longer there.", severity="warning")
+        return
+    copy_text(app, blocks[index].code, f"code block {index + 1}")

@@ -36,6 +36,9 @@ TAGS = {
     "server_model": "SRVMODEL",
     "server_reply": "SRVREPLY",
     "paste": "PASTED",
+    "tool_command": "TOOLCMD",
+    "tool_key": "TOOLKEY",
+    "tool_name": "TOOLNAME",
 }
 
 
@@ -110,6 +113,18 @@ def _hostile_conversation(home: Path, env: dict[str, str]) -> None:
     )
 
 
+def _hostile_tool_servers(folder: Path) -> None:
+    """mcp.json: a command (NULs refused, so without them), an unknown key and
+    a server name that carry the payload; `--print-config` prints them."""
+    command = payload(TAGS["tool_command"]).replace("\x00", "")
+    entries = {
+        "hostile": {"command": command, "args": [command], payload(TAGS["tool_key"]): 1},
+        payload(TAGS["tool_name"]): {"command": "x"},
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "mcp.json").write_text(json.dumps({"mcpServers": entries}), encoding="utf-8")
+
+
 def _hostile_models(folder: Path) -> None:
     name = f"{file_name(TAGS['file_name'])}.gguf"
     write_gguf(folder / name, llama_fields(**{"general.name": payload(TAGS["gguf_name"])}))
@@ -120,6 +135,7 @@ def hostile_home(tmp_path: Path) -> Iterator[HostileHome]:
     env = folders_env(tmp_path)
     _hostile_theme(tmp_path / "config" / "themes")
     _hostile_presets(tmp_path / "config" / "presets")
+    _hostile_tool_servers(tmp_path / "config")
     _hostile_models(tmp_path / "data" / "models")
     _hostile_conversation(tmp_path, env)
     server = serve(

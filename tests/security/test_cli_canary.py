@@ -18,6 +18,10 @@ COMMANDS = {
     "list-themes": (["--list-themes"], [TAGS["theme"], TAGS["theme_description"]]),
     "list-presets": (["--list-presets"], [TAGS["preset"], TAGS["preset_file"]]),
     "list-models": (["--list-models"], [TAGS["file_name"]]),
+    "print-config": (
+        ["--print-config"],
+        [TAGS["tool_command"], TAGS["tool_key"], TAGS["tool_name"]],
+    ),
 }
 
 

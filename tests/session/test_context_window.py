@@ -182,8 +182,8 @@ async def test_meter_is_exact_live_and_matches_the_kv_cache(demo_model: Path) ->
         seen: list[int] = []
         grow = meter.add_reply_tokens
 
-        def recording(count: int) -> None:
-            grow(count)
+        def recording(count: int, thinking: int = 0) -> None:
+            grow(count, thinking)
             assert meter.state is not None
             seen.append(meter.state.reply)
 

@@ -326,10 +326,12 @@ class RemoteEngine:
             seed=summary.seed if summary.seed is not None else sampling.seed,
             total_s=ended - started,
         )
+        # A reply cut short (max tokens, Escape, a dropped connection) keeps
+        # its ids too: each id came with its text. A kind that sends them back
+        # checks first that they still spell the reply (it may be edited, or
+        # from another model).
         spelled = "".join(raw_text) == reply.text
-        token_ids = (
-            tuple(ids) if ids_known and summary.clean_ids and spelled and finish == "done" else None
-        )
+        token_ids = tuple(ids) if ids_known and summary.clean_ids and spelled else None
         self._reply_done(request, summary)
         yield Finished(reply.text, stats, tuple(choices), token_ids, error)
 

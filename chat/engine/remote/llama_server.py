@@ -19,6 +19,17 @@ rendered by llama-server as a reply to be continued ("prefill assistant"):
 without its end-of-turn marker. `_render_finished_reply` puts the marker back
 (found as the server's `eos_token`); the prompts sent always end with the
 generation prompt and need none of this.
+
+A reply that carries the ids it was sampled as (`ChatMessage.token_ids`,
+saved with it) goes back as those ids, not as its text: tokenized again, the
+text can come out otherwise (the demo model samples `\n\n` as one token, and
+its tokenizer makes two of it), and the slot's cache match would end there.
+The ids are used only when the server's `/detokenize` spells them as exactly
+the reply's text (not so for an edited reply, another model's ids, a damaged
+row) and the template writes that text unchanged right after the generation
+prompt. `/tokenize` takes the prompt as a mix of text pieces and ids (each
+text piece tokenized on its own), so the count the meter shows and the ids
+sent are the same list.
 """
 
 from __future__ import annotations
@@ -55,8 +66,13 @@ from chat.settings.schema import SamplingSettings
 
 _COUNT_CACHE = 256
 """Tokenized conversations remembered (the meter asks for the same often)."""
+_SPELLING_CACHE = 4096
+"""Replies whose ids were checked against their text, remembered (each is
+checked once, not at every count of a long conversation)."""
 _NEXT_MESSAGE = "\ue000kvchat next message\ue001"
 """A user message's text no conversation has (private-use characters)."""
+MixedPrompt = list[str | int]
+"""A prompt as `/tokenize` and `/completion` take it: text pieces and token ids."""
 _STOP_TYPES: dict[str, FinishReason] = {"eos": "done", "word": "done", "limit": "max_tokens"}
 
 
@@ -87,22 +103,28 @@ class LlamaServerEngine(RemoteEngine):
         )
         eos = props.get("eos_token")
         self._eos = eos if isinstance(eos, str) else ""
+        self._n_vocab = _vocab_size(models)
         self._counts: OrderedDict[str, list[int]] = OrderedDict()
+        self._spellings: OrderedDict[tuple[str, tuple[int, ...]], bool] = OrderedDict()
         self._counts_lock = threading.Lock()
+        self._opening: str | None = None
+        self._opening_known = False
 
     def tokenize_chat(
         self, messages: ChatMessages, add_generation_prompt: bool = True
     ) -> list[int]:
         shown = chat_messages(messages)
-        key = json.dumps([shown, add_generation_prompt])
+        sampled = self._sampled_replies(messages)
+        key = json.dumps([shown, add_generation_prompt, sorted(sampled.items())])
         with self._counts_lock:
             if key in self._counts:
                 self._counts.move_to_end(key)
                 return list(self._counts[key])
-        if not add_generation_prompt and shown and shown[-1]["role"] == "assistant":
-            prompt = self._render_finished_reply(shown)
-        else:
-            prompt = self._render(shown, add_generation_prompt)
+        prompt: str | MixedPrompt | None = None
+        if sampled:
+            prompt = self._spliced(shown, sampled, add_generation_prompt)
+        if prompt is None:
+            prompt = self._rendered(shown, add_generation_prompt)
         answer = self._http.post_json(
             "/tokenize", {"content": prompt, "add_special": True, "parse_special": True}
         )
@@ -114,6 +136,99 @@ class LlamaServerEngine(RemoteEngine):
             if len(self._counts) > _COUNT_CACHE:
                 self._counts.popitem(last=False)
         return list(tokens)
+
+    def _rendered(self, shown: list[dict[str, str]], add_generation_prompt: bool) -> str:
+        if not add_generation_prompt and shown and shown[-1]["role"] == "assistant":
+            return self._render_finished_reply(shown)
+        return self._render(shown, add_generation_prompt)
+
+    def _sampled_replies(self, messages: ChatMessages) -> dict[int, list[int]]:
+        """The replies of `messages` that go in as their sampled ids, by
+        index: those whose ids are this model's and spell their text."""
+        sampled = {}
+        for index, message in enumerate(messages):
+            ids = message.get("token_ids")
+            content = message.get("content")
+            if (
+                message.get("role") != "assistant"
+                or not isinstance(ids, (list, tuple))
+                or not ids
+                or not isinstance(content, str)
+                or self._n_vocab is None
+                or not all(type(i) is int and 0 <= i < self._n_vocab for i in ids)
+            ):
+                continue
+            if self._spells(list(ids), content):
+                sampled[index] = list(ids)
+        return sampled
+
+    def _spells(self, ids: list[int], content: str) -> bool:
+        """Whether the server's detokenizer writes `ids` as exactly `content`
+        (special tokens written out, so they never pass for plain text)."""
+        key = (content, tuple(ids))
+        with self._counts_lock:
+            if key in self._spellings:
+                self._spellings.move_to_end(key)
+                return self._spellings[key]
+        answer = self._http.post_json("/detokenize", {"tokens": ids}, missing_ok=True)
+        spelled = answer.get("content") if isinstance(answer, dict) else None
+        same = spelled == content
+        with self._counts_lock:
+            self._spellings[key] = same
+            if len(self._spellings) > _SPELLING_CACHE:
+                self._spellings.popitem(last=False)
+        return same
+
+    def _spliced(
+        self,
+        shown: list[dict[str, str]],
+        sampled: dict[int, list[int]],
+        add_generation_prompt: bool,
+    ) -> MixedPrompt | None:
+        """The prompt with each reply of `sampled` as its ids: the template
+        renders a placeholder in each one's place, the text around it goes as
+        text. None (the text is sent) when the template does not write those
+        replies' text unchanged right after the generation prompt."""
+        opening = self._reply_opening()
+        if not opening:
+            return None
+        marked = [
+            {**m, "content": _reply_placeholder(i)} if i in sampled else m
+            for i, m in enumerate(shown)
+        ]
+        layout = self._rendered(marked, add_generation_prompt)
+        text = self._rendered(shown, add_generation_prompt)
+        parts: MixedPrompt = []
+        spelled = ""  # the text the parts stand for
+        for i, ids in sampled.items():
+            before, found, layout = layout.partition(_reply_placeholder(i))
+            if not found or not before.endswith(opening):
+                return None
+            parts += [before, *ids]
+            spelled += before + shown[i]["content"]
+        if spelled + layout != text:
+            return None
+        if layout:
+            parts.append(layout)
+        return parts
+
+    def _reply_opening(self) -> str | None:
+        """What the generation prompt adds after the last message
+        (`<|im_start|>assistant\n` in ChatML), when the template writes a
+        reply's text right after it in the history; else None. Asked of the
+        server once."""
+        if self._opening_known:
+            return self._opening
+        ask = [{"role": "user", "content": "x"}]
+        answered = [*ask, {"role": "assistant", "content": _reply_placeholder(0)}]
+        asked = self._render(ask, True)
+        closed = self._render(ask, False)
+        history = self._render([*answered, {"role": "user", "content": "y"}], False)
+        opening = None
+        if asked.startswith(closed) and history.startswith(asked + _reply_placeholder(0)):
+            opening = asked[len(closed) :] or None
+        self._opening, self._opening_known = opening, True
+        return opening
 
     def _render(self, shown: list[dict[str, str]], add_generation_prompt: bool) -> str:
         rendered = self._http.post_json(
@@ -184,7 +299,8 @@ class LlamaServerEngine(RemoteEngine):
                     if held is not None and stop_type != "eos":
                         yield held
                     summary.finish = _STOP_TYPES.get(stop_type, "done")
-                    summary.clean_ids = stop_type == "eos"
+                    # A stop word cuts the text mid-way: its ids would not spell it.
+                    summary.clean_ids = stop_type in ("eos", "limit")
                     seed = _nested(event, "generation_settings", "seed")
                     if type(seed) is int and 0 <= seed < 2**32 - 1:
                         summary.seed = seed
@@ -264,6 +380,23 @@ def _check_model(http: ServerHttp, name: str, models: Any) -> None:
             f"it serves: {', '.join(shown)}.",
             tuple(shown),
         )
+
+
+def _vocab_size(models: Any) -> int | None:
+    """The served model's vocabulary size (`/v1/models`' `meta.n_vocab`):
+    ids outside it are never sent (the server would refuse the prompt)."""
+    entries = models.get("data") if isinstance(models, dict) else None
+    if isinstance(entries, list) and entries and isinstance(entries[0], dict):
+        value = _nested(entries[0], "meta", "n_vocab")
+        if type(value) is int and value > 0:
+            return value
+    return None
+
+
+def _reply_placeholder(index: int) -> str:
+    """Text a template renders in place of message `index`'s content, to find
+    where that content goes (private-use characters: no message has them)."""
+    return f"\ue000kvchat reply {index}\ue001"
 
 
 def _nested(value: Any, *keys: str) -> Any:

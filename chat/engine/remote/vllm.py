@@ -8,6 +8,13 @@ nothing), so the count is what the model sees. The window is the model's
 `max_model_len` in `/v1/models`. Reused prompt tokens are reported when the
 server runs with `--enable-prompt-tokens-details` (`cached_tokens`); else a
 reply counts as fully evaluated.
+
+Earlier replies go back as text, tokenized again by `/tokenize`, not as the
+ids they were sampled as (as the llama-server engine sends them): its
+streamed completions here carry no ids, and splicing ids into the prompt
+needs the rendered text around each reply, which `/tokenize` does not give.
+Not built without a vLLM to test it against (docs/servers.md says what this
+costs).
 """
 
 from __future__ import annotations

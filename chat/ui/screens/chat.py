@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.content import Content
 from textual.screen import Screen
 from textual.signal import Signal
@@ -37,7 +36,6 @@ from textual.widgets import LoadingIndicator, Static
 
 from chat.conversations.conversation import Conversation, Message
 from chat.conversations.saver import ConversationSaver
-from chat.conversations.tree import index_of
 from chat.engine.base import Engine
 from chat.session.chat_session import ChatSession
 from chat.session.draft_attachments import DraftAttachments
@@ -60,6 +58,7 @@ from chat.settings.schema import Settings
 from chat.ui.commands import ChatScreenCommands, PresetCommands
 from chat.ui.messages import SwitchModelRequested, TurnUpdate
 from chat.ui.meter_planner import MeterPlanner
+from chat.ui.screens.chat_keys import CHAT_KEYS
 from chat.ui.screens.conversation_flow import ConversationFlow
 from chat.ui.screens.help import HelpScreen
 from chat.ui.untrusted import shown
@@ -89,66 +88,7 @@ if TYPE_CHECKING:
 
 
 class ChatScreen(Screen[None]):
-    BINDINGS = [
-        Binding("escape", "stop", "Stop"),
-        Binding("ctrl+r", "regenerate", "Regen", tooltip="Regenerate the last reply"),
-        Binding("ctrl+n", "new_conversation", "New", tooltip="New conversation"),
-        Binding("ctrl+o", "open_conversations", "Open"),
-        # priority: in the prompt box, Ctrl+E would otherwise move to the end of the line.
-        Binding("ctrl+e", "export", "Export", priority=True),
-        Binding(
-            "f1",
-            "context_help",
-            "Help",
-            tooltip="Every key and every figure of the status bar",
-            show=False,
-        ),
-        Binding("ctrl+t", "token_view", "Tokens"),
-        # Function keys, not alt+letter: terminals send alt+f as ESC f, which
-        # Textual reads as ctrl+right (Emacs' word forward).
-        Binding("f3", "edit_message", "Edit", tooltip="Edit a message as a new branch"),
-        Binding(
-            "alt+left",
-            "switch_branch(-1)",
-            "Branch",
-            key_display="alt+←→",
-            tooltip="Show the previous or next alternative of a message",
-        ),
-        Binding("alt+right", "switch_branch(1)", "Next alternative", show=False),
-        Binding("alt+up", "select_message(-1)", "Select previous message", show=False),
-        Binding("alt+down", "select_message(1)", "Select next message", show=False),
-        Binding("f4", "fork", "Fork here", show=False),
-        Binding(
-            "f5", "copy_message", "Copy", tooltip="Copy the selected message (else the last reply)"
-        ),
-        Binding("f8", "pick_model", "Models", tooltip="Switch model, or download one", show=False),
-        # Not F6/F7: the prompt box (a TextArea) takes those to select text.
-        Binding(
-            "ctrl+l",
-            "continue_reply",
-            "Continue",
-            tooltip="Continue the last reply where it was cut short (L: longer)",
-            show=False,
-        ),
-        Binding(
-            "ctrl+g",
-            "compose_in_editor",
-            "Editor",
-            tooltip="Write the message in $VISUAL/$EDITOR",
-            show=False,
-        ),
-        Binding(
-            "f9", "choose_preset", "Preset", tooltip="A persona for this conversation", show=False
-        ),
-        Binding("ctrl+f", "find", "Find", tooltip="Find in the conversation", show=False),
-        Binding(
-            "alt+t",
-            "toggle_thinking",
-            "Thinking",
-            tooltip="Unfold or fold a reasoning model's thinking",
-            show=False,
-        ),
-    ]
+    BINDINGS = CHAT_KEYS
     COMMANDS = {ChatScreenCommands, PresetCommands}
 
     def __init__(
@@ -160,7 +100,7 @@ class ChatScreen(Screen[None]):
     ) -> None:
         super().__init__()
         self.turn = turn
-        turn.listener = lambda event: self.post_message(TurnUpdate(event))
+        turn.listener = self._turn_moved
         self.conversations = conversations
         self.presets = list(presets)
         """What "Use preset" (F9, the palette) offers (chat.settings.presets)."""
@@ -168,7 +108,10 @@ class ChatScreen(Screen[None]):
         turn.counting = self.meter.counting
         self._models = models
         self._reply_view: AssistantMessageView | None = None
-        """The reply being drawn, until its end is (a little after the turn's)."""
+        """The reply being drawn."""
+        self._undrawn = 0
+        """Replies the turn started whose end is not drawn yet (the screen draws
+        a little after the turn: its events queue up as messages)."""
         self._reply_drawn = asyncio.Event()
         self._reply_drawn.set()
         self.reply_shown: Signal[int] = Signal(self, "reply_shown")
@@ -215,7 +158,7 @@ class ChatScreen(Screen[None]):
     @property
     def generating(self) -> bool:
         """A reply is being generated, or its end not drawn yet."""
-        return self.turn.generating or self._reply_view is not None
+        return self.turn.generating or self._undrawn > 0
 
     async def reply_drawn(self) -> None:
         """Return once no reply is being drawn (the turn's end shown)."""
@@ -254,7 +197,8 @@ class ChatScreen(Screen[None]):
 
     async def on_mount(self) -> None:
         self.query_one("#notice").display = False
-        self.turn.typed = lambda: self.query_one(PromptBox).text
+        box = self.query_one(PromptBox)
+        self.turn.typed = lambda: box.text
         self.query_one(PromptBox).focus()
         await self._show_system_prompt()
 
@@ -391,6 +335,13 @@ class ChatScreen(Screen[None]):
 
     # What the turn reports.
 
+    def _turn_moved(self, event: TurnEvent) -> None:
+        """The turn's listener: each event is drawn in turn, as a message."""
+        if isinstance(event, TurnStarted):
+            self._undrawn += 1
+            self._reply_drawn.clear()
+        self.post_message(TurnUpdate(event))
+
     async def on_turn_update(self, message: TurnUpdate) -> None:
         event: TurnEvent = message.event
         if isinstance(event, TurnText):
@@ -434,7 +385,6 @@ class ChatScreen(Screen[None]):
         if reply_view is None:
             reply_view = await view.start_reply(started.reply)
         self._reply_view = reply_view
-        self._reply_drawn.clear()
         self.query_one(StatusBar).show_generating()
         self.refresh_bindings()
 
@@ -451,14 +401,17 @@ class ChatScreen(Screen[None]):
         self.turn.frame_shown()
 
     def _drawn(self) -> None:
-        """The reply's end is drawn: the screen takes the next one."""
+        """The reply's end is drawn (or it had no view): the screen takes the next one."""
         self._reply_view = None
-        self._reply_drawn.set()
+        self._undrawn = max(0, self._undrawn - 1)
+        if not self._undrawn:
+            self._reply_drawn.set()
         self.refresh_bindings()
 
     async def _show_ended(self, ended: TurnEnded) -> None:
         view = self._reply_view
         if view is None or view.message is not ended.reply:
+            self._drawn()
             return
         reply, finished = ended.reply, ended.finished
         await view.finish(reply.content, reply.stats, reply.thinking)
@@ -486,7 +439,7 @@ class ChatScreen(Screen[None]):
         if view is not None and view.message is cancelled.reply:
             await view.finish("", None)
             await view.remove()
-            self._drawn()
+        self._drawn()
         self.query_one(StatusBar).show_stopped_reading()
         self.notify(
             "Stopped while reading the prompt. Your message is kept; Ctrl+L answers it, "
@@ -500,20 +453,20 @@ class ChatScreen(Screen[None]):
         if failed.continued:
             if view is not None:  # the reply stays as it was
                 await view.finish(failed.reply.content, failed.reply.stats)
-                self._drawn()
+            self._drawn()
             self.notify(failed.error, severity="error", timeout=10)
             status.show_no_reply()
             return
         if view is not None:
             await view.finish("", None)
             await view.remove()
-            self._drawn()
         last = failed.taken_back
         if last is not None:
             views = self.query_one(ConversationView).message_views()
             if views and views[-1].message is last:
                 await views[-1].remove()
             self.query_one(Draft).put_back_sent(last)
+        self._drawn()
         self.notify(failed.error, severity="error", timeout=10)
         status.show_no_reply()
         if self.engine is not None:
@@ -543,10 +496,6 @@ class ChatScreen(Screen[None]):
         if not self.turn.stop() and self.turn.take_back_waiting() is None:
             self.stop_editing()
 
-    def stop_generating(self) -> None:
-        """End the reply within one token, the reply so far saved now too."""
-        self.turn.stop_and_save()
-
     def _busy(self) -> bool:
         if self.generating:
             self.notify(
@@ -575,20 +524,10 @@ class ChatScreen(Screen[None]):
     # Branches: alternatives of a message, selection, editing, forking.
 
     def _mark_views(self, views: list[MessageView]) -> None:
-        """Show each view's token count and window state as of the last turn."""
-        outside = self.session.window_states([view.message for view in views])
-        for view, is_outside in zip(views, outside, strict=True):
-            view.show_outside_window(is_outside)
+        ConversationView.mark_window(views, self.session.window_states)
 
     def _mark_branches(self, views: list[MessageView]) -> None:
-        """Show, on each view, which of its message's alternatives it is."""
-        for view in views:
-            if view.message.role != "system":
-                alternatives = self.session.alternatives(view.message)
-                if len(alternatives) > 1 or view.has_class("branched"):
-                    position = index_of(alternatives, view.message)
-                    view.show_branch(position + 1, len(alternatives))
-                    view.add_class("branched")
+        ConversationView.mark_branches(views, self.session.alternatives)
 
     @on(ConversationView.EarlierShown)
     def _on_earlier_shown(self, event: ConversationView.EarlierShown) -> None:
@@ -598,84 +537,39 @@ class ChatScreen(Screen[None]):
         self._find_changed()
 
     def _selected_message(self) -> Message | None:
-        """The message the user selected (a click, alt+↑/↓), if any."""
-        for view in self.query_one(ConversationView).message_views():
-            if view.has_class("selected") and view.message.role != "system":
-                return view.message
-        return None
+        return self.query_one(ConversationView).selected_message()
 
     def _select(self, view: MessageView | None) -> None:
-        for other in self.query_one(ConversationView).message_views():
-            other.set_class(other is view, "selected")
-        if view is not None:
-            view.show_copy_button()
-            view.scroll_visible(animate=False)
+        self.query_one(ConversationView).select(view)
 
     @on(MessageView.Selected)
     def _on_message_clicked(self, event: MessageView.Selected) -> None:
         self._select(event.view)
 
     def action_select_message(self, step: int) -> None:
-        """alt+↑/↓: select the message above or below (from none: the newest);
-        below the newest, none is selected."""
-        views = [
-            view
-            for view in self.query_one(ConversationView).message_views()
-            if view.message.role != "system"
-        ]
-        if not views:
-            return
-        current = next((i for i, view in enumerate(views) if view.has_class("selected")), None)
-        index = (len(views) - 1 if step < 0 else None) if current is None else current + step
-        if index is None or index >= len(views):
-            self._select(None)
-        else:
-            self._select(views[max(0, index)])
-
-    def _branch_point(self) -> Message | None:
-        """The message whose alternatives alt+←/→ switches between: the selected
-        one, else the newest shown that has alternatives."""
-        selected = self._selected_message()
-        if selected is not None:
-            return selected
-        for message in reversed(self.conversation.messages):
-            if len(self.session.alternatives(message)) > 1:
-                return message
-        return None
+        """alt+↑/↓: select the message above or below."""
+        self.query_one(ConversationView).select_step(step)
 
     async def action_switch_branch(self, step: int) -> None:
-        if self._busy():
-            return
-        message = self._branch_point()
-        if message is None or len(self.session.alternatives(message)) < 2:
-            self.notify(
-                "No alternatives here yet: edit a message (F3) or regenerate a reply "
-                "(Ctrl+R), and the one it replaces is kept as an alternative.",
-                timeout=6,
-            )
-            return
-        self.stop_editing()
-        target = self.session.show_alternative(message, step)
-        if target is not None:
-            await self._show_branch(target)
+        """alt+←/→: the previous or next alternative of the selected message,
+        else of the newest shown that has alternatives."""
+        if not self._busy():
+            self.stop_editing()
+            await self.conversations.switch_branch(self._selected_message(), step)
 
     @on(BranchSwitch.Clicked)
     async def _on_branch_clicked(self, event: BranchSwitch.Clicked) -> None:
         event.stop()
-        if self._busy():
-            return
-        self.stop_editing()
-        target = self.session.show_alternative(event.message, event.step)
-        if target is not None:
-            await self._show_branch(target)
+        if not self._busy():
+            self.stop_editing()
+            await self.conversations.switch_branch(event.message, event.step, chosen=True)
 
-    async def _show_branch(self, target: Message) -> None:
+    async def show_branch(self, target: Message) -> None:
         """The conversation shows another branch: views, window and meter follow."""
         view = self.query_one(ConversationView)
         await view.follow_branch(self.conversation.messages)
-        views = view.message_views()
-        self._mark_branches(views)
-        self._select(next((v for v in views if v.message is target), None))
+        self._mark_branches(view.message_views())
+        view.select_message(target)
         self.refresh_bindings()
         self.meter.recount()
         self.turn.schedule_prefill()
@@ -695,24 +589,10 @@ class ChatScreen(Screen[None]):
         if message is None:
             self.notify("There is no message to edit yet.", severity="warning")
         elif message.role == "assistant":
-            self._edit_reply(message)
+            self.conversations.edit_reply(message)
         else:
             self.query_one(Draft).edit(message)
             self.refresh_bindings()
-
-    def _edit_reply(self, reply: Message) -> None:
-        from chat.ui.screens.dialogs import EditReplyScreen
-
-        async def edited(text: str | None) -> None:
-            if text is None or text == reply.content or self.generating:
-                return
-            if not any(m is reply for m in self.conversation.messages):
-                return
-            new = self.session.edit_reply(reply, text)
-            await self._show_branch(new)
-            self.notify("Reply edited: the conversation goes on from the edited text.")
-
-        self.app.push_screen(EditReplyScreen(reply.content), edited)
 
     async def action_fork(self) -> None:
         """F4: the branch shown, up to the selected message (else all of it),
@@ -773,12 +653,6 @@ class ChatScreen(Screen[None]):
     def action_export(self) -> None:
         self.conversations.export()
 
-    def attach_store(self, store: object) -> None:
-        self.conversations.attach_store(store)  # type: ignore[arg-type]
-
-    def stop_saving(self, reason: str) -> None:
-        self.conversations.stop_saving(reason)
-
     def defaults_changed(self) -> None:
         """The settings pane changed the defaults (see `ChatSession.defaults_changed`)."""
         self.session.defaults_changed()
@@ -786,20 +660,10 @@ class ChatScreen(Screen[None]):
     # The seed.
 
     def action_pin_seed(self) -> None:
-        seed = self.session.last_seed()
-        if seed is None:
-            self.notify("There is no reply yet, so no seed to pin.", severity="warning")
-            return
-        self.session.defaults.sampling.seed = seed
-        self.notify(
-            f"Seed pinned to {seed}: Ctrl+R now regenerates the same reply. "
-            "Save it in Settings (F2) to keep it; clear it there for random seeds.",
-            timeout=8,
-        )
+        self.conversations.pin_seed()
 
     def action_random_seed(self) -> None:
-        self.session.defaults.sampling.seed = None
-        self.notify("Each reply now gets a new random seed.")
+        self.conversations.random_seed()
 
     # Presets: a system prompt with sampling settings, for this conversation.
 
@@ -894,14 +758,9 @@ class ChatScreen(Screen[None]):
 
     def action_copy_message(self) -> None:
         """F5: copy the selected message (else the last reply)."""
-        from chat.ui.clipboard import copy_text
+        from chat.ui.clipboard import copy_message
 
-        message = self._message_to_copy()
-        if message is None:
-            self.notify("There is no reply to copy yet.", severity="warning")
-            return
-        what = "the reply" if message.role == "assistant" else "your message"
-        copy_text(self.app, message.content, what)
+        copy_message(self.app, self._message_to_copy())
 
     def code_blocks_to_copy(self) -> list[CodeBlock]:
         """The code blocks of the selected reply (else the last), for the palette."""
@@ -913,13 +772,9 @@ class ChatScreen(Screen[None]):
         return code_blocks(message.content, markdown_parser())
 
     def action_copy_code(self, index: int) -> None:
-        from chat.ui.clipboard import copy_text
+        from chat.ui.clipboard import copy_code_block
 
-        blocks = self.code_blocks_to_copy()
-        if not 0 <= index < len(blocks):
-            self.notify("That code block is no longer there.", severity="warning")
-            return
-        copy_text(self.app, blocks[index].code, f"code block {index + 1}")
+        copy_code_block(self.app, self.code_blocks_to_copy(), index)
 
     @on(CopyButton.Pressed)
     def _on_copy_pressed(self, event: CopyButton.Pressed) -> None:

@@ -54,6 +54,8 @@ class ConversationScreen(Protocol):
 
     def stop_editing(self) -> None: ...
 
+    async def show_branch(self, target: Message) -> None: ...
+
     def put_in_empty_box(self, text: str) -> None: ...
 
     async def reply_drawn(self) -> None: ...
@@ -177,6 +179,43 @@ class ConversationFlow:
         await self._screen.show_conversation(forked=True)
         self._app.notify(f"Forked: {self._conversation.title}", timeout=6)
 
+    # Branches: every edit and regeneration keeps what it replaces.
+
+    async def switch_branch(
+        self, message: Message | None, step: int, *, chosen: bool = False
+    ) -> None:
+        """Show the previous (`step` -1) or next alternative of `message`
+        (`chosen`: the one clicked), else of the newest shown that has some."""
+        session = self._session
+        if message is None and not chosen:
+            alternatives = (m for m in reversed(self._conversation.messages))
+            message = next((m for m in alternatives if len(session.alternatives(m)) > 1), None)
+        if message is None or len(session.alternatives(message)) < 2:
+            self._app.notify(
+                "No alternatives here yet: edit a message (F3) or regenerate a reply "
+                "(Ctrl+R), and the one it replaces is kept as an alternative.",
+                timeout=6,
+            )
+            return
+        target = session.show_alternative(message, step)
+        if target is not None:
+            await self._screen.show_branch(target)
+
+    def edit_reply(self, reply: Message) -> None:
+        """A reply edited in a dialog becomes an alternative the conversation goes on from."""
+        from chat.ui.screens.dialogs import EditReplyScreen
+
+        async def edited(text: str | None) -> None:
+            if text is None or text == reply.content or self._screen.generating:
+                return
+            if not any(m is reply for m in self._conversation.messages):
+                return
+            new = self._session.edit_reply(reply, text)
+            await self._screen.show_branch(new)
+            self._app.notify("Reply edited: the conversation goes on from the edited text.")
+
+        self._app.push_screen(EditReplyScreen(reply.content), edited)
+
     async def use_preset(self, preset: Preset) -> None:
         """Continue this conversation with `preset` (see `ChatSession.use_preset`);
         the view shows its system prompt, the meter counts it."""
@@ -189,6 +228,23 @@ class ConversationFlow:
         if system != before and self._conversation.messages:
             text += " The next reply reads the whole conversation again, with the new prompt."
         self._app.notify(text, timeout=6)
+
+    def pin_seed(self) -> None:
+        """Every reply from now on uses the last reply's seed (the defaults')."""
+        seed = self._session.last_seed()
+        if seed is None:
+            self._app.notify("There is no reply yet, so no seed to pin.", severity="warning")
+            return
+        self._session.defaults.sampling.seed = seed
+        self._app.notify(
+            f"Seed pinned to {seed}: Ctrl+R now regenerates the same reply. "
+            "Save it in Settings (F2) to keep it; clear it there for random seeds.",
+            timeout=8,
+        )
+
+    def random_seed(self) -> None:
+        self._session.defaults.sampling.seed = None
+        self._app.notify("Each reply now gets a new random seed.")
 
     def export(self) -> None:
         conversation = self._conversation

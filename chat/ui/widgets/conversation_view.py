@@ -18,7 +18,7 @@ included, so without this the UI's cost per token grew with the conversation.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from textual import events
@@ -28,6 +28,7 @@ from textual.message import Message as TextualMessage
 from textual.widgets import Static
 
 from chat.conversations.conversation import Message
+from chat.conversations.tree import index_of
 from chat.ui.widgets.message_view import (
     AssistantMessageView,
     MessageView,
@@ -252,6 +253,62 @@ class ConversationView(VerticalScroll):
 
     def message_views(self) -> list[MessageView]:
         return list(self.query(MessageView))
+
+    # The message the user selected (a click, alt+↑/↓): what the keys act on.
+
+    def selected_message(self) -> Message | None:
+        for view in self.message_views():
+            if view.has_class("selected") and view.message.role != "system":
+                return view.message
+        return None
+
+    def select(self, view: MessageView | None) -> None:
+        """Select `view` (None: no message)."""
+        for other in self.message_views():
+            other.set_class(other is view, "selected")
+        if view is not None:
+            view.show_copy_button()
+            view.scroll_visible(animate=False)
+
+    def select_message(self, message: Message | None) -> None:
+        self.select(next((v for v in self.message_views() if v.message is message), None))
+
+    def select_step(self, step: int) -> None:
+        """Select the message above (`step` -1) or below (+1) the selected one
+        (from none: the newest); below the newest, none is selected."""
+        views = [view for view in self.message_views() if view.message.role != "system"]
+        if not views:
+            return
+        current = next((i for i, view in enumerate(views) if view.has_class("selected")), None)
+        index = (len(views) - 1 if step < 0 else None) if current is None else current + step
+        if index is None or index >= len(views):
+            self.select(None)
+        else:
+            self.select(views[max(0, index)])
+
+    # What each message is, as of the last turn.
+
+    @staticmethod
+    def mark_branches(
+        views: Sequence[MessageView], alternatives: Callable[[Message], list[Message]]
+    ) -> None:
+        """Show, on each view, which of its message's `alternatives` it is."""
+        for view in views:
+            if view.message.role != "system":
+                siblings = alternatives(view.message)
+                if len(siblings) > 1 or view.has_class("branched"):
+                    position = index_of(siblings, view.message)
+                    view.show_branch(position + 1, len(siblings))
+                    view.add_class("branched")
+
+    @staticmethod
+    def mark_window(
+        views: Sequence[MessageView], outside: Callable[[list[Message]], list[bool]]
+    ) -> None:
+        """Show each view's token count and whether it was `outside` the window."""
+        states = outside([view.message for view in views])
+        for view, is_outside in zip(views, states, strict=True):
+            view.show_outside_window(is_outside)
 
     async def clear(self) -> None:
         self._earlier = []

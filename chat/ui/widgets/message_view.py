@@ -7,6 +7,7 @@ the user confirms. The user's own text is shown as plain text.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -372,7 +373,7 @@ class AssistantMessageView(MessageView):
     async def finish(self, text: str, stats: ReplyStats | None, thinking: str = "") -> None:
         """Stop streaming and render the final text once, in full."""
         if self._stream is not None:
-            await self._stream.stop()
+            await _stop_stream(self._stream)
             self._stream = None
         self.remove_class("streaming")
         self.message.content = text
@@ -391,6 +392,19 @@ def _thinking_seconds(stats: ReplyStats | None) -> float | None:
     if stats is None or stats.first_answer_s is None:
         return None
     return max(0.0, stats.first_answer_s - stats.ttft_s)
+
+
+async def _stop_stream(stream: MarkdownStream) -> None:
+    """`stream.stop()`. A stream stopped before its task ever ran (a reply that
+    failed at once) raises the CancelledError of that task (Textual 8.2's
+    MarkdownStream cancels it and awaits it); that one is not ours to pass on."""
+    try:
+        await stream.stop()
+    except asyncio.CancelledError:
+        # Python 3.11 tells whether this handler itself is being cancelled.
+        cancelling = getattr(asyncio.current_task(), "cancelling", None)
+        if cancelling is not None and cancelling():
+            raise
 
 
 def _ended_early(reply: Message) -> bool:

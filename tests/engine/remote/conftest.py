@@ -1,10 +1,12 @@
 """Helpers for the remote engine tests: run a reply to its end, or have its
-server killed under it."""
+server killed under it; a real llama-server for a module's tests (`server`,
+which a module may override with another real server) and an engine
+connected to it (`engine`)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -14,7 +16,7 @@ from chat.engine.remote.engine import RemoteEngine
 from chat.errors import ServerUnreachableError
 from chat.settings.schema import SamplingSettings
 from tests.engine.remote.fake_servers import FakeServer, Route, serve
-from tests.servers import RunningServer
+from tests.servers import RunningServer, llama_server
 
 HELLO = [{"role": "user", "content": "Say hello to my friend."}]
 
@@ -47,6 +49,19 @@ def fake() -> Iterator[list[FakeServer]]:
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    with llama_server(tmp_path_factory.mktemp("llama-server")) as running:
+        yield running
+
+
+@pytest.fixture
+def engine(server: RunningServer) -> Iterator[RemoteEngine]:
+    connected = connect_to(server)
+    yield connected
+    connected.close()
+
+
 def start(
     started: list[FakeServer], routes: dict[tuple[str, str], Route], api_key: str | None = None
 ) -> FakeServer:
@@ -61,14 +76,19 @@ def connect_to(server: FakeServer | RunningServer, **options: object) -> RemoteE
     return engine
 
 
-def reply_cut_by_a_killed_server(server: RunningServer, messages: list[dict[str, str]]) -> None:
-    """Kill `server` a few tokens into a long reply: the partial text is kept,
-    the reply ends "error" with a message naming the server, and connecting
-    again says nothing answers there."""
+def reply_cut_by_a_killed_server(
+    server: RunningServer,
+    messages: list[dict[str, str]],
+    kill: Callable[[], object] | None = None,
+) -> Finished:
+    """Kill `server` (or call `kill`, which brings it down another way) a few
+    tokens into a long reply: the partial text is kept, the reply ends "error"
+    with a message naming the server, and connecting again says nothing
+    answers there. Returns the reply as it ended."""
     engine = connect(ServerConfig(server.url))
     stream = engine.stream_reply(messages, SamplingSettings(max_tokens=2000), threading.Event())
     seen = [next(stream) for _ in range(5)]
-    server.kill()
+    (kill or server.kill)()
     finished = list(stream)[-1]
     assert isinstance(finished, Finished)
     assert finished.stats.finish_reason == "error"
@@ -77,3 +97,4 @@ def reply_cut_by_a_killed_server(server: RunningServer, messages: list[dict[str,
     engine.close()
     with pytest.raises(ServerUnreachableError, match=server.url.replace(".", r"\.")):
         connect(ServerConfig(server.url, connect_timeout_s=2))
+    return finished

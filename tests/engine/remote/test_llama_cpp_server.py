@@ -15,7 +15,7 @@ import pytest
 from chat.engine.base import Finished, TokenEvent
 from chat.engine.remote.engine import RemoteEngine
 from chat.settings.schema import SamplingSettings
-from tests.engine.remote.conftest import connect_to, reply_cut_by_a_killed_server, run_reply
+from tests.engine.remote.conftest import reply_cut_by_a_killed_server, run_reply
 from tests.servers import RunningServer, llama_cpp_server
 
 pytestmark = pytest.mark.model
@@ -32,13 +32,6 @@ STORY = [{"role": "user", "content": "Write a very long story about a ship."}]
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     with llama_cpp_server(tmp_path_factory.mktemp("llama-cpp-server"), n_ctx=2048) as running:
         yield running
-
-
-@pytest.fixture
-def engine(server: RunningServer) -> Iterator[RemoteEngine]:
-    connected = connect_to(server)
-    yield connected
-    connected.close()
 
 
 def test_detected_as_an_openai_compatible_server(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from chat.engine.remote import ServerConfig, connect
 from chat.engine.remote.engine import RemoteEngine
 from chat.errors import ServerAuthError
 from chat.settings.schema import SamplingSettings
-from tests.engine.remote.conftest import connect_to, reply_cut_by_a_killed_server, run_reply
+from tests.engine.remote.conftest import reply_cut_by_a_killed_server, run_reply
 from tests.servers import RunningServer, llama_server
 
 pytestmark = pytest.mark.model
@@ -24,19 +23,6 @@ pytestmark = pytest.mark.model
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 ASK = {"role": "user", "content": "Name three colours."}
 GREEDY = SamplingSettings(temperature=0, max_tokens=24)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    with llama_server(tmp_path_factory.mktemp("llama-server")) as running:
-        yield running
-
-
-@pytest.fixture
-def engine(server: RunningServer) -> Iterator[RemoteEngine]:
-    connected = connect_to(server)
-    yield connected
-    connected.close()
 
 
 def test_detects_llama_server_and_its_window(engine: RemoteEngine, server: RunningServer) -> None:
