@@ -79,6 +79,9 @@ class _ReplyPrinter:
         # A piece without a token id (-1) is text the engine held back and
         # released at the end: it spells no token of its own.
         tokens = 0 if event.token_id < 0 else 1
+        if event.thinking:  # a model server's thinking, in a field of its own
+            self.part(ReplyPart("thinking", event.text, tokens))
+            return
         if self._splitter is None:
             self.part(ReplyPart("answer", event.text, tokens))
             return

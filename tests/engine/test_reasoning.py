@@ -380,3 +380,39 @@ def test_llama_server_sends_the_thinking_apart(
     # The same greedy thought as the local engine's, whitespace aside.
     assert thinking.strip() == whole_replies[name].splitter.thinking.strip()
     assert answer.lstrip()[0].isupper()
+
+
+@pytest.mark.parametrize("name", GRAMMARS)
+def test_kvchat_on_llama_server_tells_the_thinking_from_the_answer(
+    reasoning_models: dict[str, Path],
+    whole_replies: dict[str, RealReply],
+    name: str,
+    tmp_path: Path,
+) -> None:
+    """kvchat's llama-server engine asks /completion for the model's own text,
+    markers and all: it recognises the served template's markers (and whether
+    its generation prompt opens the block) and the reply stream splits them
+    as for a local model."""
+    from chat.engine.remote import ServerConfig, connect
+    from chat.session.reply_stream import ReplyEnded, ReplyEvent, ReplyStream
+    from chat.settings.schema import SamplingSettings
+
+    with llama_server(tmp_path, ["--jinja"], n_ctx=1024, model=reasoning_models[name]) as server:
+        engine = connect(ServerConfig(url=server.url, kind="llama-server"))
+        try:
+            reasoning = engine.info.reasoning
+            assert reasoning is not None and reasoning.markers == THINK
+            assert reasoning.prompt_opens_block == (name == "r1")
+            engine.grammar = GRAMMARS[name]  # type: ignore[attr-defined]
+            events: list[ReplyEvent] = []
+            sampling = SamplingSettings(temperature=0.0, max_tokens=300)
+            stream = ReplyStream(engine, QUESTION, sampling, events.append, reasoning=reasoning)
+            stream.start()
+            assert stream.join(120)
+        finally:
+            engine.close()
+    (ended,) = [event for event in events if isinstance(event, ReplyEnded)]
+    assert ended.thinking.strip() == whole_replies[name].splitter.thinking.strip()
+    assert "think>" not in ended.thinking + ended.finished.text
+    assert ended.finished.text[0].isupper()
+    assert ended.finished.stats.thinking_tokens > 0

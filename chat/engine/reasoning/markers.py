@@ -104,7 +104,15 @@ def generation_prompt_opens_block(
     """Render a one-message conversation with the generation prompt (and the
     template's own options in `extra`, such as `enable_thinking`) and say
     whether its tail opens the thinking block. Raises `ChatTemplateError`."""
-    prompt = template.render([{"role": "user", "content": _PROBE}], **extra)
+    return first_prompt_opens_block(lambda messages: template.render(messages, **extra), markers)
+
+
+def first_prompt_opens_block(
+    render: Callable[[list[dict[str, str]]], str], markers: ThinkingMarkers
+) -> bool:
+    """`generation_prompt_opens_block` for any renderer of a conversation with
+    the generation prompt (a model server's, for one); its errors pass through."""
+    prompt = render([{"role": "user", "content": _PROBE}])
     after = prompt.rfind(_PROBE)
     return after >= 0 and prompt_opens_block(prompt, markers, after + len(_PROBE))
 

@@ -25,8 +25,12 @@ def openai_chunk_parts(chunk: Mapping[str, Any]) -> list[ReplyPart]:
     body = choice.get("delta", choice.get("message"))
     if not isinstance(body, dict):
         return []
-    thinking = _text(body.get("reasoning_content")) or _text(body.get("reasoning"))
-    return _parts(thinking, _text(body.get("content")))
+    return _parts(openai_thinking(body), _text(body.get("content")))
+
+
+def openai_thinking(body: Mapping[str, Any]) -> str:
+    """The thinking of one OpenAI-style delta or message (see `openai_chunk_parts`)."""
+    return _text(body.get("reasoning_content")) or _text(body.get("reasoning"))
 
 
 def ollama_chunk_parts(chunk: Mapping[str, Any]) -> list[ReplyPart]:

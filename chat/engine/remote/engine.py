@@ -60,6 +60,8 @@ class Piece:
     token_id: int = PLACEHOLDER_TOKEN_ID
     known_id: bool = False
     choice: TokenChoice | None = None
+    thinking: bool = False
+    """The server sent it as the model's thinking, in a field of its own."""
 
 
 @dataclass
@@ -265,8 +267,11 @@ class RemoteEngine:
         record_probs: bool,
         started: float,
     ) -> Iterator[EngineEvent]:
-        # The server applies stop sequences; ReplyText decodes and sanitizes.
+        # The server applies stop sequences; ReplyText decodes and sanitizes
+        # (the thinking, sent in a field of its own, with its own: an escape
+        # sequence may be split across a server's chunks of either).
         reply = ReplyText()
+        thought = ReplyText()
         raw_text: list[str] = []
         ids: list[int] = []
         ids_known = True
@@ -287,6 +292,12 @@ class RemoteEngine:
                 if first_at is None:
                     first_at = time.perf_counter()
                 generated += 1
+                if item.thinking:
+                    ids_known = False  # the ids would not spell the answer alone
+                    yield TokenEvent(
+                        thought.feed(item.text.encode("utf-8")), item.token_id, thinking=True
+                    )
+                    continue
                 raw_text.append(item.text)
                 ids.append(item.token_id)
                 ids_known = ids_known and item.known_id
@@ -302,6 +313,9 @@ class RemoteEngine:
                 error = str(failure)
         finally:
             pieces.close()  # a stopped reply's connection closes now
+        tail = thought.flush()
+        if tail:
+            yield TokenEvent(tail, -1, thinking=True)
         tail = reply.flush()
         if tail:
             yield TokenEvent(tail, -1)

@@ -38,11 +38,13 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Generator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from chat.conversations.conversation import FinishReason
 from chat.engine.base import ChatMessages
+from chat.engine.reasoning.markers import Reasoning, find_markers, first_prompt_opens_block
 from chat.engine.remote.engine import (
     Piece,
     RemoteEngine,
@@ -103,6 +105,12 @@ class LlamaServerEngine(RemoteEngine):
         )
         eos = props.get("eos_token")
         self._eos = eos if isinstance(eos, str) else ""
+        # Replies come from /completion as the model wrote them, markers and
+        # all: the thinking is told from the answer as for a local model.
+        self.info = replace(self.info, reasoning=self._reasoning(props))
+        self.grammar: str | None = None
+        """A GBNF grammar replies are sampled under, as the local engine's
+        (the tests make the demo model think with one)."""
         self._n_vocab = _vocab_size(models)
         self._counts: OrderedDict[str, list[int]] = OrderedDict()
         self._spellings: OrderedDict[tuple[str, tuple[int, ...]], bool] = OrderedDict()
@@ -230,6 +238,21 @@ class LlamaServerEngine(RemoteEngine):
         self._opening, self._opening_known = opening, True
         return opening
 
+    def _reasoning(self, props: dict[str, Any]) -> Reasoning | None:
+        """How the served model thinks, from the chat template /props gives,
+        and whether its generation prompt opens the block (rendered by the
+        server); None when it does not think."""
+        template = props.get("chat_template")
+        found = find_markers(template if isinstance(template, str) else None)
+        if found is None:
+            return None
+        markers, where = found
+        try:
+            opens = first_prompt_opens_block(lambda shown: self._render(shown, True), markers)
+        except ServerError:
+            opens = False  # the first turn says what is wrong with the server
+        return Reasoning(markers, where, opens)
+
     def _render(self, shown: list[dict[str, str]], add_generation_prompt: bool) -> str:
         rendered = self._http.post_json(
             "/apply-template", {"messages": shown, "add_generation_prompt": add_generation_prompt}
@@ -265,6 +288,7 @@ class LlamaServerEngine(RemoteEngine):
         return exact_request(self.tokenize_chat(messages), self.info.n_ctx)
 
     def _body(self, tokens: list[int], sampling: SamplingSettings) -> dict[str, Any]:
+        grammar = {"grammar": self.grammar} if self.grammar else {}
         return {
             "prompt": tokens,
             "cache_prompt": True,
@@ -273,6 +297,7 @@ class LlamaServerEngine(RemoteEngine):
             "mirostat": sampling.mirostat_mode,
             "mirostat_tau": sampling.mirostat_tau,
             "mirostat_eta": sampling.mirostat_eta,
+            **grammar,
         }
 
     def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary, None, None]:

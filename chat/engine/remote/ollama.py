@@ -130,6 +130,9 @@ class OllamaEngine(EstimatingEngine):
                     continue
                 event = parse_json_line(line, url)
                 message = event.get("message")
+                thinking = message.get("thinking") if isinstance(message, dict) else None
+                if isinstance(thinking, str) and thinking:
+                    yield Piece(thinking, thinking=True)
                 text = message.get("content") if isinstance(message, dict) else None
                 steps = _logprobs(event.get("logprobs"), call.sampling) if call.record_probs else []
                 if isinstance(text, str) and (text or steps):

@@ -16,6 +16,7 @@ from collections.abc import Generator, Iterator
 from typing import Any
 
 from chat.conversations.conversation import FinishReason
+from chat.engine.reasoning.server_fields import openai_thinking
 from chat.engine.remote import ServerConfig
 from chat.engine.remote.engine import (
     Piece,
@@ -193,6 +194,9 @@ class OpenAIEngine(EstimatingEngine):
             if choice is None:
                 continue
             delta = choice.get("delta")
+            thinking = openai_thinking(delta) if isinstance(delta, dict) else ""
+            if thinking:
+                yield Piece(thinking, thinking=True)
             text = delta.get("content") if isinstance(delta, dict) else None
             steps = _chat_logprobs(choice.get("logprobs"))
             if isinstance(text, str) and (text or steps):

@@ -361,9 +361,18 @@ def openai_routes(
     delay_s: float = 0.0,
     drop: bool = False,
     model_entry: dict[str, Any] | None = None,
+    thinking: list[str] | None = None,
+    thinking_field: str = "reasoning_content",
 ) -> dict[tuple[str, str], Route]:
+    """`thinking`: streamed first, each piece in a delta's `thinking_field`
+    (llama-server's and DeepSeek's name; vLLM's newer one is "reasoning")."""
+
     def chat(body: Any) -> Stream:
         events = []
+        for piece in thinking or []:
+            delta = {thinking_field: piece}
+            choice = {"index": 0, "delta": delta, "finish_reason": None}
+            events.append({"id": "c1", "object": "chat.completion.chunk", "choices": [choice]})
         for i, word in enumerate(words):
             choice: dict[str, Any] = {
                 "index": 0,
