@@ -435,8 +435,8 @@ def _run_app(args: argparse.Namespace, resolved: ResolvedSettings, problems: lis
     resume = _conversation_to_open(args, problems)
     from chat.cli.tool_servers import tool_servers_for_run
 
-    # Read now, so a bad file is said at once (a notice in the app); the
-    # servers are started by the app (issue 30: the tools pane is to come).
+    # Read now, so a bad file is said at once (a notice in the app); the app
+    # starts the servers in the background once its first frame is drawn.
     tool_servers = tool_servers_for_run(args.mcp_config)
     problems.extend(tool_servers.problems)
     # Startup builds many objects that live as long as the app (Textual's styles,
@@ -464,6 +464,7 @@ def _run_app(args: argparse.Namespace, resolved: ResolvedSettings, problems: lis
             config_had_problems=file_problems,
             run_overrides=run_overrides,
             resume=resume,
+            tool_servers=tool_servers.servers,
         )
     )
     app.run()

@@ -54,6 +54,10 @@ from chat.settings.presets import load_presets
 from chat.settings.run_overrides import RunOverrides
 from chat.settings.schema import Settings
 from chat.settings.user_files import FileProblem, problem_notices
+from chat.tools.config import ServerConfig as ToolServerConfig
+from chat.tools.manager import ToolServers
+from chat.tools.status import ServerState as ToolServerState
+from chat.tools.status import ServerStatus as ToolServerStatus
 from chat.ui.commands import ThemeCommands
 from chat.ui.crash_report import crash_notice, write_crash_report
 from chat.ui.database_flow import DatabaseFlow
@@ -99,7 +103,13 @@ class Launch:
     """The conversation database (default: paths.database_file())."""
     resume: int | None = None
     """The id of a saved conversation to open at start."""
+    tool_servers: Sequence[ToolServerConfig] = ()
+    """The tool servers (MCP) to start in the background (chat.tools)."""
 
+
+TOOL_SERVERS_CLOSE_S = 3.0
+"""At quit, how long the tool servers may take to end (each is asked, then
+signalled, then killed: chat.tools.connection)."""
 
 QUIT_WAIT_S = 1.0
 """From Ctrl+Q, how long a reply may take to end (one token, normally) and the
@@ -159,6 +169,8 @@ class ChatApp(App[None]):
         self._theme_problems: list[FileProblem] = []
         self._quit_by: float | None = None
         """When quitting must be done waiting (see QUIT_WAIT_S); None: not quitting."""
+        self.tool_servers = ToolServers(launch.tool_servers, on_change=self._tool_server_changed)
+        """Started once the first frame is drawn; none are when none is configured."""
         self._typed_ahead: list[events.Key | TypedText] | None = []
         """What was typed while kvchat starts, held until the model has started
         loading (see on_event); None once it has been handed over."""
@@ -324,6 +336,7 @@ class ChatApp(App[None]):
         self.call_after_refresh(self._start)
 
     async def _start(self) -> None:
+        self.tool_servers.start()  # in the background: nothing here waits for one
         try:
             await self._open_database_and_model()
         finally:
@@ -561,10 +574,29 @@ class ChatApp(App[None]):
             )
         )
 
+    def _tool_server_changed(self, status: ToolServerStatus) -> None:
+        """A tool server that fails is named in one sentence; the chat goes on."""
+        if status.state is ToolServerState.FAILED and status.problem:
+            self.notify(status.problem, title="Tool server", severity="warning", timeout=15)
+
+    async def _close_tool_servers(self) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.tool_servers.close(), TOOL_SERVERS_CLOSE_S)
+
     def _leave_and_exit(self) -> None:
         if not self.turn.generating:
             self.turn.session.leave()  # its KV cache, for instant resume next time
+        if self.tool_servers.servers:
+            # Ended before the app: a server left running would outlive kvchat.
+            self.run_worker(self._close_tool_servers_and_exit(), exit_on_error=False)
+            return
         self.exit()
+
+    async def _close_tool_servers_and_exit(self) -> None:
+        try:
+            await self._close_tool_servers()
+        finally:
+            self.exit()
 
     def _handle_exception(self, error: Exception) -> None:
         # Textual's handler of an exception that a message handler let out: it
