@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import tomli_w
 
-from chat.model_files import DEMO_PIP_NAME, demo_model_path
+from chat.models.files import DEMO_PIP_NAME, demo_model_path
 from chat.paths import FOLDER_ENV_NAMES
 from chat.ui.themes import COLOUR_FIELDS
 

@@ -13,7 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from chat.conversations.conversation import FinishReason, ReplyStats, TokenChoice
-from chat.engine.base import (
+from chat.engine.kv_state import KvState, StateIdentity, common_prefix
+from chat.engine.protocol import (
     ChatMessages,
     EngineEvent,
     Finished,
@@ -21,7 +22,6 @@ from chat.engine.base import (
     PromptProgress,
     TokenEvent,
 )
-from chat.engine.kv_state import KvState, StateIdentity, common_prefix
 from chat.engine.reply_text import ReplyText
 from chat.errors import EngineBusyError, PromptTooLongError
 from chat.settings.schema import ModelSettings, SamplingSettings

@@ -16,8 +16,8 @@ from dataclasses import replace
 
 from chat.bench.rows import Options, Row
 from chat.bench.workload import SAMPLING, STORY, bare_generate, headless_app, until
-from chat.engine.base import TokenEvent
 from chat.engine.llama import LlamaEngine
+from chat.engine.protocol import TokenEvent
 from chat.settings.schema import Settings
 from chat.ui.widgets.prompt_box import PromptBox
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from chat.bench.rows import Row
-from chat.engine.base import Engine
+from chat.engine.protocol import Engine
 from chat.models.memory import MIB, allocated_from_log, estimate_memory
 from chat.models.metadata import read_metadata
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from chat.bench.rows import Options, Row
 from chat.bench.workload import SAMPLING, STORY, first_token_reply
-from chat.engine.base import Engine, Finished, TokenEvent
+from chat.engine.protocol import Engine, Finished, TokenEvent
 from chat.settings.schema import SamplingSettings
 
 SERVER_ENV = "KVCHAT_LLAMA_SERVER"

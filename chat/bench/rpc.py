@@ -27,7 +27,7 @@ from pathlib import Path
 from chat.bench.remote import _serving, server_binary
 from chat.bench.rows import Options, Row
 from chat.bench.workload import SAMPLING, STORY, finished, first_token_reply
-from chat.engine.base import Engine
+from chat.engine.protocol import Engine
 
 RPC_SERVERS = 2
 THREADS = 1

@@ -24,7 +24,7 @@ from chat.bench.startup import startup_rows
 from chat.bench.storage import storage_rows
 from chat.bench.ttft import ttft_rows
 from chat.bench.workload import quiet_load
-from chat.model_files import demo_model_path
+from chat.models.files import demo_model_path
 from chat.paths import CACHE_DIR_ENV, CONFIG_DIR_ENV, DATA_DIR_ENV, STATE_DIR_ENV
 from chat.settings.schema import ModelSettings
 

@@ -13,9 +13,9 @@ from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, cast
 
-from chat.engine.base import Engine, EngineEvent, Finished, TokenEvent
 from chat.engine.llama import LlamaEngine, load_engine
-from chat.model_files import ModelCandidate
+from chat.engine.protocol import Engine, EngineEvent, Finished, TokenEvent
+from chat.models.files import ModelCandidate
 from chat.settings.schema import ModelSettings, SamplingSettings, Settings
 from chat.ui.app import ChatApp, Launch
 

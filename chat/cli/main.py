@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from chat import __version__, paths
 from chat.cli.terminal_output import guard_terminal_output
 from chat.errors import ConfigError, KvchatError, ModelError
-from chat.model_files import (
+from chat.models.files import (
     ModelCandidate,
     how_to_get_a_model,
     pick_model,

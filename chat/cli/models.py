@@ -25,7 +25,7 @@ def print_models(settings: ModelSettings, *, as_json: bool, out: TextIO) -> int:
         out.write("\n")
         return 0
     if not rows:
-        from chat.model_files import how_to_get_a_model
+        from chat.models.files import how_to_get_a_model
 
         print(how_to_get_a_model(), file=out)
         return 0

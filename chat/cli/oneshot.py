@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, TextIO
 from chat import paths
 from chat.cli.terminal_output import write_control
 from chat.conversations.conversation import ReplyStats
-from chat.engine.base import Engine, Finished, PromptProgress, TokenEvent
+from chat.engine.protocol import Engine, Finished, PromptProgress, TokenEvent
 from chat.engine.reasoning.markers import Reasoning
 from chat.engine.reasoning.splitter import ReplyPart, ThinkingSplitter
 from chat.errors import ChatTemplateError, KvchatError, ServerError
-from chat.model_files import ModelCandidate
+from chat.models.files import ModelCandidate
 from chat.session.prompt_progress import SHOW_AFTER_S, progress_text
 from chat.settings.schema import Settings
 from chat.settings.server import public_url

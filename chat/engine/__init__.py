@@ -1,5 +1,5 @@
 """The model behind a small interface. Nothing in this package imports Textual."""
 
-from chat.engine.base import Engine, EngineEvent, Finished, ModelInfo, TokenEvent
+from chat.engine.protocol import Engine, EngineEvent, Finished, ModelInfo, TokenEvent
 
 __all__ = ["Engine", "EngineEvent", "Finished", "ModelInfo", "TokenEvent"]

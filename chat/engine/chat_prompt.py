@@ -22,9 +22,9 @@ from typing import Any
 
 import llama_cpp
 
-from chat.engine.base import ChatMessage, ChatMessages
 from chat.engine.chat_template import ChatTemplate
 from chat.engine.prompt_tokens import PieceTokenizer, PromptPart, TokenizeParts, tokenize_parts
+from chat.engine.protocol import ChatMessage, ChatMessages
 from chat.errors import ChatTemplateError, KvchatError
 from chat.sanitize import sanitize_line
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import llama_cpp
 
-from chat.engine.base import ModelInfo
 from chat.engine.kv_state import StateIdentity, model_fingerprint
+from chat.engine.protocol import ModelInfo
 
 
 def identity_of(llm: Any, info: ModelInfo) -> StateIdentity:

@@ -30,7 +30,12 @@ import numpy as np
 from chat import paths
 from chat.conversations.conversation import FinishReason, ReplyStats, TokenChoice
 from chat.engine import llama_log
-from chat.engine.base import (
+from chat.engine.batches import PromptBatches, chunks
+from chat.engine.chat_prompt import CHATML_TEMPLATE, ChatPrompt
+from chat.engine.kv_cache import copy_sequence, identity_of, load_sequence
+from chat.engine.kv_state import KvState, StateIdentity, common_prefix
+from chat.engine.llama_log import route_llama_log
+from chat.engine.protocol import (
     ChatMessages,
     EngineEvent,
     Finished,
@@ -38,11 +43,6 @@ from chat.engine.base import (
     PromptProgress,
     TokenEvent,
 )
-from chat.engine.batches import PromptBatches, chunks
-from chat.engine.chat_prompt import CHATML_TEMPLATE, ChatPrompt
-from chat.engine.kv_cache import copy_sequence, identity_of, load_sequence
-from chat.engine.kv_state import KvState, StateIdentity, common_prefix
-from chat.engine.llama_log import route_llama_log
 from chat.engine.reasoning.markers import recognise, special_token_test
 from chat.engine.reply_text import ReplyText
 from chat.engine.threads import (
@@ -60,7 +60,7 @@ from chat.errors import (
     ModelError,
     PromptTooLongError,
 )
-from chat.model_files import check_gguf
+from chat.models.files import check_gguf
 from chat.sanitize import sanitize
 from chat.settings.schema import ModelSettings, SamplingSettings, key_cache_type_for
 

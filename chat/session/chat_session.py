@@ -20,10 +20,10 @@ from chat.conversations.attachments import Attachment
 from chat.conversations.conversation import Conversation, FinishReason, Message
 from chat.conversations.saver import ConversationSaver, ConversationSettings, restore_sampling
 from chat.conversations.tree import index_of
-from chat.engine.base import ChatMessages, Engine, Finished, ModelInfo
+from chat.engine.protocol import ChatMessages, Engine, Finished, ModelInfo
 from chat.engine.state_cache import StateCache
 from chat.errors import KvchatError
-from chat.model_files import same_path
+from chat.models.files import same_path
 from chat.session.context_window import (
     ContextBudget,
     WindowPlan,

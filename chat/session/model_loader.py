@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from chat.engine.base import Engine
+from chat.engine.protocol import Engine
 from chat.errors import ChatTemplateError, KvchatError, ModelError
-from chat.model_files import ModelCandidate, how_to_get_a_model, pick_model, same_path
+from chat.models.files import ModelCandidate, how_to_get_a_model, pick_model, same_path
 from chat.session.background import start_thread
 from chat.settings.schema import FIELDS, ModelSettings
 from chat.settings.server import ServerConfig

@@ -7,7 +7,7 @@ taken `SHOW_AFTER_S`, so that a short prompt does not flash a line.
 
 from __future__ import annotations
 
-from chat.engine.base import PromptProgress
+from chat.engine.protocol import PromptProgress
 
 SHOW_AFTER_S = 0.3
 

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from chat.conversations.saver import SAVE_INTERVAL_S
-from chat.engine.base import ChatMessages, Engine, Finished, PromptProgress, TokenEvent
+from chat.engine.protocol import ChatMessages, Engine, Finished, PromptProgress, TokenEvent
 from chat.engine.reasoning.markers import Reasoning
 from chat.engine.reasoning.splitter import ReplyPart, ThinkingSplitter
 from chat.errors import KvchatError, PromptTooLongError, ServerError

@@ -17,8 +17,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from chat.engine.base import Engine
 from chat.engine.kv_state import KvState, StateIdentity
+from chat.engine.protocol import Engine
 from chat.engine.state_cache import StateCache, note
 from chat.errors import EngineClosedError
 from chat.session.background import start_thread

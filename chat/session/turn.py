@@ -28,7 +28,7 @@ from typing import Literal
 
 from chat.conversations.attachments import Attachment, prompt_text
 from chat.conversations.conversation import Message
-from chat.engine.base import Engine, Finished, PromptProgress
+from chat.engine.protocol import Engine, Finished, PromptProgress
 from chat.errors import KvchatError
 from chat.session.background import start_thread
 from chat.session.chat_session import ChatSession

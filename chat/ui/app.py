@@ -36,7 +36,7 @@ from textual.screen import Screen
 from chat import paths
 from chat.conversations.store import Store
 from chat.errors import KvchatError
-from chat.model_files import ModelCandidate, how_to_get_a_model
+from chat.models.files import ModelCandidate, how_to_get_a_model
 from chat.safe_files import shown_path
 from chat.sanitize import sanitize, sanitize_line
 from chat.session.chat_session import ChatSession

@@ -20,7 +20,7 @@ from chat import paths
 from chat.cli import main as cli
 from chat.conversations.conversation import ReplyStats
 from chat.engine import remote
-from chat.engine.base import EngineEvent, Finished, TokenEvent
+from chat.engine.protocol import EngineEvent, Finished, TokenEvent
 from chat.engine.remote import ServerConfig
 from chat.errors import ServerUnreachableError
 from chat.settings.schema import SamplingSettings

@@ -18,7 +18,7 @@ from chat.conversations.conversation import Conversation, Message, ReplyStats
 from chat.conversations.saver import ConversationSaver, ConversationSettings
 from chat.conversations.store import SCHEMA_VERSION, Store
 from chat.conversations.transcript import parse_import, to_json, to_markdown
-from chat.engine.base import Engine, Finished, TokenEvent
+from chat.engine.protocol import Engine, Finished, TokenEvent
 from chat.settings.schema import SamplingSettings
 from tests.conversations.test_store import VERSION_1_SCHEMA
 

@@ -104,7 +104,7 @@ def test_the_column_holds_compressed_json(tmp_path: Path) -> None:
 async def test_the_app_saves_recorded_probabilities_with_the_reply(tmp_path: Path) -> None:
     """Saving as it happens (the saver) writes the reply's probabilities at the end."""
     from chat.conversations.store import Store
-    from chat.model_files import ModelCandidate
+    from chat.models.files import ModelCandidate
     from chat.settings.schema import Settings
     from chat.ui.app import ChatApp, Launch
     from chat.ui.widgets.prompt_box import PromptBox

@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from chat.engine.base import ChatMessage, Finished, TokenEvent
 from chat.engine.llama import LlamaEngine
+from chat.engine.protocol import ChatMessage, Finished, TokenEvent
 from chat.errors import KvchatError
 from chat.settings.schema import SamplingSettings
 

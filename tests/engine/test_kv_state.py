@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from chat.engine.base import Finished
 from chat.engine.kv_state import (
     MAGIC,
     CorruptStateError,
@@ -26,6 +25,7 @@ from chat.engine.kv_state import (
     write_state,
 )
 from chat.engine.llama import REBATCH_MOST, LlamaEngine, load_engine
+from chat.engine.protocol import Finished
 from chat.settings.schema import ModelSettings, SamplingSettings
 from tests.fakes import IDENTITY
 

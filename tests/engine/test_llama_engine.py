@@ -10,8 +10,8 @@ import llama_cpp
 import pytest
 
 from chat.engine import llama as llama_engine
-from chat.engine.base import Finished, TokenEvent
 from chat.engine.llama import LlamaEngine, load_engine
+from chat.engine.protocol import Finished, TokenEvent
 from chat.errors import ModelError, PromptTooLongError
 from chat.settings.schema import ModelSettings, SamplingSettings
 

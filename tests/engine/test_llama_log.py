@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from chat.engine import llama_log
-from chat.engine.base import Finished
 from chat.engine.llama import LlamaEngine, load_engine
+from chat.engine.protocol import Finished
 from chat.errors import ModelError
 from chat.settings.schema import ModelSettings, SamplingSettings
 from tests.faults import Fault

@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from chat.engine.base import Finished, PromptProgress, TokenEvent
 from chat.engine.llama import LlamaEngine
+from chat.engine.protocol import Finished, PromptProgress, TokenEvent
 from chat.settings.schema import SamplingSettings
 
 pytestmark = pytest.mark.model

@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
-from chat.engine.base import ChatMessage
 from chat.engine.llama import LlamaEngine
 from chat.engine.prompt_tokens import PieceTokenizer, tokenize_parts
+from chat.engine.protocol import ChatMessage
 
 AWKWARD = [
     "",

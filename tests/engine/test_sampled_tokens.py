@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from chat.engine.base import ChatMessage, Finished, TokenEvent
 from chat.engine.llama import LlamaEngine
+from chat.engine.protocol import ChatMessage, Finished, TokenEvent
 from chat.settings.schema import SamplingSettings
 
 pytestmark = pytest.mark.model

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from chat import paths
-from chat.engine.base import Engine, Finished
+from chat.engine.protocol import Engine, Finished
 from chat.engine.threads import (
     Measured,
     RememberedRates,

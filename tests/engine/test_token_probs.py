@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from chat.conversations.conversation import TokenChoice, summarize
-from chat.engine.base import Finished, TokenEvent
 from chat.engine.llama import LlamaEngine
+from chat.engine.protocol import Finished, TokenEvent
 from chat.engine.token_probs import (
     ProbabilityRecorder,
     sampled_distribution,

@@ -484,7 +484,7 @@ def test_leftovers_of_an_earlier_killed_download_are_removed(hub: Hub, tmp_path:
 @pytest.mark.parametrize("kind", ["fifo", "device"])
 def test_a_model_path_that_is_no_regular_file_is_refused_at_once(tmp_path: Path, kind: str) -> None:
     from chat.errors import ModelError
-    from chat.model_files import check_gguf
+    from chat.models.files import check_gguf
     from chat.models.metadata import read_metadata
 
     path = tmp_path / "model.gguf"

@@ -10,9 +10,9 @@ import pytest
 
 from chat.conversations.conversation import Conversation, Message, ReplyStats
 from chat.conversations.store import Store
-from chat.engine.base import Engine, Finished
+from chat.engine.protocol import Engine, Finished
 from chat.errors import KvchatError
-from chat.model_files import ModelCandidate
+from chat.models.files import ModelCandidate
 from chat.session.chat_session import ChatSession
 from chat.session.model_loader import ModelLoader, ModelReady
 from chat.settings.schema import ModelSettings, Settings

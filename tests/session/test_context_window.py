@@ -11,7 +11,7 @@ import pytest
 
 from chat.conversations.conversation import Message
 from chat.engine.llama import LlamaEngine, load_engine
-from chat.model_files import ModelCandidate
+from chat.models.files import ModelCandidate
 from chat.session.context_window import CACHE_SIZE, ContextBudget
 from chat.settings.schema import ModelSettings, Settings
 from chat.ui.app import ChatApp, Launch

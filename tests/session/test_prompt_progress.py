@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chat.engine.base import PromptProgress
+from chat.engine.protocol import PromptProgress
 from chat.session.prompt_progress import duration_text, progress_text
 
 

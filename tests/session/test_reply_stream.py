@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from chat.engine.base import Engine
+from chat.engine.protocol import Engine
 from chat.session.reply_stream import (
     ReplyChunk,
     ReplyEnded,

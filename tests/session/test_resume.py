@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from chat.engine.base import Finished
 from chat.engine.kv_state import KvState, StateIdentity
 from chat.engine.llama import LlamaEngine, load_engine
+from chat.engine.protocol import Finished
 from chat.engine.state_cache import StateCache
 from chat.session.resume import Resumer, conversation_id_of, conversation_key
 from chat.settings.schema import ModelSettings, SamplingSettings

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from chat.conversations.store import Store
-from chat.engine.base import Engine
-from chat.model_files import ModelCandidate
+from chat.engine.protocol import Engine
+from chat.models.files import ModelCandidate
 from chat.session.chat_session import ChatSession
 from chat.session.model_loader import ModelLoader, ModelReady
 from chat.session.turn import (

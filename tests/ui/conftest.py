@@ -11,7 +11,7 @@ from textual.widget import Widget
 from textual.widgets import Markdown, Static
 from textual.widgets._markdown import MarkdownBlock
 
-from chat.model_files import ModelCandidate
+from chat.models.files import ModelCandidate
 from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.screens.chat import ChatScreen

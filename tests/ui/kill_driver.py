@@ -22,7 +22,7 @@ from typing import TextIO
 
 from textual.pilot import Pilot
 
-from chat.model_files import ModelCandidate
+from chat.models.files import ModelCandidate
 from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.widgets.prompt_box import PromptBox

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from chat.model_files import demo_model_path
+from chat.models.files import demo_model_path
 
 CTRL_Q = b"\x11"
 CTRL_O = b"\x0f"

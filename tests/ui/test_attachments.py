@@ -11,7 +11,7 @@ import pytest
 
 from chat.conversations.attachments import Attachment
 from chat.conversations.store import Store
-from chat.model_files import ModelCandidate
+from chat.models.files import ModelCandidate
 from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.screens.attach_file import AttachFileScreen

@@ -13,7 +13,7 @@ from textual.widgets import TextArea
 from chat import paths
 from chat.conversations.store import Store
 from chat.engine.state_cache import StateCache
-from chat.model_files import ModelCandidate
+from chat.models.files import ModelCandidate
 from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.screens.dialogs import EditReplyScreen

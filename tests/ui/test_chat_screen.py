@@ -14,7 +14,7 @@ from textual.widgets import Markdown, Static
 
 from chat.conversations.conversation import Conversation, Message
 from chat.errors import ModelError
-from chat.model_files import ModelCandidate
+from chat.models.files import ModelCandidate
 from chat.settings.schema import ModelSettings, Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.screens.chat import ChatScreen

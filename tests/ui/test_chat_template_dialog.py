@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from chat.model_files import ModelCandidate
+from chat.models.files import ModelCandidate
 from chat.session.model_loader import LoadState
 from chat.settings.schema import ModelSettings, Settings
 from chat.ui.app import ChatApp, Launch

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
-from chat.engine.base import ChatMessages, EngineEvent
+from chat.engine.protocol import ChatMessages, EngineEvent
 from chat.errors import KvchatError
 from chat.settings.schema import SamplingSettings
 from chat.ui.app import ChatApp

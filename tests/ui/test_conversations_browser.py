@@ -22,7 +22,7 @@ import chat.conversations.database_file as database_file
 from chat import paths
 from chat.conversations.conversation import Conversation, Message, ReplyStats
 from chat.conversations.store import Store
-from chat.model_files import ModelCandidate
+from chat.models.files import ModelCandidate
 from chat.settings.schema import ModelSettings, SamplingSettings, Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.screens.chat import ChatScreen

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable, Input
 
-from chat.model_files import demo_model_path
+from chat.models.files import demo_model_path
 from chat.settings.schema import Settings
 from chat.ui.screens.model_picker import ModelPickerScreen
 from tests.conftest import wait_for

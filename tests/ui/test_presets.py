@@ -12,7 +12,7 @@ from textual.command import Command, CommandList, CommandPalette
 
 from chat import paths
 from chat.conversations.store import Store
-from chat.model_files import ModelCandidate
+from chat.models.files import ModelCandidate
 from chat.settings.presets import find_preset, load_presets
 from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch

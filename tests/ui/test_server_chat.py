@@ -13,7 +13,7 @@ import pytest
 
 from chat import paths
 from chat.conversations.store import Store
-from chat.model_files import ModelCandidate
+from chat.models.files import ModelCandidate
 from chat.session.server_choice import server_config
 from chat.settings.schema import Settings
 from chat.settings.server import ServerConfig

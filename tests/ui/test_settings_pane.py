@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from textual.widgets import Button, Input, Select, Static, Switch, TextArea
 
-from chat import model_files
 from chat.engine.llama import LlamaEngine
 from chat.errors import ModelError
-from chat.model_files import ModelCandidate
+from chat.models import files as model_files
 from chat.models import table as model_table
 from chat.models.catalog import ModelEntry
+from chat.models.files import ModelCandidate
 from chat.settings.config_file import backup_path, load_config
 from chat.settings.resolve import resolve_settings
 from chat.settings.schema import FIELDS, FieldSpec, ModelSettings, SamplingSettings, Settings

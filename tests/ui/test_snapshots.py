@@ -239,7 +239,7 @@ def test_settings_pane(
     size: tuple[int, int], snap_compare: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The model list would name the GGUF files of this machine's download caches.
-    monkeypatch.setattr("chat.model_files.list_models", lambda config_model=None: [])
+    monkeypatch.setattr("chat.models.files.list_models", lambda config_model=None: [])
     monkeypatch.setattr("chat.models.table.find_models", lambda roots=None: [])
 
     async def run_before(pilot: Pilot[Any]) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from chat.engine.reasoning.markers import THINK
-from chat.model_files import ModelCandidate
+from chat.models.files import ModelCandidate
 from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.widgets.message_view import AssistantMessageView

@@ -12,13 +12,13 @@ from textual.widgets import Static
 from chat.conversations.conversation import Conversation, Message, TokenChoice
 from chat.conversations.store import Store
 from chat.conversations.token_probs_codec import StoredTokenChoices
-from chat.model_files import ModelCandidate
+from chat.models.files import ModelCandidate
 from chat.settings.schema import SamplingSettings, Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.screens.chat import ChatScreen
 from chat.ui.screens.token_view import NO_PROBS, TokenViewScreen
 from chat.ui.widgets.message_view import AssistantMessageView
-from chat.ui.widgets.token_view import (
+from chat.ui.widgets.token_strip import (
     ProbabilityBars,
     TokenStrip,
     format_prob,

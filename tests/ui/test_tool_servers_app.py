@@ -6,7 +6,7 @@ that does not exist."""
 
 from __future__ import annotations
 
-from chat.model_files import ModelCandidate
+from chat.models.files import ModelCandidate
 from chat.settings.schema import Settings
 from chat.tools.config import StdioServerConfig
 from chat.tools.status import ServerState

@@ -22,7 +22,7 @@ from textual.pilot import Pilot
 from textual.widgets import Input
 
 from chat.conversations.conversation import Conversation, Message
-from chat.model_files import ModelCandidate
+from chat.models.files import ModelCandidate
 from chat.session.context_window import ContextBudget
 from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch

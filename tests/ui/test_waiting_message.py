@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from textual.widgets import Static
 
-from chat.engine.base import Engine
+from chat.engine.protocol import Engine
 from chat.errors import ModelError
-from chat.model_files import ModelCandidate
+from chat.models.files import ModelCandidate
 from chat.session.model_loader import Reload, load_llama
 from chat.settings.schema import ModelSettings, Settings
 from chat.ui.app import ChatApp, Launch

@@ -22,8 +22,8 @@ from pathlib import Path
 from textual.pilot import Pilot
 
 from chat.conversations.conversation import Conversation, Message
-from chat.engine.base import ChatMessages
-from chat.model_files import ModelCandidate
+from chat.engine.protocol import ChatMessages
+from chat.models.files import ModelCandidate
 from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.widgets.prompt_box import PromptBox

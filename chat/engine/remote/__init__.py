@@ -35,7 +35,7 @@ from chat.settings.server import ServerConfig as ServerConfig
 from chat.settings.server import ServerKind as ServerKind
 
 if TYPE_CHECKING:
-    from chat.engine.base import Engine
+    from chat.engine.protocol import Engine
 
 
 def connect(config: ServerConfig) -> Engine:

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from chat.conversations.conversation import FinishReason, ReplyStats, TokenChoice
-from chat.engine.base import ChatMessages, EngineEvent, Finished, ModelInfo, TokenEvent
 from chat.engine.kv_state import KvState, StateIdentity
+from chat.engine.protocol import ChatMessages, EngineEvent, Finished, ModelInfo, TokenEvent
 from chat.engine.remote.http import ServerHttp
 from chat.engine.reply_text import ReplyText
 from chat.errors import (

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import threading
 
-from chat.engine.base import ChatMessages
+from chat.engine.protocol import ChatMessages
 from chat.engine.remote.engine import (
     PLACEHOLDER_TOKEN_ID,
     RemoteEngine,

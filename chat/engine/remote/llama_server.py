@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from chat.conversations.conversation import FinishReason
-from chat.engine.base import ChatMessages
+from chat.engine.protocol import ChatMessages
 from chat.engine.reasoning.markers import Reasoning, find_markers, first_prompt_opens_block
 from chat.engine.remote.engine import (
     Piece,

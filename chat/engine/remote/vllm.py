@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from chat.engine.base import ChatMessages
+from chat.engine.protocol import ChatMessages
 from chat.engine.remote.engine import (
     Piece,
     RemoteEngine,

@@ -36,7 +36,7 @@ from textual.widgets import LoadingIndicator, Static
 
 from chat.conversations.conversation import Conversation, Message
 from chat.conversations.saver import ConversationSaver
-from chat.engine.base import Engine
+from chat.engine.protocol import Engine
 from chat.session.chat_session import ChatSession
 from chat.session.draft_attachments import DraftAttachments
 from chat.session.model_loader import ModelLoader

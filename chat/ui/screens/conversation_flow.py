@@ -19,7 +19,7 @@ from textual.timer import Timer
 
 from chat.conversations.conversation import Conversation, Message
 from chat.conversations.store import Store
-from chat.engine.base import Engine
+from chat.engine.protocol import Engine
 from chat.errors import KvchatError
 from chat.session.chat_session import ChatSession
 from chat.session.turn import Turn

@@ -23,7 +23,7 @@ from chat.conversations.conversation import Message, TokenChoice, summarize
 from chat.conversations.token_probs_codec import StoredTokenChoices
 from chat.ui.screens.base import Dialog
 from chat.ui.widgets.message_view import AssistantMessageView
-from chat.ui.widgets.token_view import (
+from chat.ui.widgets.token_strip import (
     TokenDetail,
     TokenStrip,
     format_prob,

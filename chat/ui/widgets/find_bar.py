@@ -9,7 +9,7 @@ scrolled into view; one in an older message that is not mounted yet is
 reached by mounting the pages down to it (chat.ui.widgets.conversation_view).
 Esc closes the bar, removes the highlights and gives the focus back.
 
-The conversation's messages are searched (chat.ui.find), so a reply still
+The conversation's messages are searched (chat.conversations.find), so a reply still
 streaming is not: it joins the search once it ends (the screen calls
 `messages_changed` when a reply's text is drawn anew, or older messages are
 mounted).
@@ -28,8 +28,8 @@ from textual.widget import Widget
 from textual.widgets import Input, Static
 
 from chat.conversations.conversation import Message
+from chat.conversations.find import Search
 from chat.sanitize import sanitize
-from chat.ui.find import Search
 from chat.ui.widgets.conversation_view import ConversationView
 from chat.ui.widgets.match_highlight import Place, clear_view, highlight_view
 

@@ -12,7 +12,7 @@ highlights are drawn with `Static.update`, leaving that untouched, so clearing
 them draws it again. A reply rebuilt (it ended, another branch) comes with new
 blocks and no highlights.
 
-A reply is searched in its Markdown source (chat.ui.find), and highlighted as
+A reply is searched in its Markdown source (chat.conversations.find), and highlighted as
 drawn: the two differ only where the query holds Markdown syntax (`**`, a
 link's address), where fewer words are highlighted than counted.
 """
@@ -28,8 +28,8 @@ from textual.widget import Widget
 from textual.widgets import Label, Static
 from textual.widgets.markdown import MarkdownBlock, MarkdownFence
 
+from chat.conversations.find import match_spans
 from chat.sanitize import sanitize
-from chat.ui.find import match_spans
 from chat.ui.widgets.message_view import AssistantMessageView, MessageView
 
 # Theme variables, so every theme (and a user's own) colours them.

@@ -14,7 +14,7 @@ from textual.timer import Timer
 from textual.widgets import Static
 
 from chat.conversations.conversation import ReplyStats
-from chat.engine.base import ModelInfo, PromptProgress
+from chat.engine.protocol import ModelInfo, PromptProgress
 from chat.sanitize import sanitize
 from chat.session.prompt_progress import SHOW_AFTER_S, progress_text
 from chat.ui.widgets.message_view import FINISH_NOTES, cache_summary, reply_summary

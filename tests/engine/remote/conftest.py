@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from chat.engine.base import EngineEvent, Finished, TokenEvent
+from chat.engine.protocol import EngineEvent, Finished, TokenEvent
 from chat.engine.remote import ServerConfig, connect
 from chat.engine.remote.engine import RemoteEngine
 from chat.errors import ServerUnreachableError

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from chat.engine.base import Finished, TokenEvent
+from chat.engine.protocol import Finished, TokenEvent
 from chat.engine.remote.engine import RemoteEngine
 from chat.settings.schema import SamplingSettings
 from tests.engine.remote.conftest import reply_cut_by_a_killed_server, run_reply

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from chat.engine.base import Finished, TokenEvent
+from chat.engine.protocol import Finished, TokenEvent
 from chat.engine.remote import ServerConfig, connect
 from chat.engine.remote.engine import RemoteEngine
 from chat.errors import ServerAuthError

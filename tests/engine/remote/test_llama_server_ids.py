@@ -13,7 +13,7 @@ import pytest
 
 from chat.conversations.conversation import Conversation, Message
 from chat.conversations.store import Store
-from chat.engine.base import Finished
+from chat.engine.protocol import Finished
 from chat.engine.remote.engine import RemoteEngine
 from chat.session.context_window import ContextBudget
 from chat.settings.schema import SamplingSettings

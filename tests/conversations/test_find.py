@@ -1,8 +1,8 @@
-"""Find in the conversation, the matching itself (chat.ui.find): no Textual."""
+"""Find in the conversation, the matching itself (chat.conversations.find): no Textual."""
 
 from __future__ import annotations
 
-from chat.ui.find import Match, Search, count_matches, match_spans
+from chat.conversations.find import Match, Search, count_matches, match_spans
 
 
 def test_matches_ignore_case_and_keep_the_texts_offsets() -> None:
