@@ -111,6 +111,19 @@ TOOL_SERVERS_CLOSE_S = 3.0
 """At quit, how long the tool servers may take to end (each is asked, then
 signalled, then killed: chat.tools.connection)."""
 
+
+@dataclass(frozen=True)
+class Notice:
+    """One notice the app showed, as shown (sanitised)."""
+
+    title: str
+    message: str
+    severity: SeverityLevel
+
+
+NOTICES_KEPT = 200
+"""How many of the latest notices `ChatApp.notices` keeps."""
+
 QUIT_WAIT_S = 1.0
 """From Ctrl+Q, how long a reply may take to end (one token, normally) and the
 model to be free of every call, before the app leaves without waiting."""
@@ -130,6 +143,8 @@ class ChatApp(App[None]):
 
     def __init__(self, launch: Launch, *, engine_factory: EngineFactory = load_llama) -> None:
         install_textual_fixes()
+        self.notices: list[Notice] = []
+        """The latest notices shown (NOTICES_KEPT), oldest first, as shown."""
         super().__init__()
         self.launch = launch
         self.settings = launch.settings
@@ -258,13 +273,19 @@ class ChatApp(App[None]):
         metadata, a file, a server, a title): they are never read as markup and
         lose escape sequences, whatever the caller asked for."""
         del markup
+        notice = Notice(sanitize_line(title), sanitize(message), severity)
+        self.notices = [*self.notices[-(NOTICES_KEPT - 1) :], notice]
         super().notify(
-            sanitize(message),
-            title=sanitize_line(title),
+            notice.message,
+            title=notice.title,
             severity=severity,
             timeout=timeout,
             markup=False,
         )
+
+    def clear_notifications(self) -> None:
+        super().clear_notifications()
+        self.notices = []
 
     def get_default_screen(self) -> ChatScreen:
         return self.chat_screen

@@ -245,7 +245,7 @@ async def test_stop_policy_keeps_the_typed_message(demo_model: Path) -> None:
         await wait_for(lambda: screen.engine is not None, pilot)
 
         def refused() -> bool:
-            return any("tokens too many" in n.message for n in app._notifications)
+            return any("tokens too many" in n.message for n in app.notices)
 
         sent = 0
         for i in range(12):
@@ -290,5 +290,5 @@ async def test_reply_filling_the_window_ends_with_a_note(demo_model: Path) -> No
             if stats.finish_reason == "context_full":
                 break
         assert stats.finish_reason == "context_full"
-        assert any("context window is full" in n.message for n in app._notifications)
+        assert any("context window is full" in n.message for n in app.notices)
         assert "context full" in str(app.query(MessageView).last().header_text())

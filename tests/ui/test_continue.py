@@ -86,7 +86,7 @@ async def test_a_finished_reply_is_not_continued() -> None:
         await pilot.press("ctrl+l")
         await pilot.pause(0.1)
         assert len(engine.calls) == 1
-        assert any("cut short" in n.message for n in app._notifications)
+        assert any("cut short" in n.message for n in app.notices)
 
 
 class NoContinueEngine(ScriptedEngine):
@@ -112,9 +112,7 @@ async def test_a_failed_continuation_keeps_the_reply() -> None:
         screen = await stopped_reply(app, engine, pilot)
         reply = screen.conversation.messages[-1]
         await pilot.press("ctrl+l")
-        await wait_for(
-            lambda: any("only with a model" in n.message for n in app._notifications), pilot
-        )
+        await wait_for(lambda: any("only with a model" in n.message for n in app.notices), pilot)
         await wait_for(lambda: not screen.generating, pilot)
         assert screen.conversation.messages[-1] is reply
         assert reply.content == "One two three"

@@ -66,7 +66,7 @@ async def dialog(app: ChatApp, pilot, kind: type) -> None:  # type: ignore[no-un
 
 
 def notified(app: ChatApp, text: str) -> bool:
-    return any(text in n.message for n in app._notifications)
+    return any(text in n.message for n in app.notices)
 
 
 def saved_reply_now() -> str:

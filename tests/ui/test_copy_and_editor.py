@@ -93,7 +93,7 @@ async def test_a_terminal_without_clipboard_gets_a_file(monkeypatch: pytest.Monk
         await wait_for(copied.is_file, pilot)
         assert copied.read_text(encoding="utf-8") == "Saved text."
         assert app.clipboard == ""  # nothing was claimed to be copied
-        notices = [str(n.message) for n in app._notifications]
+        notices = [str(n.message) for n in app.notices]
         assert any(
             "macOS Terminal cannot take copied text" in n and str(copied) in n for n in notices
         )

@@ -14,7 +14,7 @@ from tests.conftest import wait_for
 
 
 def _log_notices(app: ChatApp) -> list[str]:
-    return [str(n.message) for n in app._notifications if n.title == "No llama.cpp log"]
+    return [str(n.message) for n in app.notices if n.title == "No llama.cpp log"]
 
 
 async def test_a_log_that_cannot_be_written_is_told_once(demo_model: Path) -> None:

@@ -163,7 +163,7 @@ async def test_a_truncated_model_and_links_to_dot_in_the_models_folder(tmp_path:
         await pilot.press("enter")
 
         def said() -> bool:
-            return any("cut short" in str(n.message) for n in app._notifications)
+            return any("cut short" in str(n.message) for n in app.notices)
 
         await wait_for(said, pilot)
         assert app.screen is picker  # not loaded

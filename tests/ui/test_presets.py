@@ -42,7 +42,7 @@ def system_shown(app: ChatApp) -> str | None:
 
 
 def notices(app: ChatApp) -> list[str]:
-    return [f"{n.title}: {n.message}" for n in app._notifications]
+    return [f"{n.title}: {n.message}" for n in app.notices]
 
 
 def saved_preset(conv_id: int) -> tuple[str, str, dict[str, object]]:

@@ -215,7 +215,7 @@ async def test_a_server_killed_mid_reply_keeps_and_saves_the_partial_reply(
 
 
 def app_notices(app: ChatApp) -> list[str]:
-    return [str(n.message) for n in app._notifications]
+    return [str(n.message) for n in app.notices]
 
 
 @pytest.mark.parametrize("routes", [vllm_routes, openai_routes], ids=["vllm", "openai"])

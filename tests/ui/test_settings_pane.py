@@ -436,7 +436,7 @@ async def test_sampling_changes_reach_the_next_engine_call(gguf: Path) -> None:
             temperature=0.3, top_k=5, seed=42, stop=["END", "###"], mirostat_mode=2
         )
         assert engine.calls[1][1] == expected
-        assert any("applied for this session" in n.message for n in app._notifications)
+        assert any("applied for this session" in n.message for n in app.notices)
         # Apply (without saving) works the same, and the seed goes back to random.
         pane = await open_pane(app, pilot)
         await set_field(pane, pilot, "sampling.seed", "")
@@ -465,7 +465,7 @@ async def test_system_prompt_new_conversations_and_an_empty_one(gguf: Path) -> N
         pane = await open_pane(app, pilot)
         await set_field(pane, pilot, "chat.system_prompt", "You are a poet.")
         await save(pane, pilot)
-        assert any("applies to new conversations" in n.message for n in app._notifications)
+        assert any("applies to new conversations" in n.message for n in app.notices)
         await send(pilot, "again")
         await finished_turns(app, pilot, 2)
         assert engine.calls[-1][0][0]["content"] == "You are a pirate."
@@ -532,7 +532,7 @@ async def test_only_sampling_changes_do_not_reload(gguf: Path) -> None:
         await save(pane, pilot)
         # Said once the settings are applied; a reload would have begun by then.
         await wait_for(
-            lambda: any("applied for this session" in n.message for n in app._notifications),
+            lambda: any("applied for this session" in n.message for n in app.notices),
             pilot,
         )
         assert "Reloading" not in app.query_one(StatusBar).full_text()
@@ -556,10 +556,8 @@ async def test_failed_reload_keeps_the_old_engine_and_says_why(gguf: Path, tmp_p
         await set_field(pane, pilot, "model.n_ctx", "1048576")
         await set_field(pane, pilot, "sampling.temperature", "0.2")
         await save(pane, pilot)
-        await wait_for(
-            lambda: any("failed to allocate" in n.message for n in app._notifications), pilot
-        )
-        note = next(n for n in app._notifications if "failed to allocate" in n.message)
+        await wait_for(lambda: any("failed to allocate" in n.message for n in app.notices), pilot)
+        note = next(n for n in app.notices if "failed to allocate" in n.message)
         assert note.severity == "error"
         assert "Still using scripted" in note.message and "not saved" in note.message
         assert screen.engine is old and app.models.engine is old and not old.closed
@@ -588,7 +586,7 @@ async def test_broken_model_file_is_refused_and_the_old_engine_kept(
         pane.field("model.path").set_value(str(broken))  # as if picked from the list
         pane.field("model.path").check()
         await save(pane, pilot)
-        await wait_for(lambda: any("Not a GGUF" in n.message for n in app._notifications), pilot)
+        await wait_for(lambda: any("Not a GGUF" in n.message for n in app.notices), pilot)
         assert screen.engine is old and not old.closed
         assert app.settings.model.path == str(gguf)
         assert len(factory.loads) == 1
@@ -611,7 +609,7 @@ async def test_model_change_while_a_reply_streams_stops_it_first(gguf: Path) -> 
         reply = screen.conversation.messages[-1]
         assert reply.stats is not None and reply.stats.finish_reason == "stopped"
         assert reply.content.startswith("w0 ")  # what it wrote is kept
-        assert any("Stopping the reply" in n.message for n in app._notifications)
+        assert any("Stopping the reply" in n.message for n in app.notices)
 
 
 async def test_picking_a_model_when_none_was_found_loads_it(gguf: Path) -> None:
@@ -639,13 +637,13 @@ async def test_pin_last_seed_from_the_command_palette(gguf: Path) -> None:
         screen = await ready(app, pilot)
         app.chat_screen.action_pin_seed()
         await pilot.pause()
-        assert any("no seed to pin" in n.message for n in app._notifications)
+        assert any("no seed to pin" in n.message for n in app.notices)
         await send(pilot, "x")
         await finished_turns(app, pilot, 1)
         assert engine.calls[0][1].seed is None
         await run_command(pilot, "pin last seed", "Pin last seed")
         await wait_for(lambda: app.settings.sampling.seed == 1234, pilot)  # the scripted seed
-        assert any("Seed pinned to 1234" in n.message for n in app._notifications)
+        assert any("Seed pinned to 1234" in n.message for n in app.notices)
         await pilot.press("ctrl+r")
         await wait_for(lambda: len(engine.calls) == 2 and not screen.generating, pilot)
         assert engine.calls[1][1].seed == 1234
@@ -670,7 +668,7 @@ async def test_save_writes_the_config_file(gguf: Path, tmp_path: Path) -> None:
         await set_field(pane, pilot, "sampling.stop", "END")
         await set_field(pane, pilot, "chat.record_token_probs", False)
         await save(pane, pilot)
-        assert any(f"saved to {path}" in n.message for n in app._notifications)
+        assert any(f"saved to {path}" in n.message for n in app.notices)
     saved, problems = load_config(path)
     assert problems == []
     assert saved.sampling.temperature == 0.3 and saved.sampling.stop == ["END"]
@@ -705,8 +703,8 @@ async def test_a_successful_reload_saves_the_model_settings(gguf: Path, tmp_path
             lambda: screen.engine is factory.engines[-1] is not factory.engines[0], pilot
         )
         # The model settings are written once the new model is in place, as it says.
-        await wait_for(lambda: any("Model loaded" in n.message for n in app._notifications), pilot)
-        saved_notes = [n.message for n in app._notifications if "Settings saved to" in n.message]
+        await wait_for(lambda: any("Model loaded" in n.message for n in app.notices), pilot)
+        saved_notes = [n.message for n in app.notices if "Settings saved to" in n.message]
         assert len(saved_notes) == 2 and "once the model has loaded" in saved_notes[0]
     saved, _ = load_config(path)
     assert saved.model.n_ctx == 2048
@@ -747,11 +745,11 @@ async def test_broken_config_app_starts_and_saving_keeps_a_backup(
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
         await pilot.pause()
-        assert any(str(path) in n.message for n in app._notifications)  # problems shown
+        assert any(str(path) in n.message for n in app.notices)  # problems shown
         pane = await open_pane(app, pilot)
         await set_field(pane, pilot, "sampling.top_p", "0.5")
         await save(pane, pilot)
-        assert any(".bak" in n.message for n in app._notifications)
+        assert any(".bak" in n.message for n in app.notices)
         # A second save must not replace the user's file in the backup.
         pane = await open_pane(app, pilot)
         await set_field(pane, pilot, "sampling.top_p", "0.6")
@@ -819,7 +817,7 @@ async def test_a_config_that_cannot_be_written_is_reported(gguf: Path, tmp_path:
         pane = await open_pane(app, pilot)
         await set_field(pane, pilot, "sampling.temperature", "0.3")
         await save(pane, pilot)
-        assert any("Cannot save" in n.message for n in app._notifications)
+        assert any("Cannot save" in n.message for n in app.notices)
         assert app.settings.sampling.temperature == 0.3  # still applied
 
 
@@ -955,11 +953,11 @@ async def test_real_model_reload_and_a_failed_reload(demo_model: Path, tmp_path:
         pane.field("model.path").set_value(str(broken))
         await save(pane, pilot)
         await wait_for(
-            lambda: any(n.title == "Model reload failed" for n in app._notifications),
+            lambda: any(n.title == "Model reload failed" for n in app.notices),
             pilot,
             timeout=120,
         )
-        note = next(n for n in app._notifications if n.title == "Model reload failed")
+        note = next(n for n in app.notices if n.title == "Model reload failed")
         assert "broken.gguf" in note.message and "Still using" in note.message
         assert screen.engine is second_engine
         assert app.settings.model.path is None  # still "find one automatically"

@@ -219,7 +219,7 @@ async def test_no_reply_yet_and_the_command_palette_entry() -> None:
         await pilot.press("ctrl+t")
         await pilot.pause()
         assert app.screen is screen
-        assert any("no reply yet" in n.message for n in app._notifications)
+        assert any("no reply yet" in n.message for n in app.notices)
         await chat_once(app, pilot)
         await run_command(pilot, "token view", "Token view")
         await wait_for(lambda: isinstance(app.screen, TokenViewScreen), pilot)

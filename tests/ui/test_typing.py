@@ -253,9 +253,7 @@ async def test_typing_while_a_huge_conversation_is_counted() -> None:
         assert await typing_time(pilot, "hi") < 1  # generous: milliseconds here
         # Enter while counting: nothing is sent, the text stays, the user is told.
         await pilot.press("enter")
-        await wait_for(
-            lambda: any("Still counting" in n.message for n in app._notifications), pilot
-        )
+        await wait_for(lambda: any("Still counting" in n.message for n in app.notices), pilot)
         assert screen.meter.counting()
         assert box.text == "hi" and engine.calls == []
 

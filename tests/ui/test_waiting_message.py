@@ -60,7 +60,7 @@ def waiting(app: ChatApp) -> list[WaitingMessage]:
 
 
 def notified(app: ChatApp, text: str) -> bool:
-    return any(text in n.message for n in app._notifications)
+    return any(text in n.message for n in app.notices)
 
 
 async def test_enter_while_loading_waits_then_sends_when_ready() -> None:
