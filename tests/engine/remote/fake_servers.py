@@ -276,7 +276,11 @@ def ollama_routes(
     prompt_eval_count: int = 40,
     done_reason: str = "stop",
     logprobs: bool = False,
+    thinking: list[str] | None = None,
 ) -> dict[tuple[str, str], Route]:
+    """`thinking`: streamed first, in `message.thinking` (Ollama's field when
+    the request's `think` is on)."""
+
     def show(body: Any) -> Reply:
         if body["model"] != OLLAMA_MODEL:
             return Reply(404, {"error": f"model '{body['model']}' not found"})
@@ -295,6 +299,9 @@ def ollama_routes(
 
     def chat(body: Any) -> Stream:
         lines = []
+        for piece in thinking or []:
+            message = {"role": "assistant", "content": "", "thinking": piece}
+            lines.append(json.dumps({"model": OLLAMA_MODEL, "message": message}).encode())
         for word in words:
             event: dict[str, Any] = {
                 "model": OLLAMA_MODEL,

@@ -12,13 +12,13 @@ from chat.engine.remote import connect
 from chat.session.reply_stream import ReplyChunk, ReplyEnded, ReplyEvent, ReplyStream
 from chat.settings.schema import SamplingSettings
 from chat.settings.server import ServerConfig
-from tests.engine.remote.fake_servers import openai_routes, serve
+from tests.engine.remote.fake_servers import ollama_routes, openai_routes, serve
 
 QUESTION = [{"role": "user", "content": "Why?"}]
 
 
-def stream_all(url: str) -> list[ReplyEvent]:
-    engine = connect(ServerConfig(url=url, kind="openai"))
+def stream_all(url: str, kind: str = "openai") -> list[ReplyEvent]:
+    engine = connect(ServerConfig(url=url, kind=kind))  # type: ignore[arg-type]
     events: list[ReplyEvent] = []
     done = threading.Event()
 
@@ -61,3 +61,15 @@ def test_a_servers_thinking_field_streams_apart_and_is_kept_beside_the_answer(
     assert stats.thinking_tokens == 2
     assert stats.first_answer_s is not None and stats.first_answer_s >= stats.ttft_s
     assert ended.finished.token_ids is None  # ids would spell more than the answer
+
+
+def test_ollamas_thinking_streams_apart_from_its_answer() -> None:
+    server = serve(ollama_routes(words=["Blue", " light."], thinking=["Short", " waves"]))
+    try:
+        events = stream_all(server.url, kind="ollama")
+    finally:
+        server.stop()
+    (ended,) = [event for event in events if isinstance(event, ReplyEnded)]
+    assert ended.thinking == "Short waves"
+    assert ended.finished.text == "Blue light."
+    assert ended.finished.stats.thinking_tokens == 2
