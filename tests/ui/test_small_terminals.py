@@ -14,14 +14,16 @@ from textual.errors import NoWidget
 from textual.pilot import Pilot
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Button, DataTable, Markdown, Static
+from textual.widgets import Button, DataTable, Input, Markdown, Static
 
 from chat.ui.app import ChatApp
+from chat.ui.screens.attach_file import AttachFileScreen
 from chat.ui.screens.conversations import ConversationsScreen
-from chat.ui.screens.dialogs import ConfirmScreen, RenameScreen
+from chat.ui.screens.dialogs import ConfirmScreen, EditReplyScreen, RenameScreen
 from chat.ui.screens.help import HelpScreen
 from chat.ui.screens.link_confirm import LinkConfirmScreen
 from chat.ui.screens.model_picker import ModelPickerScreen
+from chat.ui.screens.quit_unsaved import QuitUnsavedScreen
 from chat.ui.screens.settings import SettingsScreen
 from chat.ui.screens.token_view import TokenViewScreen
 from chat.ui.widgets.message_view import AssistantMessageView
@@ -105,6 +107,48 @@ async def test_the_browsers_dialogs_keep_their_buttons(
         await open_browser(pilot, rows=4)
         await pilot.press(key)
         await assert_buttons_reachable(pilot, kind)
+
+
+async def open_edit_reply(pilot: Pilot[Any]) -> type[Screen[Any]]:
+    await one_reply(pilot)
+    await pilot.press("alt+up")  # the reply selected: F3 edits it in a dialog
+    await pilot.press("f3")
+    return EditReplyScreen
+
+
+async def open_attach_file(pilot: Pilot[Any]) -> type[Screen[Any]]:
+    assert isinstance(pilot.app, ChatApp)
+    await ready(pilot.app, pilot)
+    pilot.app.chat_screen.action_attach_file()
+    return AttachFileScreen
+
+
+async def open_quit_unsaved(pilot: Pilot[Any]) -> type[Screen[Any]]:
+    assert isinstance(pilot.app, ChatApp)
+    await ready(pilot.app, pilot)
+    dialog = QuitUnsavedScreen(
+        3, "the disk is full", lambda: False, lambda: Path("/tmp/kvchat-unsaved.json")
+    )
+    pilot.app.push_screen(dialog)
+    return QuitUnsavedScreen
+
+
+@SMALL
+@pytest.mark.parametrize("opener", [open_edit_reply, open_quit_unsaved], ids=lambda f: f.__name__)
+async def test_the_other_dialogs_keep_their_buttons(
+    size: tuple[int, int], opener: Callable[[Pilot[Any]], Awaitable[type[Screen[Any]]]]
+) -> None:
+    """Editing a reply (F3), and the question Ctrl+Q asks when messages cannot be saved."""
+    async with chat_app().run_test(size=size) as pilot:
+        await assert_buttons_reachable(pilot, await opener(pilot))
+
+
+@SMALL
+async def test_the_file_picker_keeps_its_path_field(size: tuple[int, int]) -> None:
+    """Attaching a file (the palette): a path field, Enter attaches, Esc cancels."""
+    async with chat_app().run_test(size=size) as pilot:
+        picker = await on_top(pilot, await open_attach_file(pilot))
+        assert reachable(picker, picker.query_one(Input))
 
 
 @SMALL
