@@ -50,7 +50,7 @@ def no_hard_exit(monkeypatch: pytest.MonkeyPatch) -> None:
     (chat.cli.main). Tests that run the CLI in this process would then end
     pytest itself whenever an earlier test left a thread running (a model
     still loading, or measuring its thread counts)."""
-    monkeypatch.setattr("chat.session.background.threads_ended", lambda timeout: True)
+    monkeypatch.setattr("chat.runtime.background.threads_ended", lambda timeout: True)
 
 
 def installed_demo_model() -> Path:

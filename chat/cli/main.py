@@ -444,7 +444,7 @@ def _run_app(args: argparse.Namespace, resolved: ResolvedSettings, problems: lis
     # It stays off until the first frame is drawn (ChatApp turns it back on).
     gc.disable()
     # Imported late: `chat -p` and `--list-models` need no Textual.
-    from chat.session.background import threads_ended
+    from chat.runtime.background import threads_ended
     from chat.ui.app import ChatApp, Launch
 
     # Saving from the settings pane keeps a file that had problems as config.toml.bak.

@@ -24,13 +24,13 @@ from chat.engine.protocol import ChatMessages, Engine, Finished, ModelInfo
 from chat.engine.state_cache import StateCache
 from chat.errors import KvchatError
 from chat.models.files import same_path
+from chat.runtime.model_loader import ModelLoader
 from chat.session.context_window import (
     ContextBudget,
     WindowPlan,
     history_messages,
     prompt_messages,
 )
-from chat.session.model_loader import ModelLoader
 from chat.session.resume import Resumer, conversation_key
 from chat.settings.presets import Preset
 from chat.settings.schema import Settings

@@ -36,8 +36,8 @@ from chat.engine.protocol import ChatMessages, Engine, Finished, PromptProgress,
 from chat.engine.reasoning.markers import Reasoning
 from chat.engine.reasoning.splitter import ReplyPart, ThinkingSplitter
 from chat.errors import KvchatError, PromptTooLongError, ServerError
-from chat.session.background import start_thread
-from chat.session.frame_pacing import FASTEST_FRAME_S
+from chat.runtime.background import start_thread
+from chat.runtime.frame_pacing import FASTEST_FRAME_S
 from chat.settings.schema import SamplingSettings
 
 FRAME_S = FASTEST_FRAME_S
@@ -122,7 +122,7 @@ class ReplyStream:
         self._record_probs = record_probs
         self.frame_s = frame_s
         """Deliver tokens this long after the last delivery; may change while
-        the reply streams (chat.session.frame_pacing)."""
+        the reply streams (chat.runtime.frame_pacing)."""
         self._save_interval_s = save_interval_s
         self._cancel = threading.Event()
         self._thread: threading.Thread | None = None

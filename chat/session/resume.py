@@ -21,7 +21,7 @@ from chat.engine.kv_state import KvState, StateIdentity
 from chat.engine.protocol import Engine
 from chat.engine.state_cache import StateCache, note
 from chat.errors import EngineClosedError
-from chat.session.background import start_thread
+from chat.runtime.background import start_thread
 
 SAVE_WAIT_S = 0.5
 """How long saving waits for an engine call under way (a prefill's batch)."""

@@ -30,12 +30,12 @@ from chat.conversations.attachments import Attachment, prompt_text
 from chat.conversations.conversation import Message
 from chat.engine.protocol import Engine, Finished, PromptProgress
 from chat.errors import KvchatError
-from chat.session.background import start_thread
+from chat.runtime.background import start_thread
+from chat.runtime.frame_pacing import FramePacer
+from chat.runtime.model_loader import ModelLoader
 from chat.session.chat_session import ChatSession
 from chat.session.context_window import WindowPlan
 from chat.session.draft_attachments import DraftAttachments
-from chat.session.frame_pacing import FramePacer
-from chat.session.model_loader import ModelLoader
 from chat.session.reply_stream import ReplyChunk, ReplyEnded, ReplyEvent, ReplyFailed, ReplyStream
 
 PREFILL_PAUSE_S = 0.5

@@ -12,7 +12,7 @@
 - `user_files`: reading the user's TOML files (presets, themes) and reporting
   their mistakes.
 
-Who reads which section: `model` the model loader (chat.session.model_loader)
+Who reads which section: `model` the model loader (chat.runtime.model_loader)
 and the engine; `server` the CLI and the model loader, through
 chat.session.server_choice (a server, when set, replaces the local model);
 `sampling` the engine, per reply; `chat` the chat screen and the reply

@@ -1,6 +1,6 @@
 """ChatApp: wires the parts together and hosts the chat screen.
 
-What it wires: the model loader (chat.session.model_loader) and the turn
+What it wires: the model loader (chat.runtime.model_loader) and the turn
 (chat.session.turn, the owner of sending and replies, over the conversation's
 session) to the chat screen; the settings pane (chat.ui.settings_flow) to the
 settings, the config file, the loader and the turn; the conversation database
@@ -37,10 +37,7 @@ from chat import paths
 from chat.conversations.store import Store
 from chat.errors import KvchatError
 from chat.models.files import ModelCandidate, how_to_get_a_model
-from chat.safe_files import shown_path
-from chat.sanitize import sanitize, sanitize_line
-from chat.session.chat_session import ChatSession
-from chat.session.model_loader import (
+from chat.runtime.model_loader import (
     EngineFactory,
     ModelFailed,
     ModelLoader,
@@ -48,6 +45,9 @@ from chat.session.model_loader import (
     Reload,
     load_llama,
 )
+from chat.safe_files import shown_path
+from chat.sanitize import sanitize, sanitize_line
+from chat.session.chat_session import ChatSession
 from chat.session.turn import Turn
 from chat.settings.config_file import update_config
 from chat.settings.presets import load_presets
@@ -647,7 +647,7 @@ class ChatApp(App[None]):
     def on_unmount(self) -> None:
         # Every screen is closed: nothing starts work on the model any more.
         # Free it once no thread uses it; one still in use when the time is up
-        # is left to the end of the process (see chat.session.background).
+        # is left to the end of the process (see chat.runtime.background).
         quit_by = self._quit_by or time.monotonic() + QUIT_WAIT_S
         # The KV cache was copied out when the conversation was left; its file
         # is being written (a state not written in time is only a slower resume).

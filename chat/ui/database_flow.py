@@ -21,7 +21,7 @@ from chat.conversations.store import (
     StoreError,
     move_aside,
 )
-from chat.session.background import in_thread
+from chat.runtime.background import in_thread
 
 # How often a database that could not be opened is tried again.
 RETRY_S = 3.0

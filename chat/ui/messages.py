@@ -1,6 +1,6 @@
 """Textual messages of the app, declared in one place.
 
-Background threads (chat.session.background) post these with `post_message`,
+Background threads (chat.runtime.background) post these with `post_message`,
 which is thread-safe and never blocks: the engine never waits for the screen
 to draw. Each carries a Textual-free event from chat.session.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from textual.message import Message
 
-from chat.session.model_loader import LoadOutcome
+from chat.runtime.model_loader import LoadOutcome
 from chat.session.turn import TurnEvent
 
 

@@ -21,7 +21,7 @@ from textual.timer import Timer
 from textual.worker import Worker
 
 from chat.conversations.conversation import Conversation
-from chat.session.background import in_thread
+from chat.runtime.background import in_thread
 from chat.session.chat_session import ChatSession
 from chat.session.context_window import ContextBudget, WindowPlan
 from chat.session.turn import Turn

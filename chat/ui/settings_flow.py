@@ -25,8 +25,8 @@ from textual.app import App
 
 from chat.errors import ConfigError, ModelError
 from chat.models.table import model_choices
-from chat.session.background import in_thread
-from chat.session.model_loader import (
+from chat.runtime.background import in_thread
+from chat.runtime.model_loader import (
     ModelBusyError,
     ModelLoader,
     NoModelFoundError,

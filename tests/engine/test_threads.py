@@ -20,7 +20,7 @@ from chat.engine.threads import (
     choose_threads,
     usable_cores,
 )
-from chat.session.model_loader import load_llama
+from chat.runtime.model_loader import load_llama
 from chat.settings.schema import ModelSettings, SamplingSettings
 
 

@@ -13,8 +13,8 @@ from chat.conversations.store import Store
 from chat.engine.protocol import Engine, Finished
 from chat.errors import KvchatError
 from chat.models.files import ModelCandidate
+from chat.runtime.model_loader import ModelLoader, ModelReady
 from chat.session.chat_session import ChatSession
-from chat.session.model_loader import ModelLoader, ModelReady
 from chat.settings.schema import ModelSettings, Settings
 from tests.fakes import ScriptedEngine
 

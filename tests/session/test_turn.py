@@ -15,8 +15,8 @@ import pytest
 from chat.conversations.store import Store
 from chat.engine.protocol import Engine
 from chat.models.files import ModelCandidate
+from chat.runtime.model_loader import ModelLoader, ModelReady
 from chat.session.chat_session import ChatSession
-from chat.session.model_loader import ModelLoader, ModelReady
 from chat.session.turn import (
     MessageWaiting,
     Refused,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from chat.models.files import ModelCandidate
-from chat.session.model_loader import LoadState
+from chat.runtime.model_loader import LoadState
 from chat.settings.schema import ModelSettings, Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.screens.dialogs import ConfirmScreen

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from chat import paths
 from chat.models.files import ModelCandidate
-from chat.session.model_loader import LoadState
+from chat.runtime.model_loader import LoadState
 from chat.settings.schema import ModelSettings, Settings
 from chat.ui.app import ChatApp, Launch
 from tests.conftest import wait_for

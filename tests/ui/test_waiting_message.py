@@ -13,7 +13,7 @@ from textual.widgets import Static
 from chat.engine.protocol import Engine
 from chat.errors import ModelError
 from chat.models.files import ModelCandidate
-from chat.session.model_loader import Reload, load_llama
+from chat.runtime.model_loader import Reload, load_llama
 from chat.settings.schema import ModelSettings, Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.screens.chat import ChatScreen

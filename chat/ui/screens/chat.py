@@ -37,9 +37,9 @@ from textual.widgets import LoadingIndicator, Static
 from chat.conversations.conversation import Conversation, Message
 from chat.conversations.saver import ConversationSaver
 from chat.engine.protocol import Engine
+from chat.runtime.model_loader import ModelLoader
 from chat.session.chat_session import ChatSession
 from chat.session.draft_attachments import DraftAttachments
-from chat.session.model_loader import ModelLoader
 from chat.session.turn import (
     MessageWaiting,
     Refused,

@@ -22,8 +22,8 @@ from textual.widgets import DataTable, Footer, Input, Label, ProgressBar, Static
 
 from chat.models.download import DownloadProgress
 from chat.models.table import ModelRow, budgets_text, human_bytes
+from chat.runtime.background import in_thread
 from chat.sanitize import sanitize
-from chat.session.background import in_thread
 from chat.settings.schema import ModelSettings
 from chat.ui.screens.base import KvchatScreen
 from chat.ui.untrusted import shown

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from chat.session.background import start_thread, threads_ended
+from chat.runtime.background import start_thread, threads_ended
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ import pytest
 from chat.engine.protocol import Engine
 from chat.errors import ModelError
 from chat.models.files import ModelCandidate
-from chat.session.model_loader import (
+from chat.runtime.model_loader import (
     LoadOutcome,
     LoadState,
     ModelBusyError,
@@ -161,7 +161,7 @@ def test_a_missing_model_file_is_refused_before_anything_loads(tmp_path: Path) -
 
 
 def test_no_model_anywhere_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    import chat.session.model_loader as module
+    import chat.runtime.model_loader as module
 
     monkeypatch.setattr(module, "pick_model", lambda cli, config: None)
     loader, _ = loader_with(lambda path, settings: ScriptedEngine())
@@ -229,7 +229,7 @@ def test_a_model_still_in_use_is_not_waited_for_past_the_timeout(tmp_path: Path)
 
 @pytest.mark.model
 def test_the_real_model_loads_and_reloads_with_a_smaller_window(demo_model: Path) -> None:
-    from chat.session.model_loader import load_llama
+    from chat.runtime.model_loader import load_llama
 
     loader, outcomes = loader_with(load_llama)
     model = ModelCandidate(demo_model, demo_model.stat().st_size, "demo")

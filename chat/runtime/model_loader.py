@@ -6,7 +6,7 @@ ready (READY), a replacement loading while the old one stays in memory
 model that was loaded; a model that replaces another is in place before the
 old one is closed.
 
-Loading runs in a background thread (chat.session.background); its outcome is
+Loading runs in a background thread (chat.runtime.background); its outcome is
 handed to `report` from that thread, and the owner of the loader (the app)
 passes it back to `accept` on its own thread. No Textual here.
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from chat.engine.protocol import Engine
 from chat.errors import ChatTemplateError, KvchatError, ModelError
 from chat.models.files import ModelCandidate, how_to_get_a_model, pick_model, same_path
-from chat.session.background import start_thread
+from chat.runtime.background import start_thread
 from chat.settings.schema import FIELDS, ModelSettings
 from chat.settings.server import ServerConfig
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chat.session.frame_pacing import FASTEST_FRAME_S, SLOWEST_FRAME_S, FramePacer
+from chat.runtime.frame_pacing import FASTEST_FRAME_S, SLOWEST_FRAME_S, FramePacer
 
 
 class Clocks:
