@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import threading
 import time
 from collections.abc import Callable
@@ -63,17 +64,22 @@ async def in_thread(name: str, function: Callable[..., T], *args: Any) -> T:
         try:
             outcome = function(*args)
         except BaseException as error:  # handed to the awaiting task
-            _call_soon(loop, settle, None, error)
+            call_soon(loop, settle, None, error)
         else:
-            _call_soon(loop, settle, outcome, None)
+            call_soon(loop, settle, outcome, None)
 
     start_thread(name, run)
     return await result
 
 
-def _call_soon(
-    loop: asyncio.AbstractEventLoop, callback: Callable[..., object], *args: Any
+def call_soon(
+    loop: asyncio.AbstractEventLoop,
+    callback: Callable[..., object],
+    *args: Any,
+    context: contextvars.Context | None = None,
 ) -> None:
-    # The loop may be closed already: the app quit while the thread ran.
+    """From one of these threads, `callback(*args)` on `loop` (in `context`,
+    else a copy of this thread's); nothing when the loop is closed already
+    (the app quit while the thread ran)."""
     with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(callback, *args)
+        loop.call_soon_threadsafe(callback, *args, context=context)

@@ -148,6 +148,12 @@ class ReplyStream:
             return event.text, "", 0
         return self._parts_of(self._splitter.feed(event.text, tokens))
 
+    def _keep(self, answer: str, thought: str, thought_tokens: int) -> None:
+        """The whole reply so far (`text`, `thinking`), beside the chunk under way."""
+        self._parts.append(answer)
+        self._thinking.append(thought)
+        self._thinking_tokens += thought_tokens
+
     def _parts_of(self, parts: list[ReplyPart]) -> tuple[str, str, int]:
         answer = "".join(part.text for part in parts if part.kind == "answer")
         thinking = "".join(part.text for part in parts if part.kind == "thinking")
@@ -223,12 +229,9 @@ class ReplyStream:
                     answer, thought, thought_tokens = self._split(event)
                     if answer and first_answer_at is None:
                         first_answer_at = now
-                    text += answer
-                    self._parts.append(answer)
-                    thinking += thought
-                    self._thinking.append(thought)
+                    text, thinking = text + answer, thinking + thought
                     thinking_tokens += thought_tokens
-                    self._thinking_tokens += thought_tokens
+                    self._keep(answer, thought, thought_tokens)
                     tokens += 1 if event.token_id >= 0 else 0  # -1: held-back text at the end
                     if (text or thinking or tokens) and now - delivered_at >= self.frame_s:
                         save_due = now - saved_at >= self._save_interval_s
@@ -243,10 +246,8 @@ class ReplyStream:
                     if self._splitter is not None:
                         answer, thought, thought_tokens = self._parts_of(self._splitter.flush())
                         text, thinking = text + answer, thinking + thought
-                        self._parts.append(answer)
-                        self._thinking.append(thought)
                         thinking_tokens += thought_tokens
-                        self._thinking_tokens += thought_tokens
+                        self._keep(answer, thought, thought_tokens)
                     if text or tokens or thinking:
                         self._deliver(ReplyChunk(text, tokens, False, thinking, thinking_tokens))
                     ended = self._ended(event, first_token_at, first_answer_at)

@@ -30,7 +30,7 @@ from chat.conversations.attachments import Attachment, prompt_text
 from chat.conversations.conversation import Message
 from chat.engine.protocol import Engine, Finished, PromptProgress
 from chat.errors import KvchatError
-from chat.runtime.background import start_thread
+from chat.runtime.background import call_soon, start_thread
 from chat.runtime.frame_pacing import FramePacer
 from chat.runtime.model_loader import ModelLoader
 from chat.session.chat_session import ChatSession
@@ -335,18 +335,16 @@ class Turn:
         text = self._waiting
         if text is None:
             return False
-        refused: Refused | None = Refused(BUSY, severity="warning")
-        attached: list[Attachment] = []
-        plan: WindowPlan | Refused | None = None
-        if not self.generating:
-            found = self.attachments_for(text)
-            refused = found if isinstance(found, Refused) else None
-            if not isinstance(found, Refused):
-                attached = found
-                plan = self.plan_to_send(prompt_text(text, attached))
-                refused = plan if isinstance(plan, Refused) else None
-        if refused is not None or not isinstance(plan, WindowPlan):
-            self.take_back_waiting(refused)
+        if self.generating:
+            self.take_back_waiting(Refused(BUSY, severity="warning"))
+            return False
+        attached = self.attachments_for(text)
+        if isinstance(attached, Refused):
+            self.take_back_waiting(attached)
+            return False
+        plan = self.plan_to_send(prompt_text(text, attached))
+        if isinstance(plan, Refused):
+            self.take_back_waiting(plan)
             return False
         self._waiting = None
         self.listener(WaitingOver(text, taken_back=False))
@@ -435,7 +433,7 @@ class Turn:
             prompt,
             # A copy: the settings pane may change them while the reply streams.
             replace(settings.sampling),
-            partial(_hand_over, loop, context, partial(self._on_stream_event, reply)),
+            partial(call_soon, loop, partial(self._on_stream_event, reply), context=context),
             record_probs=settings.chat.record_token_probs,
             before=partial(self.session.resume_before_reply, engine, prompt),
             continue_text=reply.content if self._continuing else None,
@@ -574,18 +572,6 @@ class Turn:
             chat.prefill,
             self.session.settings.sampling.repeatable,
         )
-
-
-def _hand_over(
-    loop: asyncio.AbstractEventLoop,
-    context: contextvars.Context,
-    handle: Callable[[ReplyEvent], None],
-    event: ReplyEvent,
-) -> None:
-    """From the reply's thread to the loop; the loop may be closed already (the
-    app quit while the reply ran)."""
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(handle, event, context=context)
 
 
 def _prefill_quietly(

@@ -562,7 +562,7 @@ class ChatScreen(Screen[None]):
         event.stop()
         if not self._busy():
             self.stop_editing()
-            await self.conversations.switch_branch(event.message, event.step, chosen=True)
+            await self.conversations.switch_branch(event.message, event.step)
 
     async def show_branch(self, target: Message) -> None:
         """The conversation shows another branch: views, window and meter follow."""

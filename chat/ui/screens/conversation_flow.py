@@ -181,15 +181,13 @@ class ConversationFlow:
 
     # Branches: every edit and regeneration keeps what it replaces.
 
-    async def switch_branch(
-        self, message: Message | None, step: int, *, chosen: bool = False
-    ) -> None:
+    async def switch_branch(self, message: Message | None, step: int) -> None:
         """Show the previous (`step` -1) or next alternative of `message`
-        (`chosen`: the one clicked), else of the newest shown that has some."""
+        (selected or clicked), else of the newest shown that has some."""
         session = self._session
-        if message is None and not chosen:
-            alternatives = (m for m in reversed(self._conversation.messages))
-            message = next((m for m in alternatives if len(session.alternatives(m)) > 1), None)
+        if message is None:
+            newest_first = reversed(self._conversation.messages)
+            message = next((m for m in newest_first if len(session.alternatives(m)) > 1), None)
         if message is None or len(session.alternatives(message)) < 2:
             self._app.notify(
                 "No alternatives here yet: edit a message (F3) or regenerate a reply "

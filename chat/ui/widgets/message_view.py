@@ -330,16 +330,18 @@ class AssistantMessageView(MessageView):
         super().__init__(message)
         self._stream: MarkdownStream | None = None
         self.set_class(_ended_early(message), "ended-early")
-
-    def compose(self) -> ComposeResult:
-        yield from super().compose()
-        stats = self.message.stats
-        yield ThinkingBlock(
-            self.message.thinking,
+        stats = message.stats
+        self.thinking = ThinkingBlock(
+            message.thinking,
             stats.thinking_tokens if stats is not None else 0,
             _thinking_seconds(stats),
             folded=not self.show_thinking,
         )
+        """Above the answer (held here: a streamed chunk need not look it up)."""
+
+    def compose(self) -> ComposeResult:
+        yield from super().compose()
+        yield self.thinking
         yield _reply_markdown_class()(
             sanitize(self.message.content),
             classes="message-body",
@@ -350,10 +352,6 @@ class AssistantMessageView(MessageView):
     @property
     def body(self) -> Markdown:
         return cast("Markdown", self.query_one(".message-body"))
-
-    @property
-    def thinking(self) -> ThinkingBlock:
-        return self.query_one(ThinkingBlock)
 
     def start_stream(self) -> None:
         self.add_class("streaming")
