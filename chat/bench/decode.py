@@ -51,7 +51,7 @@ def engine_decode_rate(engine: LlamaEngine, tokens: int, record_probs: bool = Fa
 async def app_decode_rate(engine: LlamaEngine, tokens: int) -> float:
     """The full app, headless, rendering every token into the conversation view.
     The rate is measured where the user sees it: tokens rendered on screen (the
-    chat screen's `reply_shown` signal)."""
+    turn drawer's `reply_shown` signal, chat.ui.turn_drawer)."""
     settings = Settings()
     settings.sampling = replace(SAMPLING, max_tokens=tokens)
     settings.chat.record_token_probs = False
@@ -65,7 +65,7 @@ async def app_decode_rate(engine: LlamaEngine, tokens: int) -> float:
         screen = app.chat_screen
         await until(lambda: screen.engine is not None)
         # Immediate: timed as the screen publishes, not when the app gets to it.
-        screen.reply_shown.subscribe(app, on_shown, immediate=True)
+        screen.drawer.reply_shown.subscribe(app, on_shown, immediate=True)
         app.query_one(PromptBox).insert(STORY)
         await pilot.press("enter")
         await until(lambda: len(screen.conversation.messages) == 2 and not screen.generating, 600)

@@ -29,7 +29,7 @@ from chat.cli.terminal_output import write_control
 from chat.conversations.conversation import ReplyStats
 from chat.engine.protocol import Engine, Finished, PromptProgress, TokenEvent
 from chat.engine.reasoning.markers import Reasoning
-from chat.engine.reasoning.splitter import ReplyPart, ThinkingSplitter
+from chat.engine.reasoning.splitter import ReplyPart, ThinkingSplitter, token_parts
 from chat.errors import ChatTemplateError, KvchatError, ServerError
 from chat.models.files import ModelCandidate
 from chat.session.prompt_progress import SHOW_AFTER_S, progress_text
@@ -76,16 +76,7 @@ class _ReplyPrinter:
         self.thinking = ""
 
     def token(self, event: TokenEvent) -> None:
-        # A piece without a token id (-1) is text the engine held back and
-        # released at the end: it spells no token of its own.
-        tokens = 0 if event.token_id < 0 else 1
-        if event.thinking:  # a model server's thinking, in a field of its own
-            self.part(ReplyPart("thinking", event.text, tokens))
-            return
-        if self._splitter is None:
-            self.part(ReplyPart("answer", event.text, tokens))
-            return
-        for part in self._splitter.feed(event.text, tokens):
+        for part in token_parts(event, self._splitter):
             self.part(part)
 
     def part(self, part: ReplyPart) -> None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from chat.conversations.saver import SAVE_INTERVAL_S
 from chat.engine.protocol import ChatMessages, Engine, Finished, PromptProgress, TokenEvent
 from chat.engine.reasoning.markers import Reasoning
-from chat.engine.reasoning.splitter import ReplyPart, ThinkingSplitter
+from chat.engine.reasoning.splitter import ReplyPart, ThinkingSplitter, token_parts
 from chat.errors import KvchatError, PromptTooLongError, ServerError
 from chat.runtime.background import start_thread
 from chat.runtime.frame_pacing import FASTEST_FRAME_S
@@ -141,12 +141,7 @@ class ReplyStream:
 
     def _split(self, event: TokenEvent) -> tuple[str, str, int]:
         """`event`'s text as (answer, thinking, thinking tokens)."""
-        tokens = 1 if event.token_id >= 0 else 0  # -1: held-back text at the end
-        if event.thinking:
-            return "", event.text, tokens
-        if self._splitter is None:
-            return event.text, "", 0
-        return self._parts_of(self._splitter.feed(event.text, tokens))
+        return self._parts_of(token_parts(event, self._splitter))
 
     def _keep(self, answer: str, thought: str, thought_tokens: int) -> None:
         """The whole reply so far (`text`, `thinking`), beside the chunk under way."""

@@ -382,11 +382,11 @@ class ChatApp(App[None]):
         if model is None:
             error = self.launch.model_error
             if error:
-                await self.chat_screen.show_problem(f"{error}\n\n{how_to_get_a_model()}")
+                await self.chat_screen.model_status.problem(f"{error}\n\n{how_to_get_a_model()}")
             else:
-                await self.chat_screen.show_problem(how_to_get_a_model(), no_model=True)
+                await self.chat_screen.model_status.problem(how_to_get_a_model(), no_model=True)
             return
-        await self.chat_screen.show_loading(model.name, server=model.server is not None)
+        await self.chat_screen.model_status.loading(model.name, server=model.server is not None)
         self.models.load(model, self.settings.model)
 
     async def _use_store(self, store: Store) -> None:
@@ -401,7 +401,7 @@ class ChatApp(App[None]):
         if not self.models.accept(outcome):
             return  # the user quit while it loaded
         if isinstance(outcome, ModelReady):
-            await self.chat_screen.show_model(outcome.engine)
+            await self.chat_screen.model_status.ready(outcome.engine)
             self._tell_log_problem()
             if outcome.reload:
                 self.settings.model = outcome.settings
@@ -413,9 +413,9 @@ class ChatApp(App[None]):
             return
         engine = self.models.engine
         if not outcome.reload or engine is None:
-            await self.chat_screen.show_problem(outcome.error)
+            await self.chat_screen.model_status.problem(outcome.error)
         else:
-            await self.chat_screen.show_model(engine)
+            await self.chat_screen.model_status.ready(engine)
         if outcome.template_failed:
             self._offer_plain_template(outcome)
         if not outcome.reload:
@@ -461,10 +461,10 @@ class ChatApp(App[None]):
             settings.plain_template = True
             model = failed.model
             if self.models.engine is None:
-                await self.chat_screen.show_loading(model.name)
+                await self.chat_screen.model_status.loading(model.name)
                 self.models.load(model, settings)
             else:
-                await self.chat_screen.show_reloading(model.name)
+                self.chat_screen.model_status.reloading(model.name)
                 self.models.reload(Reload(model, settings), save=failed.save)
 
         self.push_screen(question, answered)

@@ -266,7 +266,7 @@ class SettingsFlow:
 
     async def _reload(self, reload: Reload, save: bool) -> None:
         screen = self._screen
-        await screen.show_reloading(
+        screen.model_status.reloading(
             reload.model.name, server=reload.model.server is not None
         )  # no new replies from here on
         if self._turn.generating:

@@ -14,6 +14,7 @@ import llama_cpp
 import pytest
 
 from chat.engine.chat_template import ChatTemplate
+from chat.engine.protocol import TokenEvent
 from chat.engine.reasoning.markers import (
     KNOWN_MARKERS,
     THINK,
@@ -26,7 +27,7 @@ from chat.engine.reasoning.markers import (
     special_token_test,
 )
 from chat.engine.reasoning.server_fields import openai_chunk_parts
-from chat.engine.reasoning.splitter import ReplyPart, ThinkingSplitter
+from chat.engine.reasoning.splitter import ReplyPart, ThinkingSplitter, token_parts
 from chat.engine.reply_text import ReplyText
 from tests.engine.reasoning_models import (
     DEEPSEEK_R1_TEMPLATE,
@@ -131,6 +132,21 @@ def test_tokens_go_to_the_part_they_spell() -> None:
         splitter.feed(piece, 1)
     splitter.flush()
     assert (splitter.thinking_tokens, splitter.answer_tokens) == (5, 5)
+
+
+def test_each_token_goes_to_the_server_field_else_the_markers_else_the_answer() -> None:
+    # The one decision the chat's reply stream and one-shot mode share.
+    server_thought = TokenEvent("hm", 7, thinking=True)
+    assert token_parts(server_thought, ThinkingSplitter(THINK)) == [ReplyPart("thinking", "hm", 1)]
+    assert token_parts(TokenEvent("<think>", 3), None) == [ReplyPart("answer", "<think>", 1)]
+    splitter = ThinkingSplitter(THINK)
+    assert token_parts(TokenEvent("<think>", 3), splitter) == [ReplyPart("thinking", "", 1)]
+    assert token_parts(TokenEvent("a</think>b", 4), splitter) == [
+        ReplyPart("thinking", "a", 1),
+        ReplyPart("answer", "b", 0),
+    ]
+    # Text the engine held back and released at the end spells no token.
+    assert token_parts(TokenEvent("!", -1), None) == [ReplyPart("answer", "!", 0)]
 
 
 def test_reply_that_starts_inside_a_block_the_prompt_opened() -> None:

@@ -115,7 +115,9 @@ async def test_a_failed_load_gives_the_message_back_and_says_why() -> None:
         await send(pilot, "are you there?")
         load.gate.set()
         await wait_for(lambda: notified(app, "your message was not sent: it is back"), pilot)
-        assert box(app).text == "are you there?" and waiting(app) == []
+        # The message comes back as the turn's event is drawn, just after the notice.
+        await wait_for(lambda: box(app).text == "are you there?", pilot)
+        assert waiting(app) == []
         notice = screen.query_one("#notice", Static)
         assert notice.display and "the file is cut short" in str(notice.render())
         assert screen.conversation.messages == []
@@ -183,7 +185,7 @@ async def test_enter_during_a_reload_waits_for_the_new_model() -> None:
         screen = app.chat_screen
         await wait_for(lambda: screen.engine is old, pilot)
         app.models.reload(Reload(MODEL, ModelSettings(n_ctx=2048)))
-        await screen.show_reloading(MODEL.name)
+        screen.model_status.reloading(MODEL.name)
         await send(pilot, "during the reload")
         assert len(waiting(app)) == 1
         gate.set()

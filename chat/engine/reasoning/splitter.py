@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from chat.engine.reasoning.markers import ThinkingMarkers
 
@@ -25,6 +25,35 @@ class ReplyPart:
     kind: PartKind
     text: str
     tokens: int = 0
+
+
+class StreamedToken(Protocol):
+    """What a token streamed by an engine says (chat.engine.protocol's
+    `TokenEvent`, which this package sits below)."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def token_id(self) -> int: ...
+
+    @property
+    def thinking(self) -> bool: ...
+
+
+def token_parts(event: StreamedToken, splitter: ThinkingSplitter | None) -> list[ReplyPart]:
+    """One streamed token as parts of the reply: thinking when a model server
+    sent it in its thinking field, else what `splitter` (the model's markers)
+    makes of it, else answer. The chat's reply stream and one-shot mode both
+    decide through here, so that they split a reply alike."""
+    # A piece without a token id (-1) is text the engine held back and
+    # released at the end: it spells no token of its own.
+    tokens = 0 if event.token_id < 0 else 1
+    if event.thinking:
+        return [ReplyPart("thinking", event.text, tokens)]
+    if splitter is None:
+        return [ReplyPart("answer", event.text, tokens)]
+    return splitter.feed(event.text, tokens)
 
 
 class ThinkingSplitter:

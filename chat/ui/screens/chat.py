@@ -1,19 +1,20 @@
 """The chat screen: the conversation, the prompt box and the status bar.
 
-It draws; it does not decide. What the user does goes to the `Turn`
-(chat.session.turn: sending, the reply's life, stopping, prefill; no
-Textual), which reports what happens as events; the screen turns them into
-views, status and notices. The conversation and its settings are the
-session's (chat.session.chat_session). Opening, forking, exporting and
-saving problems are the conversation flow's (chat.ui.screens.conversation_flow);
-what the meter shows is planned by chat.ui.meter_planner; the message being
-written (its box, files and the edit under way) is the draft's
-(chat.ui.widgets.draft).
+It composes, binds keys and draws; it does not decide. What the user does
+goes to the `Turn` (chat.session.turn: sending, the reply's life, stopping,
+prefill; no Textual), which reports what happens as events; the turn drawer
+(chat.ui.turn_drawer) turns them into views, status and notices. The
+conversation and its settings are the session's (chat.session.chat_session).
+Opening, forking, exporting and saving problems are the conversation flow's
+(chat.ui.screens.conversation_flow); what the meter shows is planned by
+chat.ui.meter_planner; the model's state is shown by chat.ui.model_status;
+the message being written (its box, files and the edit under way) is the
+draft's (chat.ui.widgets.draft).
 
 The flow of one turn: the draft posts `Submitted`; the turn adds and saves
 the user's message and starts the reply in a background thread; its events
 come back as `TurnUpdate`s (the reply started, its text, its end), and the
-screen streams the text into the reply's Markdown view.
+drawer streams the text into the reply's Markdown view.
 
 The screen is given what it works with by the app: the turn, the model
 loader (the one owner of the engine) and the conversation flow. It asks the
@@ -22,17 +23,14 @@ app for anything else by posting a message.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from textual import on
 from textual.app import ComposeResult
-from textual.content import Content
 from textual.screen import Screen
-from textual.signal import Signal
-from textual.widgets import LoadingIndicator, Static
+from textual.widgets import Static
 
 from chat.conversations.conversation import Conversation, Message
 from chat.conversations.saver import ConversationSaver
@@ -40,29 +38,18 @@ from chat.engine.protocol import Engine
 from chat.runtime.model_loader import ModelLoader
 from chat.session.chat_session import ChatSession
 from chat.session.draft_attachments import DraftAttachments
-from chat.session.turn import (
-    MessageWaiting,
-    Refused,
-    Turn,
-    TurnCancelled,
-    TurnEnded,
-    TurnEvent,
-    TurnFailed,
-    TurnProgress,
-    TurnStarted,
-    TurnText,
-    WaitingOver,
-)
+from chat.session.turn import Turn
 from chat.settings.presets import Preset, find_preset
 from chat.settings.schema import Settings
 from chat.ui.commands import ChatScreenCommands, PresetCommands
 from chat.ui.messages import SwitchModelRequested, TurnUpdate
 from chat.ui.meter_planner import MeterPlanner
+from chat.ui.model_status import ModelStatus
 from chat.ui.screens.chat_keys import CHAT_KEYS
 from chat.ui.screens.conversation_flow import ConversationFlow
 from chat.ui.screens.help import HelpScreen
-from chat.ui.untrusted import shown
-from chat.ui.widgets.context_meter import ContextMeter, MeterState
+from chat.ui.turn_drawer import TurnDrawer, tell
+from chat.ui.widgets.context_meter import ContextMeter
 from chat.ui.widgets.conversation_view import ConversationView
 from chat.ui.widgets.draft import Draft
 from chat.ui.widgets.keys_footer import KeysFooter
@@ -71,7 +58,6 @@ from chat.ui.widgets.message_view import (
     BranchSwitch,
     CopyButton,
     MessageView,
-    WaitingMessage,
     markdown_parser,
 )
 from chat.ui.widgets.prompt_box import PromptBox
@@ -100,26 +86,15 @@ class ChatScreen(Screen[None]):
     ) -> None:
         super().__init__()
         self.turn = turn
-        turn.listener = self._turn_moved
         self.conversations = conversations
         self.presets = list(presets)
         """What "Use preset" (F9, the palette) offers (chat.settings.presets)."""
+        self.drawer = TurnDrawer(self, turn)
+        turn.listener = self.drawer.listener
         self.meter = MeterPlanner(self, turn, lambda: self.generating)
         turn.counting = self.meter.counting
+        self.model_status = ModelStatus(self, turn, self.meter, conversations.model_ready)
         self._models = models
-        self._reply_view: AssistantMessageView | None = None
-        """The reply being drawn."""
-        self._undrawn = 0
-        """Replies the turn started whose end is not drawn yet (the screen draws
-        a little after the turn: its events queue up as messages)."""
-        self._reply_drawn = asyncio.Event()
-        self._reply_drawn.set()
-        self.reply_shown: Signal[int] = Signal(self, "reply_shown")
-        """Published each time reply tokens are on screen, with how many (the
-        benchmark measures decode speed where the user sees it)."""
-        self.check_model_when_loaded = False
-        """A conversation was opened before any model was ready: once one is,
-        say whether it was made with another."""
         self._find_bar: FindBar | None = None
         """Mounted the first time Ctrl+F opens it."""
 
@@ -158,11 +133,11 @@ class ChatScreen(Screen[None]):
     @property
     def generating(self) -> bool:
         """A reply is being generated, or its end not drawn yet."""
-        return self.turn.generating or self._undrawn > 0
+        return self.turn.generating or self.drawer.drawing
 
     async def reply_drawn(self) -> None:
         """Return once no reply is being drawn (the turn's end shown)."""
-        await self._reply_drawn.wait()
+        await self.drawer.reply_drawn()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The footer shows the keys that do something now (so that they fit on
@@ -208,69 +183,6 @@ class ChatScreen(Screen[None]):
                 Message("system", self.conversation.system_prompt)
             )
 
-    def _tell(self, refused: Refused) -> None:
-        self.notify(
-            refused.text,
-            title=refused.title,
-            severity="warning" if refused.severity == "warning" else "error",
-            timeout=refused.timeout,
-        )
-
-    # The model, as the app reports it.
-
-    async def show_loading(self, name: str, *, server: bool = False) -> None:
-        """`name` loads (`server`: kvchat connects to the model server `name`)."""
-        doing = f"Connecting to {name}" if server else f"Loading model {name}"
-        self.query_one(StatusBar).show_loading(doing)
-        notice = self.query_one("#notice", Static)
-        notice.update(shown(f"{doing}…  You can type meanwhile: Enter sends once it is ready."))
-        notice.set_classes("loading")
-        notice.display = True
-        await self.mount(LoadingIndicator(id="loading"), before=notice)
-
-    async def show_model(self, engine: Engine) -> None:
-        """`engine` (the loader's) is ready: replies can be sent."""
-        await self._remove_loading()
-        self.query_one("#notice").display = False
-        self.query_one(StatusBar).show_model(engine.info)
-        # A server that cannot count before sending (Ollama, generic ones): ≈.
-        self.query_one(ContextMeter).estimated = not engine.info.count_exact
-        self.meter.recount()
-        self.turn.schedule_prefill()  # for what was typed while the model loaded
-        # After the caller (the app, taking the model in) is done with it.
-        self.call_later(self.turn.send_waiting)
-        if self.check_model_when_loaded:
-            self.check_model_when_loaded = False
-            self.conversations.offer_model_switch()
-
-    async def show_reloading(self, name: str, *, server: bool = False) -> None:
-        """Another model is loading to replace this one: no replies until `show_model`
-        (or `show_problem`); the conversation stays as it is."""
-        self.query_one(StatusBar).show_reloading(
-            f"Connecting to {name}" if server else f"Reloading model {name}"
-        )
-
-    async def show_problem(self, text: str, *, no_model: bool = False) -> None:
-        """An error panel (a model that failed to load, or no model at all)."""
-        await self._remove_loading()
-        notice = self.query_one("#notice", Static)
-        notice.update(Content(text))
-        notice.set_classes("no-model" if no_model else "error")
-        notice.display = True
-        self.query_one(StatusBar).show_no_model(
-            "no model loaded" if no_model else "model failed to load"
-        )
-        if self.turn.take_back_waiting() is not None:
-            self.notify(
-                "The model did not load, so your message was not sent: it is back in the box.",
-                severity="warning",
-                timeout=10,
-            )
-
-    async def _remove_loading(self) -> None:
-        for indicator in self.query("#loading"):
-            await indicator.remove()
-
     # What the user writes (chat.ui.widgets.draft).
 
     @on(Draft.Submitted)
@@ -281,7 +193,7 @@ class ChatScreen(Screen[None]):
         else:
             refused = self.turn.send(event.text)
         if refused is not None:
-            self._tell(refused)
+            tell(self, refused)
         elif event.editing is not None and self.turn.waiting is None:
             draft.edit_sent()
         else:
@@ -333,160 +245,8 @@ class ChatScreen(Screen[None]):
         if not box.text.strip():
             box.text = text
 
-    # What the turn reports.
-
-    def _turn_moved(self, event: TurnEvent) -> None:
-        """The turn's listener: each event is drawn in turn, as a message."""
-        if isinstance(event, TurnStarted):
-            self._undrawn += 1
-            self._reply_drawn.clear()
-        self.post_message(TurnUpdate(event))
-
     async def on_turn_update(self, message: TurnUpdate) -> None:
-        event: TurnEvent = message.event
-        if isinstance(event, TurnText):
-            await self._show_text(event)
-        elif isinstance(event, TurnProgress):
-            if self._is_drawing(event.reply):
-                self.query_one(StatusBar).show_prompt_progress(event.progress)
-        elif isinstance(event, TurnStarted):
-            await self._show_started(event)
-        elif isinstance(event, TurnEnded):
-            await self._show_ended(event)
-        elif isinstance(event, TurnCancelled):
-            await self._show_cancelled(event)
-        elif isinstance(event, TurnFailed):
-            await self._show_failed(event)
-        elif isinstance(event, MessageWaiting):
-            await self._show_waiting(event.text)
-        elif isinstance(event, WaitingOver):
-            await self._waiting_over(event)
-
-    def _is_drawing(self, reply: Message) -> bool:
-        return self._reply_view is not None and self._reply_view.message is reply
-
-    async def _show_started(self, started: TurnStarted) -> None:
-        view = self.query_one(ConversationView)
-        if started.kind != "regenerate":
-            self._select(None)  # a new turn: the keys apply to the newest messages again
-        if started.kind == "continue":
-            views = view.message_views()
-            reply_view = views[-1] if views else None
-            if not isinstance(reply_view, AssistantMessageView):
-                return
-            reply_view.start_stream()
-            view.anchor()
-        else:
-            self._mark_branches(await view.follow_branch(started.shown))
-            views = view.message_views()
-            reply_view = None
-        self._mark_views(views)
-        self.query_one(ContextMeter).show(MeterState.from_plan(started.plan))
-        if reply_view is None:
-            reply_view = await view.start_reply(started.reply)
-        self._reply_view = reply_view
-        self.query_one(StatusBar).show_generating()
-        self.refresh_bindings()
-
-    async def _show_text(self, text: TurnText) -> None:
-        if not self._is_drawing(text.reply):
-            return
-        assert self._reply_view is not None
-        if text.tokens:
-            self.query_one(ContextMeter).add_reply_tokens(text.tokens, text.thinking_tokens)
-        if text.text or text.thinking or text.thinking_tokens:
-            await self._reply_view.append(text.text, text.thinking, text.thinking_tokens)
-        if text.tokens:
-            self.reply_shown.publish(text.tokens)
-        self.turn.frame_shown()
-
-    def _drawn(self) -> None:
-        """The reply's end is drawn (or it had no view): the screen takes the next one."""
-        self._reply_view = None
-        self._undrawn = max(0, self._undrawn - 1)
-        if not self._undrawn:
-            self._reply_drawn.set()
-        self.refresh_bindings()
-
-    async def _show_ended(self, ended: TurnEnded) -> None:
-        view = self._reply_view
-        if view is None or view.message is not ended.reply:
-            self._drawn()
-            return
-        reply, finished = ended.reply, ended.finished
-        await view.finish(reply.content, reply.stats, reply.thinking)
-        self._drawn()
-        self._mark_branches([view])
-        self.query_one(StatusBar).show_reply(finished.stats)
-        if finished.error is not None:
-            # The connection to a model server dropped mid-reply: what came is kept.
-            self.notify(
-                f"{finished.error} The reply so far is kept.",
-                title="Reply cut off",
-                severity="error",
-                timeout=15,
-            )
-        if finished.stats.finish_reason == "context_full":
-            self.notify(
-                "The context window is full: the reply was cut off. "
-                "Start a new conversation (Ctrl+N).",
-                severity="warning",
-            )
-
-    async def _show_cancelled(self, cancelled: TurnCancelled) -> None:
-        """Esc while the prompt was evaluated: no reply is kept."""
-        view = self._reply_view
-        if view is not None and view.message is cancelled.reply:
-            await view.finish("", None)
-            await view.remove()
-        self._drawn()
-        self.query_one(StatusBar).show_stopped_reading()
-        self.notify(
-            "Stopped while reading the prompt. Your message is kept; Ctrl+L answers it, "
-            "reading only what was not read yet.",
-            timeout=8,
-        )
-
-    async def _show_failed(self, failed: TurnFailed) -> None:
-        view = self._reply_view if self._is_drawing(failed.reply) else None
-        status = self.query_one(StatusBar)
-        if failed.continued:
-            if view is not None:  # the reply stays as it was
-                await view.finish(failed.reply.content, failed.reply.stats)
-            self._drawn()
-            self.notify(failed.error, severity="error", timeout=10)
-            status.show_no_reply()
-            return
-        if view is not None:
-            await view.finish("", None)
-            await view.remove()
-        last = failed.taken_back
-        if last is not None:
-            views = self.query_one(ConversationView).message_views()
-            if views and views[-1].message is last:
-                await views[-1].remove()
-            self.query_one(Draft).put_back_sent(last)
-        self._drawn()
-        self.notify(failed.error, severity="error", timeout=10)
-        status.show_no_reply()
-        if self.engine is not None:
-            status.show_model(self.engine.info)
-
-    async def _show_waiting(self, text: str) -> None:
-        """A message sent while the model loads, shown until the model is ready."""
-        view = self.query_one(ConversationView)
-        await view.mount(WaitingMessage(text))
-        view.anchor()
-        self.refresh_bindings()
-
-    async def _waiting_over(self, over: WaitingOver) -> None:
-        for waiting in self.query(WaitingMessage):
-            await waiting.remove()
-        self.refresh_bindings()
-        if over.taken_back:
-            self.query_one(Draft).put_back(over.text)
-        if over.refused is not None:
-            self._tell(over.refused)
+        await self.drawer.draw(message.event)
 
     # Stopping, regenerating, continuing.
 
@@ -511,7 +271,7 @@ class ChatScreen(Screen[None]):
             return
         refused = self.turn.regenerate(self._selected_message())
         if refused is not None:
-            self._tell(refused)
+            tell(self, refused)
 
     def action_continue_reply(self) -> None:
         """Ctrl+L: the last reply goes on where it was cut short (see `Turn.continue_reply`)."""
@@ -519,7 +279,7 @@ class ChatScreen(Screen[None]):
             return
         refused = self.turn.continue_reply()
         if refused is not None:
-            self._tell(refused)
+            tell(self, refused)
 
     # Branches: alternatives of a message, selection, editing, forking.
 
@@ -550,19 +310,18 @@ class ChatScreen(Screen[None]):
         """alt+↑/↓: select the message above or below."""
         self.query_one(ConversationView).select_step(step)
 
-    async def action_switch_branch(self, step: int) -> None:
-        """alt+←/→: the previous or next alternative of the selected message,
-        else of the newest shown that has alternatives."""
+    async def action_switch_branch(self, step: int, message: Message | None = None) -> None:
+        """alt+←/→: the previous or next alternative of `message` (else of the
+        selected one, else of the newest shown that has alternatives)."""
         if not self._busy():
             self.stop_editing()
-            await self.conversations.switch_branch(self._selected_message(), step)
+            target = message if message is not None else self._selected_message()
+            await self.conversations.switch_branch(target, step)
 
     @on(BranchSwitch.Clicked)
     async def _on_branch_clicked(self, event: BranchSwitch.Clicked) -> None:
         event.stop()
-        if not self._busy():
-            self.stop_editing()
-            await self.conversations.switch_branch(event.message, event.step)
+        await self.action_switch_branch(event.step, event.message)
 
     async def show_branch(self, target: Message) -> None:
         """The conversation shows another branch: views, window and meter follow."""
@@ -600,45 +359,53 @@ class ChatScreen(Screen[None]):
         if not self._busy():
             await self.conversations.fork(self._selected_message())
 
-    # The conversation as a whole: shown anew, new, opened, exported.
+    # The conversation as a whole: shown anew (after the conversation flow
+    # changed it, one method per case), new, opened, exported.
 
-    async def show_conversation(
-        self,
-        *,
-        new: bool = False,
-        forked: bool = False,
-        preset: bool = False,
-        system_changed: str | None = None,
-    ) -> None:
-        """Draw the session's conversation anew (after the conversation flow
-        changed it): `new` an empty one, `forked` a fork of the one shown,
-        `preset` the same with a preset (`system_changed`: the system prompt
-        before it, to redraw only if it changed)."""
-        view = self.query_one(ConversationView)
+    async def _show_all(self) -> None:
+        """The session's conversation drawn anew, its system prompt first."""
         system = self.conversation.system_prompt
-        if not forked:
-            self.query_one(StatusBar).show_preset(self.conversation.preset)
-        if new:
-            await view.clear()
-            await self._show_system_prompt()
-            self.refresh_bindings()
-            self.query_one(PromptBox).focus()
-            self.meter.refresh()
-            self._find_changed()
-            return
-        if not preset or system != system_changed:
-            await view.show_messages(
-                Message("system", system) if system else None, self.conversation.messages
-            )
-            if not forked:
-                self._mark_branches(view.message_views())
-        if not (forked or preset):
-            self.refresh_bindings()
-            self.query_one(PromptBox).focus()
+        await self.query_one(ConversationView).show_messages(
+            Message("system", system) if system else None, self.conversation.messages
+        )
+
+    def _read_ahead(self) -> None:
         self.meter.recount()
         self.turn.schedule_prefill()  # its first reply then evaluates only the new message
-        if forked:
-            self.refresh_bindings()
+
+    async def show_new_conversation(self) -> None:
+        """An empty conversation (its system prompt alone)."""
+        self.query_one(StatusBar).show_preset(self.conversation.preset)
+        await self.query_one(ConversationView).clear()
+        await self._show_system_prompt()
+        self.refresh_bindings()
+        self.query_one(PromptBox).focus()
+        self.meter.refresh()
+        self._find_changed()
+
+    async def show_opened_conversation(self) -> None:
+        """A conversation opened from the store (or the browser)."""
+        self.query_one(StatusBar).show_preset(self.conversation.preset)
+        await self._show_all()
+        self._mark_branches(self.query_one(ConversationView).message_views())
+        self.refresh_bindings()
+        self.query_one(PromptBox).focus()
+        self._read_ahead()
+
+    async def show_forked_conversation(self) -> None:
+        """A fork of the conversation shown (its preset stays)."""
+        await self._show_all()
+        self._read_ahead()
+        self.refresh_bindings()
+
+    async def show_preset_used(self, system_before: str) -> None:
+        """The same conversation with a preset: redrawn only if its system prompt
+        changed from `system_before`."""
+        self.query_one(StatusBar).show_preset(self.conversation.preset)
+        if self.conversation.system_prompt != system_before:
+            await self._show_all()
+            self._mark_branches(self.query_one(ConversationView).message_views())
+        self._read_ahead()
 
     async def action_new_conversation(self) -> None:
         await self.conversations.new()

@@ -3,7 +3,8 @@ offer of the model it was made with, its export; and saving: problems told,
 failed writes retried, another window that changed the same conversation.
 
 Like the settings and database flows, this holds the steps and the dialogs;
-the chat screen draws the result (`ChatScreen.show_conversation`), and the
+the chat screen draws the result (`ChatScreen.show_opened_conversation` and
+the like), and the
 conversation itself is the session's (chat.session.chat_session), reached
 through the turn (chat.session.turn), which must not be generating a reply
 while the conversation changes under it.
@@ -38,19 +39,16 @@ SAVE_RETRY_S = 3.0
 class ConversationScreen(Protocol):
     """What this flow asks of the chat screen (chat.ui.screens.chat)."""
 
-    check_model_when_loaded: bool
-
     @property
     def generating(self) -> bool: ...
 
-    async def show_conversation(
-        self,
-        *,
-        new: bool = False,
-        forked: bool = False,
-        preset: bool = False,
-        system_changed: str | None = None,
-    ) -> None: ...
+    async def show_new_conversation(self) -> None: ...
+
+    async def show_opened_conversation(self) -> None: ...
+
+    async def show_forked_conversation(self) -> None: ...
+
+    async def show_preset_used(self, system_before: str) -> None: ...
 
     def stop_editing(self) -> None: ...
 
@@ -73,6 +71,9 @@ class ConversationFlow:
         self._save_retry: Timer | None = None
         self._turn: Turn | None = None
         self._shown_on: ConversationScreen | None = None
+        self._offer_when_loaded = False
+        """A conversation was opened before any model was ready: once one is,
+        say whether it was made with another."""
 
     def show_on(self, screen: ConversationScreen, turn: Turn) -> None:
         self._shown_on, self._turn = screen, turn
@@ -109,7 +110,7 @@ class ConversationFlow:
         self.turn.take_back_waiting()  # it was for the conversation that goes
         self._screen.stop_editing()
         self._session.new_conversation()
-        await self._screen.show_conversation(new=True)
+        await self._screen.show_new_conversation()
 
     async def open(self, conversation: int | Conversation) -> bool:
         """Show a saved conversation and continue it with its own system prompt and
@@ -130,9 +131,9 @@ class ConversationFlow:
                 self._app.notify(str(error), severity="error", timeout=10)
                 return False
         self._session.open(conversation, sampling)
-        await self._screen.show_conversation()
+        await self._screen.show_opened_conversation()
         if self._session.engine is None:
-            self._screen.check_model_when_loaded = True
+            self._offer_when_loaded = True
         else:
             self.offer_model_switch()
         return True
@@ -176,7 +177,7 @@ class ConversationFlow:
             return
         self._screen.stop_editing()
         self._session.fork_at(message)
-        await self._screen.show_conversation(forked=True)
+        await self._screen.show_forked_conversation()
         self._app.notify(f"Forked: {self._conversation.title}", timeout=6)
 
     # Branches: every edit and regeneration keeps what it replaces.
@@ -220,7 +221,7 @@ class ConversationFlow:
         self._screen.stop_editing()
         before = self._conversation.system_prompt
         self._session.use_preset(preset)
-        await self._screen.show_conversation(preset=True, system_changed=before)
+        await self._screen.show_preset_used(before)
         system = self._conversation.system_prompt
         text = f"Preset {preset.name}" + (f": {preset.summary()}" if preset.summary() else ".")
         if system != before and self._conversation.messages:
@@ -259,6 +260,12 @@ class ConversationFlow:
         self._app.notify(f"Exported to {path}", title="Conversation exported", timeout=10)
 
     # The model a conversation was made with.
+
+    def model_ready(self) -> None:
+        """A model is ready: a conversation opened while none was is checked now."""
+        if self._offer_when_loaded:
+            self._offer_when_loaded = False
+            self.offer_model_switch()
 
     def offer_model_switch(self) -> None:
         """Say so when the conversation was made with another model, and offer it."""
