@@ -16,7 +16,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,7 +124,7 @@ class Store:
         )
         try:
             with self._translate_errors():
-                self._conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+                self.wait_when_locked(timeout_s)
                 self._conn.execute("PRAGMA journal_mode = WAL")
                 # In WAL mode NORMAL survives a killed process (only a power cut can
                 # lose the last commits) and spares an fsync on every streamed update.
@@ -147,6 +147,19 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def trace(self, callback: Callable[[str], object] | None) -> None:
+        """Call `callback` with each SQL statement the store runs from now on
+        (None: stop), as SQLite expands it; a trigger's own statements start
+        with "--". For finding out what a change writes, and how often."""
+        with self._lock:
+            self._conn.set_trace_callback(callback)
+
+    def wait_when_locked(self, seconds: float) -> None:
+        """How long a statement waits for another program's lock on the file
+        before it fails (`database_file.BUSY_TIMEOUT_S` at first)."""
+        with self._lock, self._translate_errors():
+            self._conn.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
 
     @contextmanager
     def _translate_errors(self) -> Iterator[None]:

@@ -354,7 +354,7 @@ class LlamaEngine:
             if len(prompt) >= self.info.n_ctx:
                 return False
             start, end = self._prompt_span(prompt, exact)
-            n_batch = self._batch_size()
+            n_batch = self.batch_size
             if not add_generation_prompt:
                 end = start + (len(prompt) - start) // n_batch * n_batch
             elif end - start > n_batch:
@@ -589,14 +589,16 @@ class LlamaEngine:
         self._llm.n_tokens = start  # generate() and eval() keep only this much
         self._batches.start(start, end)
 
-    def _batch_size(self) -> int:
+    @property
+    def batch_size(self) -> int:
         """Tokens evaluated in one call: `n_batch`, and no more than llama.cpp's
-        physical batch (`n_ubatch`), which it would split them into."""
+        physical batch (`n_ubatch`), which it would split them into. A prompt
+        evaluated ahead of time is evaluated in whole batches of this size."""
         return max(2, min(int(self._llm.n_batch), int(self._llm.context_params.n_ubatch)))
 
     def _chunks(self, start: int, end: int, most: int | None = None) -> Iterator[tuple[int, int]]:
-        """[start, end) cut into batches of `_batch_size` (or `most`)."""
-        size = self._batch_size() if most is None else max(2, min(most, self._batch_size()))
+        """[start, end) cut into batches of `batch_size` (or `most`)."""
+        size = self.batch_size if most is None else max(2, min(most, self.batch_size))
         return chunks(start, end, size)
 
     def _batch_built_end(self) -> int:
@@ -632,6 +634,14 @@ class LlamaEngine:
         know that the engine does not see what is done with it (a state loaded
         into it, for one, is not a batch the engine evaluated)."""
         return self._llm
+
+    @property
+    def key_cache_type(self) -> str:
+        """The type of the KV cache's keys llama.cpp was given, as the setting
+        `model.cache_type_k` names it ("q8_0", "f16"): what "auto" became."""
+        given = self._llm.context_params.type_k
+        names = (name for name, ggml in _KEY_CACHE_GGML_TYPES.items() if ggml == given)
+        return next(names, f"ggml type {given}")
 
     @property
     def cached_tokens(self) -> int:

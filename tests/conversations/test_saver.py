@@ -82,7 +82,7 @@ def test_progress_is_written_only_when_the_text_changed(store: Store) -> None:
     saver.start_reply(conv, SETTINGS, reply)
     assert reply.id is not None  # the row exists from the start
     writes: list[str] = []
-    store._conn.set_trace_callback(writes.append)
+    store.trace(writes.append)
     saver.save_progress("")
     assert writes == []
     saver.save_progress("Hello")
@@ -112,7 +112,7 @@ def test_a_failed_write_is_reported_and_retried_in_order(
     one_turn(saver, conv, "q1", "a1")
     # Another program holds the write lock for longer than the busy timeout.
     monkeypatch.setattr(database_file, "BUSY_TIMEOUT_S", 0.1)
-    store._conn.execute("PRAGMA busy_timeout = 100")
+    store.wait_when_locked(0.1)
     blocker = sqlite3.connect(store.path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
     conv.append(Message("user", "q2"))
@@ -222,7 +222,7 @@ def test_a_branch_switch_that_cannot_be_written_is_written_later(
     conv.messages.pop()
     answer(saver, conv, "second")
     monkeypatch.setattr(database_file, "BUSY_TIMEOUT_S", 0.1)
-    store._conn.execute("PRAGMA busy_timeout = 100")
+    store.wait_when_locked(0.1)
     blocker = sqlite3.connect(store.path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
     conv.show(first)

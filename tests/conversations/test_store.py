@@ -128,9 +128,9 @@ def test_streaming_update_is_one_statement(store: Store) -> None:
     conv_id = store.create_conversation(Conversation())
     reply_id = store.add_message(conv_id, Message("assistant", "", token_count=1))
     statements: list[str] = []
-    store._conn.set_trace_callback(statements.append)
+    store.trace(statements.append)
     store.update_message_content(reply_id, "Hel")
-    store._conn.set_trace_callback(None)
+    store.trace(None)
     # Lines starting "--" are the FTS triggers' own statements; no BEGIN or COMMIT.
     top_level = {s for s in statements if not s.startswith("--")}
     assert len(top_level) == 1 and top_level.pop().startswith("UPDATE messages SET content")

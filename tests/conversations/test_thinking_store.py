@@ -247,7 +247,7 @@ def test_a_final_write_that_failed_is_written_later_with_its_thinking(
     saver.save_progress("", "Two")
     # Another program holds the write lock for longer than the busy timeout.
     monkeypatch.setattr(database_file, "BUSY_TIMEOUT_S", 0.1)
-    store._conn.execute("PRAGMA busy_timeout = 100")
+    store.wait_when_locked(0.1)
     blocker = sqlite3.connect(store.path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
     saver.finish_reply("Four.", THOUGHT_STATS, None, thinking=THOUGHT)

@@ -95,7 +95,7 @@ def test_the_prompt_leaves_the_reply_open(engine: LlamaEngine) -> None:
     cut_reply: ChatMessage = {"role": "assistant", "content": "The water cycle is"}
     messages = [*QUESTION, cut_reply]
     closed = engine.tokenize_chat(messages, add_generation_prompt=False)
-    text = bytes(engine._llm.detokenize(closed, special=True)).decode()
+    text = engine.chat_prompt.spell(closed).decode()
     assert text.endswith("The water cycle is<|im_end|>\n")
     engine.reset()
     _, more = reply(engine, messages, continue_last=True)

@@ -267,7 +267,7 @@ def test_a_save_does_not_wait_for_the_background_pass(fresh_engine) -> None:  # 
 
 def test_a_prompt_is_never_cut_into_a_batch_of_one_token(fresh_engine) -> None:  # type: ignore[no-untyped-def]
     engine = fresh_engine()
-    size = engine._batch_size()
+    size = engine.batch_size
     assert list(engine._chunks(0, size + 1)) == [(0, size - 1), (size - 1, size + 1)]
     assert list(engine._chunks(10, 10 + 2 * size)) == [(10, 10 + size), (10 + size, 10 + 2 * size)]
     assert list(engine._chunks(5, 6)) == [(5, 6)]

@@ -6,7 +6,6 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-import llama_cpp
 import pytest
 
 from chat.engine import llama as llama_engine
@@ -66,7 +65,7 @@ def test_model_info(engine: LlamaEngine, demo_model: Path) -> None:
 def test_chat_template_tokens(engine: LlamaEngine) -> None:
     ids = engine.tokenize_chat([{"role": "user", "content": "hi"}])
     # ChatML, with the default system prompt SmolLM2's template adds when none is given.
-    text = bytes(engine._llm.detokenize(ids, special=True)).decode()
+    text = engine.chat_prompt.spell(ids).decode()
     assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
     assert text.endswith("<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
 
@@ -156,7 +155,7 @@ def test_utf8_split_across_tokens_is_whole(engine: LlamaEngine) -> None:
     tokens, finished = run(engine, messages, replace(GREEDY, max_tokens=40))
     assert "\ufffd" not in finished.text
     assert "".join(t.text for t in tokens) == finished.text
-    emoji_ids = engine._llm.tokenize("😀".encode(), add_bos=False, special=False)
+    emoji_ids = engine.chat_prompt.tokenize_text("😀".encode(), add_bos=False)
     assert len(emoji_ids) > 1  # the premise: one character, several tokens
 
 
@@ -231,10 +230,10 @@ def test_key_cache_type_reaches_llama_cpp(
 ) -> None:
     # This CPU-only build: "auto" gave the shared engine q8_0 keys, and it
     # reuses its KV cache like any other (test_kv_cache_reused_on_turn_two).
-    assert engine._llm.context_params.type_k == llama_cpp.GGML_TYPE_Q8_0
+    assert engine.key_cache_type == "q8_0"
     f16 = load_engine(demo_model, ModelSettings(n_ctx=512, cache_type_k="f16"), tmp_path / "l.log")
     try:
-        assert f16._llm.context_params.type_k == llama_cpp.GGML_TYPE_F16
+        assert f16.key_cache_type == "f16"
         _, finished = run(f16, [{"role": "user", "content": "Say hello."}], GREEDY)
         assert finished.stats.generated_tokens > 0
     finally:
@@ -343,7 +342,7 @@ def test_prefill_of_an_opened_conversation_evaluates_what_the_reply_would(
     engine.reset()
     assert engine.prefill(history, add_generation_prompt=False)
     ahead = engine.cached_tokens
-    assert ahead > 0 and ahead % engine._llm.n_batch == 0  # whole batches only
+    assert ahead > 0 and ahead % engine.batch_size == 0  # whole batches only
     continued = run(engine, ask, seeded)[1]
     assert continued.stats.prompt_evaluated == cold.stats.prompt_evaluated - ahead
     assert continued.text == cold.text  # the same batches, so the same logits

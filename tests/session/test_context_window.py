@@ -203,8 +203,9 @@ async def test_meter_is_exact_live_and_matches_the_kv_cache(demo_model: Path) ->
         # pass is done.
         assert meter.state.used == reply.stats.prompt_tokens + generated
         used = meter.state.used
-        llm = screen.engine._llm  # type: ignore[union-attr]
-        await wait_for(lambda: used - llm.n_tokens in (0, 1), pilot, timeout=30)
+        engine = screen.engine
+        assert isinstance(engine, LlamaEngine)
+        await wait_for(lambda: used - engine.cached_tokens in (0, 1), pilot, timeout=30)
         # every message shows its own count
         for view in app.query(MessageView):
             assert view.message.token_count or view.message.stats

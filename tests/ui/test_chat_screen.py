@@ -276,7 +276,7 @@ async def test_real_model_chat_round_trip(demo_model: Path) -> None:
             # All the bar holds: at 80 columns the device is left to F1.
             return app.query_one(StatusBar).full_text()
 
-        # show_model sets the engine, then updates the status bar after an await.
+        # ModelStatus.ready sets the engine, then updates the status bar after an await.
         await wait_for(lambda: "CPU only" in status() or "GPU:" in status(), pilot)
         await send(pilot, "Say hello in one short sentence.")
         await turn_done(screen, pilot, 2, timeout=60)
@@ -485,7 +485,7 @@ async def test_a_model_ready_while_a_conversation_opens_counts_it_once_shown() -
         while not opening.done():
             headless += any(not v.query(".message-header") for v in view.message_views())
             screen.recount_meter()  # as a model load finishing now does
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a poll: the opening goes on a step
         assert opening.result() and headless  # both states were met
         await pilot.pause()
         system = app.query(MessageView).first()

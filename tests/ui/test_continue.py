@@ -84,9 +84,8 @@ async def test_a_finished_reply_is_not_continued() -> None:
         await send(pilot, "hi")
         await turn_done(screen, pilot, 2)
         await pilot.press("ctrl+l")
-        await pilot.pause(0.1)
-        assert len(engine.calls) == 1
-        assert any("cut short" in n.message for n in app.notices)
+        await wait_for(lambda: any("cut short" in n.message for n in app.notices), pilot)
+        assert not screen.generating and len(engine.calls) == 1
 
 
 class NoContinueEngine(ScriptedEngine):

@@ -160,8 +160,9 @@ async def test_markup_in_a_message_is_found_as_written_and_never_interpreted() -
 
         await pilot.press("ctrl+a", "ctrl+k", *"[@click")
         await wait_for(lambda: counter(app) == "1 of 1", pilot)
-        await pilot.pause(0.2)
-        assert app.is_running  # nothing was run
+        # The match is drawn as written: nothing was run.
+        await wait_for(lambda: [word for word, _ in highlights(app)] == ["[@click"], pilot)
+        assert app.is_running
 
 
 def long_conversation() -> Conversation:
@@ -207,7 +208,10 @@ async def test_a_match_in_an_older_message_not_mounted_yet_is_reached_and_scroll
             return bool(views) and in_sight(view, views[0])
 
         await wait_for(first_in_sight, pilot)
-        await pilot.pause(0.2)  # and it stays there once the pages above settle
+        # And it stays there once the pages above settle: every page is
+        # mounted, and each kept the view where it was after its refresh.
+        await wait_for(lambda: view.earlier_count == 0, pilot)
+        await pilot.wait_for_scheduled_animations()
         assert first_in_sight()
         assert ("needle", CURRENT_STYLE) in highlights(app)
 
@@ -275,7 +279,7 @@ async def test_a_match_deep_in_a_long_code_block_is_scrolled_to_its_line() -> No
         assert counter(app) == "1 of 1"
         view = screen.query_one(ConversationView)
         await wait_for(lambda: view.scroll_y < view.max_scroll_y, pilot)
-        await pilot.pause(0.1)
+        await pilot.wait_for_scheduled_animations()  # the scroll to the match is done
         await pilot.press("escape")  # the bar, with "needle" typed in it, goes; the view stays
         await pilot.pause()
         assert "needle" in app.export_screenshot()

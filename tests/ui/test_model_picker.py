@@ -130,9 +130,11 @@ async def test_closing_the_picker_while_it_lists_models(monkeypatch: pytest.Monk
         screen = await ready(app, pilot)
         await pilot.press("f8")
         await wait_for(listing.is_set, pilot)
+        [lister] = [worker for worker in app.workers if worker.group == "list-models"]
         await pilot.press("escape")
         await wait_for(lambda: app.screen is screen and release.is_set(), pilot)
-        await pilot.pause(0.2)
+        await wait_for(lambda: lister.is_finished, pilot)  # the list came, or was dropped
+        await pilot.pause()
         assert app.is_running and app.screen is screen
 
 

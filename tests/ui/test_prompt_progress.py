@@ -4,8 +4,11 @@ batch with the user's message kept, and Ctrl+L then answers that message."""
 
 from __future__ import annotations
 
+import asyncio
+
 from textual.widgets import Static
 
+from chat.session.prompt_progress import SHOW_AFTER_S
 from chat.ui.app import ChatApp
 from chat.ui.widgets.message_view import AssistantMessageView
 from tests.conftest import turn_done, wait_for
@@ -46,7 +49,12 @@ async def test_a_quick_prompt_shows_no_progress() -> None:
         bar.watch(bar, "renderable", lambda: seen.append(status(app)), init=False)
         await send(pilot, "hi")
         await turn_done(screen, pilot, 2)
-        await pilot.pause(0.4)  # past the delay after which progress would show
+        # A timer set now fires after any the bar set for progress, which would
+        # have drawn it by then.
+        past = asyncio.Event()
+        bar.set_timer(SHOW_AFTER_S, past.set)
+        await wait_for(past.is_set, pilot)
+        await pilot.pause()
     assert not any("Reading prompt" in text for text in seen)
 
 

@@ -506,7 +506,7 @@ async def test_model_change_reloads_in_the_background_and_the_chat_continues(
         new = factory.engines[1]
         assert screen.engine is new and app.models.engine is new
         assert factory.loads[1][1] == ModelSettings(path=str(gguf), n_ctx=2048, n_batch=128)
-        # show_model sets the engine before it redraws the status bar.
+        # ModelStatus.ready sets the engine before it redraws the status bar.
         await wait_for(lambda: "2,048 ctx" in status.full_text(), pilot)
         await wait_for(lambda: old.closed, pilot)
         assert not old.closed_while_busy
@@ -966,19 +966,17 @@ async def test_real_model_reload_and_a_failed_reload(demo_model: Path, tmp_path:
 
 @pytest.mark.model
 async def test_real_model_key_cache_type_changed_in_the_pane(demo_model: Path) -> None:
-    import llama_cpp
-
     app = real_app(demo_model, sampling(temperature=0.0))
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(lambda: app.chat_screen.engine is not None, pilot, timeout=120)
         first = app.chat_screen.engine
-        assert first._llm.context_params.type_k == llama_cpp.GGML_TYPE_Q8_0  # type: ignore[union-attr]
+        assert isinstance(first, LlamaEngine) and first.key_cache_type == "q8_0"
         pane = await open_pane(app, pilot)
         await set_field(pane, pilot, "model.cache_type_k", "f16")
         await save(pane, pilot)
         await wait_for(lambda: app.chat_screen.engine not in (None, first), pilot, timeout=120)
         engine = app.chat_screen.engine
-        assert engine._llm.context_params.type_k == llama_cpp.GGML_TYPE_F16  # type: ignore[union-attr]
+        assert isinstance(engine, LlamaEngine) and engine.key_cache_type == "f16"
         assert await real_reply(app, pilot, PROMPT)
 
 

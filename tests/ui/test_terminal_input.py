@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
-from textual import constants, events
+from textual import events
 from textual._xterm_parser import XTermParser
 
 from chat.ui.terminal_input import RunParser, TypedText
@@ -22,6 +23,19 @@ def parsed(data: str) -> list[tuple[str, str | None]]:
         elif isinstance(event, events.Paste):
             out.append(("paste", event.text))
     return out
+
+
+def ticked(parser: RunParser, until: Callable[[list[events.Event]], bool]) -> list[events.Event]:
+    """What the parser's ticks give until `until` holds of it: the input thread
+    ticks the parser while no byte comes, and what it held back comes out once
+    Textual's escape delay has passed. Fails after two seconds."""
+    seen: list[events.Event] = []
+    deadline = time.monotonic() + 2
+    while not until(seen):
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.01)  # a poll: the parser is ticked again
+        seen += parser.tick()
+    return seen
 
 
 def test_characters_read_together_are_one_run_in_order_with_other_keys() -> None:
@@ -59,8 +73,8 @@ def test_escape_sequences_and_alt_keys_stay_keys() -> None:
     # Escape then a letter is Alt+letter, known once the escape delay has passed.
     parser = RunParser()
     assert list(parser.feed("\x1bx")) == []
-    time.sleep(constants.ESCAPE_DELAY + 0.05)
-    assert [(event.key, event.character) for event in parser.tick()] == [("alt+x", "x")]
+    seen = ticked(parser, bool)
+    assert [(event.key, event.character) for event in seen] == [("alt+x", "x")]  # type: ignore[attr-defined]
 
 
 def test_a_paste_holding_escapes_and_controls_stays_text() -> None:
@@ -93,18 +107,14 @@ def test_the_start_of_a_paste_marker_alone_is_given_back_as_keys() -> None:
     parser = RunParser()
     seen = [*parser.feed("ab\x1b[20")]
     assert [event.text for event in seen if isinstance(event, TypedText)] == ["ab"]
-    deadline = time.monotonic() + 2
-    while time.monotonic() < deadline and not any(isinstance(e, events.Key) for e in seen):
-        time.sleep(0.05)
-        seen += parser.tick()
-    time.sleep(constants.ESCAPE_DELAY + 0.05)
-    seen += parser.tick()
-    given_back = [e.character or "" if isinstance(e, events.Key) else e.text for e in seen[1:]]
-    assert "".join(given_back) == "[20"
+
+    def given_back(ticks: list[events.Event]) -> str:
+        return "".join(e.character or "" if isinstance(e, events.Key) else e.text for e in ticks)  # type: ignore[attr-defined]
+
+    assert given_back(ticked(parser, lambda ticks: len(given_back(ticks)) >= 3)) == "[20"
 
 
 def test_escape_alone_at_the_end_of_a_read_is_the_escape_key() -> None:
     parser = RunParser()
     assert list(parser.feed("\x1b")) == []
-    time.sleep(constants.ESCAPE_DELAY + 0.05)
-    assert [event.key for event in parser.tick()] == ["escape"]
+    assert [event.key for event in ticked(parser, bool)] == ["escape"]  # type: ignore[attr-defined]

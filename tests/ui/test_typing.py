@@ -128,8 +128,9 @@ def test_enter_after_a_flood_sends_all_of_it(typing_app: Typed) -> None:
 
 def test_ctrl_q_mid_flood_quits_at_once(typing_app: Typed) -> None:
     terminal = typing_app.terminal
+    since = terminal.mark()
     write_in_background(terminal, b"quite a long paste, " * 10_000)  # 200,000 characters
-    time.sleep(0.5)
+    assert terminal.wait_for(b"quite a long paste", since=since)  # the flood is under way
     pressed = time.monotonic()
     terminal.send(CTRL_Q)
     code = terminal.wait_exit(30)
@@ -160,6 +161,8 @@ def test_a_message_typed_while_kvchat_starts_is_sent(tmp_path: Path, after_s: fl
     typed = start_typing_driver(tmp_path)
     terminal = typed.terminal
     try:
+        # The pause is what is tested: keys that come before the first frame,
+        # or while it is drawn and the model loads.
         time.sleep(after_s)
         terminal.send(b"typed ahead\r")
         assert terminal.wait_for(b"Noted.", timeout=60), terminal.output[-2000:]
@@ -234,7 +237,7 @@ async def typing_time(pilot: Pilot[None], text: str) -> float:
         pilot.app.post_message(key)
     while box.text != expected:
         assert time.monotonic() - pressed < 30, "the keys never arrived"
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(0.005)  # a poll: the box is checked again
     return time.monotonic() - pressed
 
 
