@@ -617,12 +617,18 @@ async def test_corrupt_database_moved_aside_with_consent() -> None:
     assert [m.content for m in saved().messages] == ["hello", "Hello there!"]
 
 
-async def test_newer_schema_is_explained_and_can_be_kept() -> None:
+def newer_kvchat_database() -> bytes:
+    """The database file as a newer kvchat left it (a schema version this one
+    does not know); returns its bytes."""
     db().parent.mkdir(parents=True, exist_ok=True)
     with sqlite3.connect(db()) as conn:
         conn.execute("CREATE TABLE conversations (id INTEGER PRIMARY KEY)")
         conn.execute("PRAGMA user_version = 99")
-    before = db().read_bytes()
+    return db().read_bytes()
+
+
+async def test_newer_schema_is_explained_and_can_be_kept() -> None:
+    before = newer_kvchat_database()
     app = make_app(ScriptedEngine())
     async with app.run_test(size=(120, 40)) as pilot:
         await dialog(app, pilot, StorageProblemScreen)
@@ -634,11 +640,7 @@ async def test_newer_schema_is_explained_and_can_be_kept() -> None:
 
 
 async def test_a_newer_kvchat_s_database_is_never_offered_to_move_aside() -> None:
-    db().parent.mkdir(parents=True, exist_ok=True)
-    with sqlite3.connect(db()) as conn:
-        conn.execute("CREATE TABLE conversations (id INTEGER PRIMARY KEY)")
-        conn.execute("PRAGMA user_version = 99")
-    before = db().read_bytes()
+    before = newer_kvchat_database()
     app = make_app(ScriptedEngine())
     async with app.run_test(size=(120, 40)) as pilot:
         await dialog(app, pilot, StorageProblemScreen)

@@ -20,7 +20,8 @@ from chat.ui.widgets.prompt_box import PromptBox
 from tests.conftest import wait_for
 from tests.fakes import ScriptedEngine
 from tests.ui.conftest import make_app, ready, run_command, send
-from tests.ui.quit_driver import CTRL_Q, MODEL_READY, Terminal, folders_env
+from tests.ui.quit_driver import CTRL_Q, MODEL_READY, folders_env
+from tests.ui.typing_driver import start_typing_driver
 
 CODE_REPLY = "Two ways:\n\n```python\nprint(1)\n```\n\nand\n\n```sh\necho 2\n```\n"
 
@@ -153,10 +154,8 @@ def test_ctrl_g_opens_the_editor_from_the_real_terminal(tmp_path: Path) -> None:
     env["EDITOR"] = _editor_script(
         tmp_path, "text = open(path).read()\nopen(path, 'w').write(text + ' and more\\n')"
     )
-    result = tmp_path / "result.json"
-    terminal = Terminal(
-        [sys.executable, "-m", "tests.ui.typing_driver", str(result)], env, (120, 40)
-    )
+    typed = start_typing_driver(tmp_path, env)
+    terminal = typed.terminal
     try:
         assert terminal.wait_for(MODEL_READY), terminal.output[-2000:]
         terminal.send(b"draft")
@@ -167,6 +166,4 @@ def test_ctrl_g_opens_the_editor_from_the_real_terminal(tmp_path: Path) -> None:
         assert terminal.wait_exit(20) == 0
     finally:
         terminal.close()
-    import json
-
-    assert json.loads(result.read_text(encoding="utf-8"))["box"] == "draft and more"
+    assert typed.outcome()["box"] == "draft and more"

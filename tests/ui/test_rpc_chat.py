@@ -15,8 +15,7 @@ from chat.ui.widgets.prompt_box import PromptBox
 from chat.ui.widgets.status_bar import StatusBar
 from tests.conftest import wait_for
 from tests.servers import llama_server_over_rpc
-from tests.ui.conftest import reply_on_screen, send
-from tests.ui.test_server_chat import app_notices, server_app
+from tests.ui.conftest import app_notices, reply_on_screen, send, server_app
 
 
 async def counted_then_sent(screen, pilot, text: str) -> int:  # type: ignore[no-untyped-def]

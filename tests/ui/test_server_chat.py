@@ -16,7 +16,6 @@ from chat.conversations.store import Store
 from chat.models.files import ModelCandidate
 from chat.session.server_choice import server_config
 from chat.settings.schema import Settings
-from chat.settings.server import ServerConfig
 from chat.settings.values import parse_value
 from chat.ui.app import ChatApp, Launch
 from chat.ui.screens.dialogs import ConfirmScreen
@@ -34,21 +33,13 @@ from tests.engine.remote.fake_servers import (
     vllm_routes,
 )
 from tests.servers import RunningServer, free_port, llama_cpp_server, llama_server
-from tests.ui.conftest import reply_on_screen, run_command, send
+from tests.ui.conftest import app_notices, reply_on_screen, run_command, send, server_app
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     with llama_server(tmp_path_factory.mktemp("llama-server")) as running:
         yield running
-
-
-def server_app(url: str, resume: int | None = None) -> ChatApp:
-    settings = Settings()
-    settings.server.url = url
-    settings.sampling.max_tokens = 24
-    settings.sampling.seed = 3
-    return ChatApp(Launch(settings, ModelCandidate.for_server(ServerConfig(url)), resume=resume))
 
 
 async def turn(screen, pilot, text: str) -> None:  # type: ignore[no-untyped-def]
@@ -150,7 +141,7 @@ async def test_the_settings_pane_connects_to_a_server_and_back(
     """Server URL in the settings pane, Apply: the chat goes on with the served
     model; settings the server ignores are marked; a blank URL goes back."""
     from chat.ui.screens.settings import SettingsScreen
-    from tests.ui.test_settings_pane import open_pane, set_field
+    from tests.ui.conftest import open_pane, set_field
 
     settings = Settings()
     settings.sampling.max_tokens = 24
@@ -212,10 +203,6 @@ async def test_a_server_killed_mid_reply_keeps_and_saves_the_partial_reply(
 
 
 # -- faults while sending (issue 27): no real model needed, fake servers on loopback ----------
-
-
-def app_notices(app: ChatApp) -> list[str]:
-    return [str(n.message) for n in app.notices]
 
 
 @pytest.mark.parametrize("routes", [vllm_routes, openai_routes], ids=["vllm", "openai"])
@@ -321,7 +308,7 @@ async def test_credentials_in_the_url_are_nowhere_on_screen_or_in_the_database()
             assert host in status and "hunter2" not in status and "me@" not in status
             conv_id = screen.conversation.id
             # The settings pane shows the URL as the setting holds it: without them.
-            from tests.ui.test_settings_pane import open_pane
+            from tests.ui.conftest import open_pane
 
             pane = await open_pane(app, pilot)
             assert pane.field("server.url").control.value == f"http://{host}"
@@ -364,7 +351,7 @@ async def test_switching_to_a_server_that_is_down_keeps_the_draft_and_the_server
     """The settings pane's URL, Apply, to a server that is down: one sentence,
     the chat goes on with the server it had, the draft stays in the box."""
     from chat.ui.screens.settings import SettingsScreen
-    from tests.ui.test_settings_pane import open_pane, set_field
+    from tests.ui.conftest import open_pane, set_field
 
     server = serve(openai_routes())
     dead = f"http://127.0.0.1:{free_port()}"

@@ -32,7 +32,7 @@ from chat.ui.widgets.setting_field import SettingField
 from chat.ui.widgets.status_bar import StatusBar
 from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine, scripted_factory
-from tests.ui.conftest import ready, run_command, send
+from tests.ui.conftest import open_pane, ready, run_command, send, set_field
 
 NUMERIC = [spec for spec in FIELDS.values() if spec.kind in ("int", "float", "optional_int")]
 
@@ -121,26 +121,6 @@ def make_app(
         Launch(settings, candidate(gguf), **kwargs),
         engine_factory=factory or scripted_factory(ScriptedEngine()),
     )
-
-
-async def open_pane(app: ChatApp, pilot) -> SettingsScreen:  # type: ignore[no-untyped-def]
-    await pilot.press("f2")
-    await wait_for(lambda: isinstance(app.screen, SettingsScreen), pilot)
-    await pilot.pause()
-    assert isinstance(app.screen, SettingsScreen)
-    return app.screen
-
-
-async def set_field(pane: SettingsScreen, pilot, key: str, raw: object) -> SettingField:  # type: ignore[no-untyped-def]
-    """Put `raw` in the field's widget the way the user would leave it."""
-    field = pane.field(key)
-    control = field.control
-    if isinstance(control, TextArea):
-        control.load_text(str(raw))
-    else:
-        control.value = raw
-    await pilot.pause()
-    return field
 
 
 def save_button(pane: SettingsScreen) -> Button:

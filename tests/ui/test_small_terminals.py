@@ -29,8 +29,7 @@ from chat.ui.screens.token_view import TokenViewScreen
 from chat.ui.widgets.message_view import AssistantMessageView
 from chat.ui.widgets.prompt_box import PromptBox
 from tests.conftest import wait_for
-from tests.ui.conftest import ready
-from tests.ui.test_snapshots import (
+from tests.ui.conftest import (
     LINK,
     LINK_REPLY,
     REPLIES,
@@ -39,6 +38,7 @@ from tests.ui.test_snapshots import (
     on_top,
     one_reply,
     open_browser,
+    ready,
 )
 
 SMALL = pytest.mark.parametrize("size", [(40, 12), (60, 20)], ids=["40x12", "60x20"])

@@ -16,25 +16,19 @@ loading indicator and no notifications.
 
 from __future__ import annotations
 
-import calendar
-import re
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from textual.command import CommandList, CommandPalette
 from textual.pilot import Pilot
-from textual.screen import Screen
-from textual.widgets import DataTable, Input, Markdown, TextArea
+from textual.widgets import Input, Markdown, TextArea
 
-from chat.conversations.conversation import Conversation, Message, ReplyStats
+from chat.conversations.conversation import Message
 from chat.conversations.store import Store
 from chat.settings.schema import ModelSettings, Settings
 from chat.ui.app import ChatApp, Launch
-from chat.ui.screens.chat import ChatScreen
-from chat.ui.screens.conversations import ConversationsScreen
 from chat.ui.screens.dialogs import ConfirmScreen, RenameScreen, StorageProblemScreen
 from chat.ui.screens.help import HelpScreen
 from chat.ui.screens.link_confirm import LinkConfirmScreen
@@ -45,7 +39,26 @@ from chat.ui.widgets.message_view import AssistantMessageView, WaitingMessage
 from chat.ui.widgets.prompt_box import PromptBox
 from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine, scripted_factory
-from tests.ui.conftest import MODEL, ready, send
+from tests.ui.conftest import (
+    LINK,
+    LINK_REPLY,
+    MODEL,
+    QUESTION,
+    REPLIES,
+    STATS,
+    TUTOR,
+    as_tokens,
+    browser_database,
+    chat_app,
+    noon_utc,
+    on_top,
+    one_reply,
+    open_browser,
+    ready,
+    save,
+    saved_conversation,
+    send,
+)
 
 SIZE = (100, 30)
 SIZES = pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
@@ -55,92 +68,6 @@ DIALOG_SIZES = pytest.mark.parametrize(
 """Dialogs also at 60x20, where they take the whole screen and stack their buttons."""
 SNAPSHOTS = Path(__file__).parent / "__snapshots__" / "test_snapshots"
 README_SCREENSHOT = Path(__file__).parents[2] / "docs" / "screenshot.svg"
-
-TUTOR = "You are a concise Python tutor."
-QUESTION = "How do I reverse a list in Python?"
-REPLIES = [
-    "Slicing gives a reversed **copy**; `reverse()` turns the list around in place:\n\n"
-    "```python\nitems = [1, 2, 3]\nprint(items[::-1])  # [3, 2, 1]\n"
-    "items.reverse()\nprint(items)        # [3, 2, 1]\n```\n",
-    "`reversed(items)` is lazy: it walks the list backwards without copying it.",
-]
-LINK = "https://docs.python.org/3/library/stdtypes.html#mutable-sequence-types"
-LINK_REPLY = f"The [list methods]({LINK}) are all in the standard library reference."
-
-STATS = ReplyStats(40, 40, 12, 0.05, 80.0, "done", seed=7, total_s=0.2)
-
-
-def as_tokens(text: str) -> list[str]:
-    """Word-sized chunks, so the header counts a plausible number of tokens."""
-    return re.findall(r"\s*\S+", text)
-
-
-def chat_app(
-    theme: str = "kvchat-dark",
-    replies: Sequence[str] = REPLIES,
-    *,
-    database: Path | None = None,
-    resume: int | None = None,
-) -> ChatApp:
-    settings = Settings()
-    settings.ui.theme = theme
-    settings.chat.system_prompt = TUTOR
-    engine = ScriptedEngine(replies=[as_tokens(reply) for reply in replies])
-    launch = Launch(settings, MODEL, database=database, resume=resume)
-    return ChatApp(launch, engine_factory=scripted_factory(engine))
-
-
-def noon_utc(date: str) -> float:
-    """A fixed time the browser shows as this date in any time zone within 12 hours of UTC."""
-    year, month, day = (int(part) for part in date.split("-"))
-    return float(calendar.timegm((year, month, day, 12, 0, 0)))
-
-
-def saved_conversation(
-    title: str,
-    date: str,
-    turns: int,
-    *,
-    model_path: str = str(MODEL.path),
-    model_name: str = "scripted",
-) -> Conversation:
-    at = noon_utc(date)
-    conv = Conversation(
-        system_prompt=TUTOR,
-        title=title,
-        created=at,
-        updated=at,
-        model_path=model_path,
-        model_name=model_name,
-    )
-    for i in range(turns):
-        question = title if i == 0 else f"And follow-up question {i}?"
-        conv.messages.append(Message("user", question, created=at))
-        conv.messages.append(Message("assistant", f"Answer **{i + 1}**.", created=at, stats=STATS))
-    return conv
-
-
-def save(database: Path, *conversations: Conversation) -> list[int]:
-    with Store(database) as store:
-        return [store.create_conversation(conv) for conv in conversations]
-
-
-def browser_database(tmp_path: Path) -> Path:
-    database = tmp_path / "conversations.db"
-    save(
-        database,
-        saved_conversation("Reversing a list", "2025-03-14", 2),
-        saved_conversation("Dictionaries keep insertion order", "2025-02-02", 5),
-        saved_conversation("Why is my generator empty the second time?", "2024-12-24", 1),
-        saved_conversation(
-            "asyncio.gather or TaskGroup",
-            "2024-11-05",
-            12,
-            model_path="/models/qwen2.5-1.5b-instruct-q4_k_m.gguf",
-            model_name="qwen2.5-1.5b-instruct",
-        ),
-    )
-    return database
 
 
 async def steady(pilot: Pilot[Any]) -> None:
@@ -169,28 +96,6 @@ async def meter_caught_up(pilot: Pilot[Any]) -> None:
         ),
         pilot,
     )
-
-
-async def on_top(pilot: Pilot[Any], kind: type[Screen[Any]]) -> Screen[Any]:
-    """Wait until a screen of this kind is on top with its contents, then let it settle."""
-    app = pilot.app
-    await wait_for(lambda: isinstance(app.screen, kind) and bool(app.screen.query("*")), pilot)
-    await pilot.pause()
-    return app.screen
-
-
-async def one_reply(pilot: Pilot[Any]) -> ChatScreen:
-    """Ask the question; wait for the whole reply and the meter's last count."""
-    app = pilot.app
-    assert isinstance(app, ChatApp)
-    screen = await ready(app, pilot)
-    await send(pilot, QUESTION)
-    await turn_done(screen, pilot, 2)
-    # The meter recounts once typing pauses (a timer started by clearing the box):
-    # before or after a fast scripted reply ends. Recounted now, either way it shows this.
-    screen.refresh_meter()
-    await pilot.pause()
-    return screen
 
 
 # -- the chat screen --------------------------------------------------------------
@@ -281,18 +186,6 @@ def test_help_screen(size: tuple[int, int], snap_compare: Any) -> None:
 
 
 # -- saved conversations: the browser and its dialogs ---------------------------------
-
-
-async def open_browser(pilot: Pilot[Any], rows: int) -> ConversationsScreen:
-    assert isinstance(pilot.app, ChatApp)
-    await ready(pilot.app, pilot)
-    await wait_for(lambda: pilot.app.store is not None, pilot)
-    await pilot.press("ctrl+o")
-    browser = await on_top(pilot, ConversationsScreen)
-    assert isinstance(browser, ConversationsScreen)
-    table = browser.query_one(DataTable)
-    await wait_for(lambda: table.row_count == rows, pilot)
-    return browser
 
 
 @SIZES

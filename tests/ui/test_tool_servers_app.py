@@ -14,7 +14,7 @@ from chat.ui.app import ChatApp, Launch
 from tests.conftest import wait_for
 from tests.fakes import ScriptedEngine, scripted_factory
 from tests.tools.conftest import process_gone, raw_server
-from tests.ui.test_server_chat import app_notices
+from tests.ui.conftest import app_notices
 
 
 async def test_servers_start_after_the_first_frame_a_failure_is_told_and_quit_ends_them() -> None:

@@ -8,12 +8,9 @@ part of what is tested; the rest uses Pilot."""
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -32,33 +29,10 @@ from chat.ui.widgets.context_meter import ContextMeter, MeterState
 from chat.ui.widgets.prompt_box import PromptBox
 from tests.conftest import wait_for
 from tests.ui.conftest import make_app, ready
-from tests.ui.quit_driver import Terminal, folders_env
-from tests.ui.typing_driver import SlowTokenizer, big_conversation
+from tests.ui.quit_driver import CTRL_Q, MODEL_READY, Terminal
+from tests.ui.typing_driver import SlowTokenizer, Typed, big_conversation, start_typing_driver
 
-CTRL_Q = b"\x11"
-MODEL_READY = b" ctx"  # the status bar: "scripted · 4,096 ctx"
 END = "END-OF-FLOOD"
-
-
-@dataclass
-class Typed:
-    terminal: Terminal
-    result: Path
-
-    def outcome(self) -> dict[str, object]:
-        """What the app held when it quit (see typing_driver)."""
-        return dict(json.loads(self.result.read_text(encoding="utf-8")))
-
-
-def start_typing_driver(home: Path) -> Typed:
-    """The app with a scripted model in a pseudo-terminal, just started."""
-    result = home / "result.json"
-    terminal = Terminal(
-        [sys.executable, "-m", "tests.ui.typing_driver", str(result)],
-        folders_env(home),
-        (120, 40),
-    )
-    return Typed(terminal, result)
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from textual.pilot import Pilot
@@ -29,6 +30,7 @@ from chat.ui.app import ChatApp, Launch
 from chat.ui.widgets.prompt_box import PromptBox
 from tests.conftest import wait_for
 from tests.fakes import ScriptedEngine, scripted_factory
+from tests.ui.quit_driver import Terminal, folders_env
 
 
 class SlowTokenizer(ScriptedEngine):
@@ -56,6 +58,30 @@ def big_conversation(messages: int) -> Conversation:
     return Conversation(
         messages=[Message(roles[i % 2], f"Message {i}: hello there.") for i in range(messages)]
     )
+
+
+@dataclass
+class Typed:
+    """This driver started in a pseudo-terminal, and the file it writes at the end."""
+
+    terminal: Terminal
+    result: Path
+
+    def outcome(self) -> dict[str, object]:
+        """What the app held when it quit (see `main`)."""
+        return dict(json.loads(self.result.read_text(encoding="utf-8")))
+
+
+def start_typing_driver(home: Path, env: dict[str, str] | None = None) -> Typed:
+    """The app with a scripted model in a pseudo-terminal, just started
+    (`env`: its environment, else `folders_env(home)`)."""
+    result = home / "result.json"
+    terminal = Terminal(
+        [sys.executable, "-m", "tests.ui.typing_driver", str(result)],
+        folders_env(home) if env is None else env,
+        (120, 40),
+    )
+    return Typed(terminal, result)
 
 
 def main(argv: Sequence[str]) -> None:
