@@ -3,6 +3,9 @@ folders. Waits are for conditions, never fixed pauses."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -77,6 +80,26 @@ def engine(demo_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     loaded = load_engine(demo_model, ModelSettings(n_ctx=2048), log)
     yield loaded
     loaded.close()
+
+
+# --- the `chat` command -------------------------------------------------------------
+
+
+def run_chat(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`chat ARGS` run as a user runs it from a script, nothing on its stdin,
+    in this test's folders (`isolated_dirs` pointed the KVCHAT_*_DIR variables
+    at temporary ones); `env` adds to the environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "chat", *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
 
 
 # --- waiting for the app (Pilot) ------------------------------------------------------

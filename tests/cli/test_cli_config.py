@@ -11,7 +11,6 @@ import contextlib
 import os
 import pty
 import select
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from chat import paths
+from tests.conftest import run_chat
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,15 +26,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
-def chat(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "chat", *args],
-        input="",
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-    )
+chat = run_chat
 
 
 def write_config(text: str | bytes, path: Path | None = None) -> Path:

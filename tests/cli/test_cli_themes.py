@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,20 +13,11 @@ from chat import paths
 from chat.cli import main as cli
 from chat.ui.app import ChatApp
 from chat.ui.themes import DEFAULT_THEME, load_themes
-from tests.conftest import good_document, write
+from tests.conftest import good_document, run_chat, write
 
 
 def chat(*args: str) -> subprocess.CompletedProcess[str]:
-    # conftest has pointed KVCHAT_CONFIG_DIR and KVCHAT_DATA_DIR at temporary folders.
-    return subprocess.run(
-        [sys.executable, "-m", "chat", *args],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=dict(os.environ),
-        check=False,
-    )
+    return run_chat(*args, timeout=60)
 
 
 BUILTINS = load_themes(Path("/nonexistent/kvchat-user-themes"))[0]

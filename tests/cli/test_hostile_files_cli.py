@@ -5,28 +5,18 @@ and never waits on a FIFO or reads a device without end."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from chat import paths
+from tests.conftest import run_chat
 from tests.hostile_files import hostile_file
 
 
 def chat(*args: str) -> subprocess.CompletedProcess[str]:
-    # conftest has pointed the KVCHAT_*_DIR variables at temporary folders.
-    return subprocess.run(
-        [sys.executable, "-m", "chat", *args],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,  # a FIFO opened for reading would block forever
-        env=dict(os.environ),
-        check=False,
-    )
+    return run_chat(*args, timeout=60)  # a FIFO opened for reading would block forever
 
 
 @pytest.mark.parametrize(

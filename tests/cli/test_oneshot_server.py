@@ -24,6 +24,7 @@ from chat.engine.protocol import EngineEvent, Finished, TokenEvent
 from chat.engine.remote import ServerConfig
 from chat.errors import ServerUnreachableError
 from chat.settings.schema import SamplingSettings
+from tests.conftest import run_chat
 from tests.engine.remote.fake_servers import RawServer, Reply, openai_routes, serve
 from tests.fakes import ScriptedEngine
 from tests.servers import RunningServer, llama_server
@@ -337,17 +338,7 @@ def keyed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSe
 
 
 def chat_subprocess(*args: str, key: str | None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    if key is not None:
-        env["MY_KEY"] = key
-    return subprocess.run(
-        [sys.executable, "-m", "chat", *args],
-        input="",
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    return run_chat(*args, env=None if key is None else {"MY_KEY": key})
 
 
 @pytest.mark.model

@@ -5,9 +5,6 @@ is used only when the user says so (`model.plain_template`, `--plain-template`).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,6 +12,7 @@ import pytest
 
 from chat.errors import ChatTemplateError
 from chat.settings.schema import ModelSettings
+from tests.conftest import run_chat
 from tests.engine.template_models import with_chat_template
 
 TEMPLATES = {
@@ -74,15 +72,7 @@ def test_with_the_user_s_word_plain_chatml_is_used(
         engine.close()
 
 
-def _chat(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "chat", *args],
-        input="",
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=dict(os.environ),
-    )
+_chat = run_chat
 
 
 def test_one_shot_says_what_failed_and_how_to_agree_to_plain_chatml(
