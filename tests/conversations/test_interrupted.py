@@ -1,7 +1,7 @@
 """A reply cut off when kvchat died: its row says it is still being written until
 its final write; read back once its writer has exited, it is interrupted. A
 reply another live window is writing is not. (The kill -9 of the real app and
-the reopened screen: tests/ui/test_interrupted_reply.py.)"""
+the reopened screen: tests/ui/app/test_interrupted_reply.py.)"""
 
 from __future__ import annotations
 

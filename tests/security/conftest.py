@@ -17,7 +17,7 @@ import tomli_w
 from tests.engine.remote.fake_servers import FakeServer, openai_routes, serve
 from tests.models.gguf_files import llama_fields, write_gguf
 from tests.security.canary import payload
-from tests.ui.quit_driver import folders_env
+from tests.ui.app.quit_driver import folders_env
 
 THEMES_FOLDER = Path(__file__).resolve().parents[2] / "themes"
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.security.canary import assert_no_leak, clipboard_writes, leaks
 from tests.security.conftest import TAGS, HostileHome
-from tests.ui.quit_driver import ENTER, FIRST_FRAME, Terminal
+from tests.ui.app.quit_driver import ENTER, FIRST_FRAME, Terminal
 
 CTRL_O = b"\x0f"
 CTRL_P = b"\x10"

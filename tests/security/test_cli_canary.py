@@ -9,7 +9,7 @@ import pytest
 
 from tests.security.canary import assert_no_leak
 from tests.security.conftest import TAGS, HostileHome
-from tests.ui.quit_driver import Terminal
+from tests.ui.app.quit_driver import Terminal
 
 COMMANDS = {
     "list": (["--list"], [TAGS["title"]]),

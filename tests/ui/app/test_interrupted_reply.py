@@ -1,6 +1,6 @@
 """kill -9 mid-reply, then reopen: the reply is marked interrupted, with the text
 saved by then, on screen and in exports; while its window was alive it was not.
-A real process (tests/ui/kill_driver.py) on the scripted engine, then on the
+A real process (tests/ui/app/kill_driver.py) on the scripted engine, then on the
 real demo model."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tests.conftest import wait_for
 from tests.fakes import ScriptedEngine, scripted_factory
 from tests.ui.conftest import MODEL, header_of, rendered
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 NOTE = "cut short: kvchat ended before this reply was saved whole"
 
 
@@ -53,7 +53,7 @@ def kill_mid_reply(tmp_path: Path, *model: str, words: int, timeout: float) -> C
     it runs, the reply reads as being written), and return what was saved."""
     pythonpath = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.ui.kill_driver", str(tmp_path / "streamed"), *model],
+        [sys.executable, "-m", "tests.ui.app.kill_driver", str(tmp_path / "streamed"), *model],
         cwd=REPO_ROOT,
         env=dict(os.environ, PYTHONPATH=pythonpath),
         stdout=subprocess.DEVNULL,

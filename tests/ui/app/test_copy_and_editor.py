@@ -19,9 +19,9 @@ from chat.ui.widgets.message_view import CopyButton, MessageView, markdown_parse
 from chat.ui.widgets.prompt_box import PromptBox
 from tests.conftest import wait_for
 from tests.fakes import ScriptedEngine
+from tests.ui.app.quit_driver import CTRL_Q, MODEL_READY, folders_env
+from tests.ui.app.typing_driver import start_typing_driver
 from tests.ui.conftest import make_app, ready, run_command, send
-from tests.ui.quit_driver import CTRL_Q, MODEL_READY, folders_env
-from tests.ui.typing_driver import start_typing_driver
 
 CODE_REPLY = "Two ways:\n\n```python\nprint(1)\n```\n\nand\n\n```sh\necho 2\n```\n"
 

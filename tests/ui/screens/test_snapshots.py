@@ -5,8 +5,9 @@ terminal) and 120x40; the chat screen also in both built-in themes at 100x30,
 which is the README's screenshot. After a deliberate change of the UI, look at
 the new pictures:
 
-    python -m pytest tests/ui/test_snapshots.py --snapshot-update
-    cp tests/ui/__snapshots__/test_snapshots/test_chat_screen[kvchat-dark].svg docs/screenshot.svg
+    python -m pytest tests/ui/screens/test_snapshots.py --snapshot-update
+    cp "tests/ui/screens/__snapshots__/test_snapshots/test_chat_screen[kvchat-dark].svg" \
+        docs/screenshot.svg
 
 Everything on screen is fixed: the scripted engine's model name and figures,
 saved conversations' times (dates long past), the paths shown (relative to a
@@ -67,7 +68,7 @@ DIALOG_SIZES = pytest.mark.parametrize(
 )
 """Dialogs also at 60x20, where they take the whole screen and stack their buttons."""
 SNAPSHOTS = Path(__file__).parent / "__snapshots__" / "test_snapshots"
-README_SCREENSHOT = Path(__file__).parents[2] / "docs" / "screenshot.svg"
+README_SCREENSHOT = Path(__file__).parents[3] / "docs" / "screenshot.svg"
 
 
 async def steady(pilot: Pilot[Any]) -> None:

@@ -1,7 +1,7 @@
 """An error that nothing handles: the app stops, the terminal shows one
 sentence (no traceback) naming a report file that holds the traceback, and
 `chat` exits with status 1. A real process in a pseudo-terminal
-(tests/ui/crash_driver.py); the report itself is also checked directly."""
+(tests/ui/app/crash_driver.py); the report itself is also checked directly."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from chat.ui.crash_report import crash_notice, write_crash_report
-from tests.ui.crash_driver import BROKEN
-from tests.ui.quit_driver import Terminal, folders_env
+from tests.ui.app.crash_driver import BROKEN
+from tests.ui.app.quit_driver import Terminal, folders_env
 
 CTRL_N = b"\x0e"
 MODEL_READY = b" ctx"  # the status bar: "scripted · 4,096 ctx"
@@ -21,7 +21,7 @@ MODEL_READY = b" ctx"  # the status bar: "scripted · 4,096 ctx"
 
 def test_an_unhandled_error_leaves_a_sentence_and_a_report(tmp_path: Path) -> None:
     terminal = Terminal(
-        [sys.executable, "-m", "tests.ui.crash_driver"], folders_env(tmp_path), (100, 30)
+        [sys.executable, "-m", "tests.ui.app.crash_driver"], folders_env(tmp_path), (100, 30)
     )
     try:
         assert terminal.wait_for(MODEL_READY), terminal.output[-2000:]

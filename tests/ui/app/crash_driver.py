@@ -2,7 +2,7 @@
 scripted model and one action broken on purpose: Ctrl+N raises an error that
 nothing handles. test_crash_report drives it through a pseudo-terminal.
 
-Usage: python -m tests.ui.crash_driver
+Usage: python -m tests.ui.app.crash_driver
 Exits with the app's return code.
 """
 

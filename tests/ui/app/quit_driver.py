@@ -2,7 +2,7 @@
 and presses Ctrl+Q at a chosen kind of moment: the quit test
 (test_quit_anytime) drives it, and it runs by hand for many more tries:
 
-    python -m tests.ui.quit_driver [RUNS] [--parallel N] [--seed S] [--threads T]
+    python -m tests.ui.app.quit_driver [RUNS] [--parallel N] [--seed S] [--threads T]
 
 Each run gets its own config and data folders. What the run saw on the screen
 when Ctrl+Q went out (the model loading, a reply streaming, the conversation

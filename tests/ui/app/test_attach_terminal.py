@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.hostile_files import hostile_file
-from tests.ui.quit_driver import CTRL_Q, MODEL_READY, Terminal, folders_env
-from tests.ui.typing_driver import start_typing_driver
+from tests.ui.app.quit_driver import CTRL_Q, MODEL_READY, Terminal, folders_env
+from tests.ui.app.typing_driver import start_typing_driver
 
 
 def test_at_dev_stdin_is_refused_and_the_keys_still_arrive(tmp_path: Path) -> None:

@@ -28,7 +28,14 @@ from pathlib import Path
 import pytest
 
 from chat.conversations.store import Store
-from tests.ui.quit_driver import ENTER, GENERATING, MODEL_READY, Terminal, chat_command, folders_env
+from tests.ui.app.quit_driver import (
+    ENTER,
+    GENERATING,
+    MODEL_READY,
+    Terminal,
+    chat_command,
+    folders_env,
+)
 
 QUIT_WITHIN_S = 2.0
 

@@ -2,7 +2,7 @@
 headless: Textual's terminal driver reads and parses the keys), with a scripted
 model. The typing tests (test_typing) drive it through a pseudo-terminal.
 
-Usage: python -m tests.ui.typing_driver RESULT_FILE [MESSAGES [TOKENIZE_S]]
+Usage: python -m tests.ui.app.typing_driver RESULT_FILE [MESSAGES [TOKENIZE_S]]
 
 MESSAGES: open a conversation of that many messages at start. TOKENIZE_S: the
 seconds the scripted tokenizer spends on each call, in Python, holding the GIL
@@ -30,7 +30,7 @@ from chat.ui.app import ChatApp, Launch
 from chat.ui.widgets.prompt_box import PromptBox
 from tests.conftest import wait_for
 from tests.fakes import ScriptedEngine, scripted_factory
-from tests.ui.quit_driver import Terminal, folders_env
+from tests.ui.app.quit_driver import Terminal, folders_env
 
 
 class SlowTokenizer(ScriptedEngine):
@@ -77,7 +77,7 @@ def start_typing_driver(home: Path, env: dict[str, str] | None = None) -> Typed:
     (`env`: its environment, else `folders_env(home)`)."""
     result = home / "result.json"
     terminal = Terminal(
-        [sys.executable, "-m", "tests.ui.typing_driver", str(result)],
+        [sys.executable, "-m", "tests.ui.app.typing_driver", str(result)],
         folders_env(home) if env is None else env,
         (120, 40),
     )

@@ -2,7 +2,7 @@
 (a prefill), right after Enter, while a reply streams or is saved, with a
 dialog open, or while a big conversation's tokens are counted. The real
 `chat` command runs in a pseudo-terminal with the real demo model
-(tests/ui/quit_driver.py), a hundred times; each must exit with status 0 and
+(tests/ui/app/quit_driver.py), a hundred times; each must exit with status 0 and
 print no traceback.
 
 Before: quitting mid-reply exited while the reply's thread was inside
@@ -20,8 +20,8 @@ from chat import paths
 from chat.conversations.store import Store
 from tests.conftest import wait_for
 from tests.fakes import ScriptedEngine
+from tests.ui.app.quit_driver import run_many, spread
 from tests.ui.conftest import make_app, ready, reply_on_screen, send
-from tests.ui.quit_driver import run_many, spread
 
 QUIT_RUNS = 100
 PARALLEL = 3
@@ -58,7 +58,7 @@ async def test_quitting_mid_reply_saves_it_as_stopped_then_frees_the_model() -> 
 @pytest.mark.model
 def test_quitting_at_random_moments_never_crashes(demo_model: Path) -> None:
     # One llama.cpp thread each: three runs share two cores. Many more runs,
-    # other seeds, kvchat's own threads: python -m tests.ui.quit_driver --help
+    # other seeds, kvchat's own threads: python -m tests.ui.app.quit_driver --help
     runs = run_many(QUIT_RUNS, PARALLEL, seed=15, threads=1)
     print("\n" + spread(runs))  # the moments hit (pytest -s shows them)
     failed = [run for run in runs if run.problem]

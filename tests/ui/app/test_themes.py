@@ -35,7 +35,7 @@ from chat.ui.themes import (
 )
 from tests.conftest import good_document, write
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 METER_VARIABLES = APP_VARIABLES[:6]
 
 

@@ -43,7 +43,7 @@ from tests.ui.conftest import (
     send,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 STATS = ReplyStats(30, 12, 4, 0.05, 80.0, "done", seed=3, total_s=0.1)
 
 
@@ -225,7 +225,7 @@ def test_kill_9_mid_reply_loses_at_most_the_last_second(tmp_path: Path) -> None:
     side = tmp_path / "streamed.jsonl"
     pythonpath = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.ui.kill_driver", str(side)],
+        [sys.executable, "-m", "tests.ui.app.kill_driver", str(side)],
         cwd=REPO_ROOT,
         env=dict(os.environ, PYTHONPATH=pythonpath),
         stdout=subprocess.DEVNULL,

@@ -29,7 +29,7 @@ assert CODER is not None and CODER.system_prompt is not None
 
 def status(app: ChatApp) -> str:
     # All the bar holds: at 80 columns it draws the reply's figures first and
-    # leaves the rest to F1 (tests/ui/test_small_terminals.py).
+    # leaves the rest to F1 (tests/ui/screens/test_small_terminals.py).
     return app.query_one(StatusBar).full_text()
 
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import chat
-from tests.ui.quit_driver import CTRL_Q, Terminal, folders_env
+from tests.ui.app.quit_driver import CTRL_Q, Terminal, folders_env
 
 CTRL_E = b"\x05"
 CHAT = [sys.executable, "-m", "chat"]

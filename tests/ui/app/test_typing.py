@@ -2,7 +2,7 @@
 a huge draft, a huge conversation being counted (issue 15, point 3).
 
 The keystroke floods go through a pseudo-terminal to the app run as `chat`
-runs it (tests/ui/typing_driver.py), so that the terminal driver's parsing is
+runs it (tests/ui/app/typing_driver.py), so that the terminal driver's parsing is
 part of what is tested; the rest uses Pilot."""
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from chat.ui.terminal_input import TypedText
 from chat.ui.widgets.context_meter import ContextMeter, MeterState
 from chat.ui.widgets.prompt_box import PromptBox
 from tests.conftest import wait_for
+from tests.ui.app.quit_driver import CTRL_Q, MODEL_READY, Terminal
+from tests.ui.app.typing_driver import SlowTokenizer, Typed, big_conversation, start_typing_driver
 from tests.ui.conftest import make_app, ready
-from tests.ui.quit_driver import CTRL_Q, MODEL_READY, Terminal
-from tests.ui.typing_driver import SlowTokenizer, Typed, big_conversation, start_typing_driver
 
 END = "END-OF-FLOOD"
 

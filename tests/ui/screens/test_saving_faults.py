@@ -53,7 +53,7 @@ def app_saving_to(
 
 def status(app: ChatApp) -> str:
     # All the bar holds: at 80 columns it draws the reply's figures first and
-    # leaves the rest to F1 (tests/ui/test_small_terminals.py).
+    # leaves the rest to F1 (tests/ui/screens/test_small_terminals.py).
     return app.query_one(StatusBar).full_text()
 
 

@@ -1,7 +1,7 @@
 """Runs the chat app headless with a slow scripted engine, sends one message and
 waits to be killed: the `kill -9` test in test_conversations_browser drives it.
 
-Usage: python -m tests.ui.kill_driver SIDE_FILE [MODEL]
+Usage: python -m tests.ui.app.kill_driver SIDE_FILE [MODEL]
 
 With MODEL (a GGUF file), the real model replies instead, at length, and
 SIDE_FILE stays empty: the test reads what was saved from the database.

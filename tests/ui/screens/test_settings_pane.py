@@ -478,7 +478,9 @@ async def test_model_change_reloads_in_the_background_and_the_chat_continues(
         # Loading: visible in the status bar; sending waits; the chat stays.
         status = app.query_one(StatusBar)
         await wait_for(lambda: "Reloading model fake" in status.full_text(), pilot)
-        await send(pilot, "during")  # waits for the new model (tests/ui/test_waiting_message.py)
+        await send(
+            pilot, "during"
+        )  # waits for the new model (tests/ui/screens/test_waiting_message.py)
         assert len(list(app.query(MessageView))) == 3  # system, user, assistant
         assert not old.closed
         gate.set()
