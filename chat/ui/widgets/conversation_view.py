@@ -211,11 +211,7 @@ class ConversationView(VerticalScroll):
         return any(view.has_class("streaming") for view in self.message_views())
 
     def _earlier_and_shown_and_later(self) -> list[Message]:
-        shown = [
-            view.message
-            for view in self.message_views()
-            if not isinstance(view, SystemMessageView)
-        ]
+        shown = [view.message for view in self.message_views_without_system()]
         return self._earlier + shown + self._later
 
     async def _jump(self, messages: list[Message], target: Message) -> None:
