@@ -194,13 +194,14 @@ class ModelMetadata:
 
     @property
     def parameters_text(self) -> str:
-        """ "135M", "7.2B": the file's own label, else the count rounded."""
+        """ "135M", "7.2B": the file's own label, else the count rounded; "?"
+        when the file names no tensors to count."""
         if self.size_label:
             return self.size_label
         for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
             if self.n_params >= scale:
                 return f"{self.n_params / scale:.3g}{unit}"
-        return str(self.n_params)
+        return str(self.n_params) if self.n_params else "?"
 
 
 @dataclass(frozen=True)

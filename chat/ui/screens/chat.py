@@ -289,8 +289,8 @@ class ChatScreen(Screen[None]):
     def _mark_branches(self, views: list[MessageView]) -> None:
         ConversationView.mark_branches(views, self.session.alternatives)
 
-    @on(ConversationView.EarlierShown)
-    def _on_earlier_shown(self, event: ConversationView.EarlierShown) -> None:
+    @on(ConversationView.PageShown)
+    def _on_page_shown(self, event: ConversationView.PageShown) -> None:
         self._mark_branches(event.views)
         if self.session.budget is not None and self.session.has_messages_outside:
             self._mark_views(event.views)

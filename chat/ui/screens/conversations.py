@@ -101,7 +101,8 @@ class ConversationsScreen(KvchatScreen[OpenChoice]):
         margin: 0 1;
     }
     #conversations-count {
-        height: 1;
+        /* Wraps on a narrow terminal rather than cutting its hints off. */
+        height: auto;
         padding: 0 1;
         color: $text-muted;
     }

@@ -8,6 +8,13 @@ older ones wait in `_earlier` and are mounted `PAGE` at a time whenever less
 than a screenful is left above what the user sees: right after opening, and as
 the user scrolls up. The line at the top says how many are left (click: more).
 
+Find can land far above what is mounted (a match 400 messages up). Mounting
+every page down to it would take seconds, so the view jumps instead: it shows
+a page around the match, with the messages below it waiting in `_later`
+(mounted a page at a time as the user scrolls down; a click on the line at the
+bottom goes back to the newest). Anything that adds to the conversation (a
+message sent, a reply started, another branch) first shows the newest again.
+
 The same goes for a conversation that grows long as the user chats: when a
 reply starts, views that end more than `KEEP_SCREENS` screenfuls above the
 bottom go back to `_earlier`. Each delivery of a streamed reply that adds a
@@ -67,19 +74,54 @@ class EarlierMessages(Static):
             view.request_earlier()
 
 
+class LaterMessages(Static):
+    """The line below the newest mounted message after find jumped up: how
+    many newer messages are not shown yet."""
+
+    DEFAULT_CSS = """
+    LaterMessages {
+        height: auto;
+        margin: 1 0 0 0;
+        padding: 0 1;
+        color: $text-muted;
+        text-align: center;
+    }
+    LaterMessages:hover {
+        color: $text;
+        background: $boost;
+    }
+    """
+
+    def show_count(self, count: int) -> None:
+        noun = "message" if count == 1 else "messages"
+        self.update(
+            Content(f"▼ {count:,} later {noun}: scroll down, or click to go to the newest"),
+        )
+
+    def on_click(self, event: events.Click) -> None:
+        event.stop()
+        view = self.parent
+        if isinstance(view, ConversationView):
+            view.run_worker(view.show_latest(), group="latest")
+
+
 class ConversationView(VerticalScroll):
     FIRST_PAGE = 16
     """Message views mounted when a conversation opens: more than a screenful."""
     PAGE = 10
     """Older message views mounted at a time, as the user scrolls up."""
+    JUMP_BEYOND = 3
+    """A message more than this many pages above the mounted ones is shown by
+    jumping to it, not by mounting every page in between."""
     KEEP_SCREENS = 2
     """When a reply starts, the views within this many screenfuls of the bottom
     stay mounted (a screenful above what the user sees, so `_fill_above` has
     nothing to do); older ones are unmounted."""
 
     @dataclass
-    class EarlierShown(TextualMessage):
-        """Older message `views` were mounted (the screen marks their window state)."""
+    class PageShown(TextualMessage):
+        """Message `views` were mounted besides those shown, older or newer (the
+        screen marks their branches and window state)."""
 
         views: list[MessageView]
 
@@ -87,7 +129,10 @@ class ConversationView(VerticalScroll):
         super().__init__(id=id)
         self._earlier: list[Message] = []
         """Messages older than the oldest mounted view, oldest first."""
+        self._later: list[Message] = []
+        """Messages newer than the newest mounted view (after a jump), oldest first."""
         self._mounting_earlier = False
+        self._mounting_later = False
         # Pages are mounted one at a time: scrolling up and find (`reveal`) both mount them.
         self._earlier_lock = asyncio.Lock()
 
@@ -95,7 +140,12 @@ class ConversationView(VerticalScroll):
     def earlier_count(self) -> int:
         return len(self._earlier)
 
+    @property
+    def later_count(self) -> int:
+        return len(self._later)
+
     async def add_message(self, message: Message) -> MessageView:
+        await self.show_latest()
         view = view_for(message)
         await self.mount(view)
         self.anchor()
@@ -106,6 +156,7 @@ class ConversationView(VerticalScroll):
         newest FIRST_PAGE messages; older ones follow as described above."""
         await self.clear()
         first = self.FIRST_PAGE
+        self._later = []
         self._earlier = list(messages[:-first]) if len(messages) > first else []
         widgets: list[Static | MessageView] = [] if system is None else [view_for(system)]
         if self._earlier:
@@ -138,11 +189,99 @@ class ConversationView(VerticalScroll):
             self._mounting_earlier = False
 
     async def reveal(self, message: Message) -> MessageView | None:
-        """The view of `message`, once the older pages down to it are mounted;
-        None when it is not shown."""
-        while any(older is message for older in self._earlier):
-            await self.show_earlier()
+        """The view of `message`, mounted if need be: the pages down to it when
+        it is near, else by jumping to it (see the module's docstring); None
+        when it is not shown."""
+        index = next((i for i, older in enumerate(self._earlier) if older is message), None)
+        if index is None:
+            index = next((i for i, newer in enumerate(self._later) if newer is message), None)
+            if index is not None:
+                async with self._earlier_lock:
+                    await self._jump(self._earlier_and_shown_and_later(), message)
+        elif len(self._earlier) - index > self.JUMP_BEYOND * self.PAGE and not self._streaming():
+            async with self._earlier_lock:
+                await self._jump(self._earlier_and_shown_and_later(), message)
+        else:
+            while any(older is message for older in self._earlier):
+                await self.show_earlier()
         return next((view for view in self.message_views() if view.message is message), None)
+
+    def _streaming(self) -> bool:
+        """A reply streams into one of the views: they must stay mounted."""
+        return any(view.has_class("streaming") for view in self.message_views())
+
+    def _earlier_and_shown_and_later(self) -> list[Message]:
+        shown = [view.message for view in self.message_views_without_system()]
+        return self._earlier + shown + self._later
+
+    async def _jump(self, messages: list[Message], target: Message) -> None:
+        """Show a page of `messages` around `target`: those above wait in
+        `_earlier`, those below in `_later`."""
+        index = next(i for i, message in enumerate(messages) if message is target)
+        start = max(0, min(index - self.PAGE // 2, len(messages) - self.FIRST_PAGE))
+        end = start + self.FIRST_PAGE
+        self._earlier, self._later = messages[:start], messages[end:]
+        # Pinned to the bottom, the view would follow the bottom of the page
+        # instead of staying on the match; showing the newest anchors it again.
+        self.anchor(False)
+        await self.remove_children([*self.message_views_without_system(), *self._markers()])
+        widgets: list[Static | MessageView] = []
+        if self._earlier:
+            earlier = EarlierMessages(markup=False)
+            earlier.show_count(len(self._earlier))
+            widgets.append(earlier)
+        views = [view_for(message) for message in messages[start:end]]
+        widgets += views
+        if self._later:
+            later = LaterMessages(markup=False)
+            later.show_count(len(self._later))
+            widgets.append(later)
+        await self.mount_all(widgets)
+        self.post_message(self.PageShown(views))
+
+    def message_views_without_system(self) -> list[MessageView]:
+        return [view for view in self.message_views() if not isinstance(view, SystemMessageView)]
+
+    def _markers(self) -> list[Static]:
+        return [*self.query(EarlierMessages), *self.query(LaterMessages)]
+
+    async def show_latest(self) -> None:
+        """After a jump: show the newest messages again, as when the conversation
+        was opened (nothing to do when they are shown)."""
+        if not self._later:
+            return
+        async with self._earlier_lock:
+            if not self._later:
+                return
+            system = next(iter(self.query(SystemMessageView)), None)
+            messages = self._earlier_and_shown_and_later()
+        await self.show_messages(system.message if system else None, messages)
+        self.post_message(self.PageShown(self.message_views()))
+
+    def request_later(self) -> None:
+        """Mount the next page of newer messages, unless that is already under way."""
+        if self._later and not self._mounting_later:
+            self._mounting_later = True
+            self.run_worker(self._show_later(), group="later")
+
+    async def _show_later(self) -> None:
+        try:
+            async with self._earlier_lock:
+                if not self._later:
+                    return
+                batch = self._later[: self.PAGE]
+                del self._later[: self.PAGE]
+                marker = self.query_one(LaterMessages)
+                views = [view_for(message) for message in batch]
+                # Below what the user sees: nothing on screen moves.
+                await self.mount_all(views, before=marker)
+                if self._later:
+                    marker.show_count(len(self._later))
+                else:
+                    await marker.remove()
+                self.post_message(self.PageShown(views))
+        finally:
+            self._mounting_later = False
 
     async def _mount_earlier(self) -> None:
         if not self._earlier:
@@ -157,7 +296,7 @@ class ConversationView(VerticalScroll):
             marker.show_count(len(self._earlier))
         else:
             await marker.remove()
-        self.post_message(self.EarlierShown(views))
+        self.post_message(self.PageShown(views))
 
         def keep_position() -> None:
             # The new views pushed the content down: scroll by as much, so that
@@ -174,11 +313,14 @@ class ConversationView(VerticalScroll):
         super().watch_scroll_y(old_value, new_value)
         if new_value < old_value and new_value < self.size.height:
             self.request_earlier()
+        if new_value > old_value and new_value > self.max_scroll_y - self.size.height:
+            self.request_later()
 
     async def follow_branch(self, messages: Sequence[Message]) -> list[MessageView]:
         """Show `messages` (another branch of the conversation) where they differ
         from what is shown: views below the first difference are replaced. Returns
         the views mounted."""
+        await self.show_latest()
         earlier = self._earlier
         if len(messages) < len(earlier) or any(
             a is not b for a, b in zip(earlier, messages, strict=False)
@@ -200,6 +342,7 @@ class ConversationView(VerticalScroll):
         return new
 
     async def start_reply(self, message: Message) -> AssistantMessageView:
+        await self.show_latest()
         async with self._earlier_lock:
             await self._unmount_far_above()
         view = AssistantMessageView(message)
@@ -312,4 +455,5 @@ class ConversationView(VerticalScroll):
 
     async def clear(self) -> None:
         self._earlier = []
+        self._later = []
         await self.remove_children()

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from textual.command import CommandList, CommandPalette
 from textual.pilot import Pilot
-from textual.widgets import Input, Markdown, TextArea
+from textual.widgets import DataTable, Input, Markdown, TextArea
 
 from chat.conversations.conversation import Message
 from chat.conversations.store import Store
@@ -33,6 +33,7 @@ from chat.ui.app import ChatApp, Launch
 from chat.ui.screens.dialogs import ConfirmScreen, RenameScreen, StorageProblemScreen
 from chat.ui.screens.help import HelpScreen
 from chat.ui.screens.link_confirm import LinkConfirmScreen
+from chat.ui.screens.model_picker import ModelPickerScreen
 from chat.ui.screens.settings import SettingsScreen
 from chat.ui.screens.token_view import TokenViewScreen
 from chat.ui.widgets.context_meter import ContextMeter, MeterState
@@ -189,7 +190,7 @@ def test_help_screen(size: tuple[int, int], snap_compare: Any) -> None:
 # -- saved conversations: the browser and its dialogs ---------------------------------
 
 
-@SIZES
+@DIALOG_SIZES
 def test_conversation_browser(size: tuple[int, int], snap_compare: Any, tmp_path: Path) -> None:
     """Ctrl+O over four saved conversations, newest first."""
 
@@ -420,6 +421,49 @@ def test_changed_in_another_window(
         await steady(pilot)
 
     assert snap_compare(chat_app(database=database), terminal_size=size, run_before=run_before)
+
+
+# -- the model picker -----------------------------------------------------------------
+
+
+@pytest.fixture
+def model_stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The picker sees the demo model and two small models in kvchat's models
+    folder, and nothing of this machine's own stores; the free memory it
+    compares with is fixed."""
+    import chat.models.table
+    from chat import paths
+    from tests.models.test_download import _model
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    monkeypatch.setenv("LLAMA_CACHE", str(tmp_path / "llama-cache"))
+    monkeypatch.delenv("OLLAMA_MODELS", raising=False)
+    monkeypatch.setattr(chat.models.table, "available_ram", lambda: 16 * 1024**3)
+    models = paths.models_dir()
+    models.mkdir(parents=True)
+    (models / "tiny-Q4_K_M.gguf").write_bytes(_model(300_000, 1))
+    (models / "tiny-Q8_0.gguf").write_bytes(_model(200_000, 2))
+
+
+@DIALOG_SIZES
+@pytest.mark.usefixtures("model_stores")
+def test_model_picker(size: tuple[int, int], snap_compare: Any) -> None:
+    """F8: every model found, what it needs in memory and where it was found."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, ChatApp)
+        await ready(app, pilot)
+        await pilot.press("f8")
+        picker = await on_top(pilot, ModelPickerScreen)
+        table = picker.query_one(DataTable)
+        await wait_for(lambda: table.row_count == 3, pilot, timeout=20)
+        await steady(pilot)
+
+    assert snap_compare(chat_app(), terminal_size=size, run_before=run_before)
 
 
 # -- presets ------------------------------------------------------------------------
