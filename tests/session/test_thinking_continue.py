@@ -57,9 +57,7 @@ async def test_a_reply_cut_mid_thought_goes_on_inside_it(engine: LlamaEngine) ->
     reasoning = engine.info.reasoning
     assert reasoning is not None
     question = [session.conversation.messages[0].as_chat_dict()]
-    sent = engine.chat_prompt.tokens(
-        [*question, whole_reply(reply, reasoning)], open_last=True
-    )
+    sent = engine.chat_prompt.tokens([*question, whole_reply(reply, reasoning)], open_last=True)
     assert sent == [*engine.tokenize_chat(question), *ids]
 
     settings.sampling.max_tokens = 120

@@ -6,14 +6,20 @@ counts the prompt as it is then rendered, exactly."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from textual.widgets import Static
 
+from chat.engine.reasoning.markers import THINK, Reasoning
 from chat.ui.app import ChatApp
+from chat.ui.screens.settings import SettingsScreen
 from tests.conftest import turn_done, wait_for
 from tests.engine.reasoning_models import qwen3_model
-from tests.ui.conftest import run_command, send
+from tests.fakes import ScriptedEngine
+from tests.ui.conftest import make_app, ready, run_command, send
+from tests.ui.test_settings_pane import open_pane
 from tests.ui.test_thinking import thinking_app
 
 
@@ -51,3 +57,26 @@ async def test_thinking_off_from_the_palette_is_counted_exactly(thinking_model: 
         await run_command(pilot, "thinking on or off", "Turn thinking on or off")
         assert screen.settings.sampling.thinking
         assert engine.info.reasoning is not None and engine.info.reasoning.enabled
+
+
+def help_of(pane: SettingsScreen, key: str) -> str:
+    return str(pane.field(key).query_one(".setting-help", Static).render())
+
+
+async def test_the_settings_pane_marks_what_the_model_cannot_honour() -> None:
+    """A model that does not think: its three thinking settings are marked
+    ignored; one whose template has no switch: thinking on/off only."""
+    engine = ScriptedEngine()
+    app = make_app(engine)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        pane = await open_pane(app, pilot)
+        for key in ("sampling.thinking", "sampling.thinking_budget", "sampling.keep_thinking"):
+            assert "Ignored: this model does not think" in help_of(pane, key)
+        assert "Ignored" not in help_of(pane, "sampling.temperature")
+        await pilot.press("escape")
+        await wait_for(lambda: not isinstance(app.screen, SettingsScreen), pilot)
+        engine.info = replace(engine.info, reasoning=Reasoning(THINK, "template", True))
+        pane = await open_pane(app, pilot)
+        assert "cannot turn its thinking off" in help_of(pane, "sampling.thinking")
+        assert "Ignored" not in help_of(pane, "sampling.thinking_budget")
