@@ -226,7 +226,8 @@ class ChatPrompt:
         in this model's vocabulary, and together they spell the content exactly
         (not so for another model's ids, an edited reply, a damaged row), or
         end with it for a reply sent whole (`sampled_whole`: they spell its
-        thinking too). `after_opening`: only where the template writes a
+        thinking too; whitespace aside, which the parts of a reply that
+        thought are stripped of). `after_opening`: only where the template writes a
         reply right after the generation prompt's last piece."""
         ids = message.get("token_ids")
         content = message.get("content")
@@ -242,7 +243,9 @@ class ChatPrompt:
         if not all(type(i) is int and 0 <= i < n_vocab for i in ids):
             return None
         spelled, text = self.spell(ids), content.encode("utf-8")
-        if spelled != text and not (message.get("sampled_whole") and spelled.endswith(text)):
+        if spelled != text and not (
+            message.get("sampled_whole") and _squashed(spelled).endswith(_squashed(text))
+        ):
             return None
         return list(ids)
 
@@ -310,6 +313,11 @@ class ChatPrompt:
         if token_id < 0:
             return ""
         return bytes(self._llm.detokenize([token_id], special=True)).decode("utf-8", "replace")
+
+
+def _squashed(text: bytes) -> bytes:
+    """`text` without its whitespace."""
+    return b"".join(text.split())
 
 
 _NOT_SHOWN = ("token_ids", "sampled_whole")

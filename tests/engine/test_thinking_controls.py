@@ -163,3 +163,32 @@ def test_no_budget_where_thinking_is_off(engines: dict[str, LlamaEngine]) -> Non
     finally:
         engine.set_thinking(True)
     assert THINK.close not in "".join(event.text for event in events)
+
+
+@pytest.mark.model
+def test_llama_server_turns_thinking_off_as_the_local_engine_does(
+    engines: dict[str, LlamaEngine], tmp_path: Path
+) -> None:
+    """kvchat's llama-server engine asks `/apply-template` for the same prompt
+    (`chat_template_kwargs`): the server's tokens are the local engine's."""
+    from chat.engine.remote import ServerConfig, connect
+    from tests.servers import llama_server
+
+    local = engines["qwen3"]
+    with llama_server(tmp_path, ["--jinja"], n_ctx=1024, model=local.info.path) as server:
+        remote = connect(ServerConfig(url=server.url, kind="llama-server"))
+        try:
+            assert "thinking" not in remote.ignored_settings  # type: ignore[attr-defined]
+            on = remote.tokenize_chat(QUESTION)
+            remote.set_thinking(False)
+            reasoning = remote.info.reasoning
+            assert reasoning is not None and not reasoning.enabled
+            off = remote.tokenize_chat(QUESTION)
+        finally:
+            remote.close()
+    assert on == local.tokenize_chat(QUESTION)
+    local.set_thinking(False)
+    try:
+        assert off == local.tokenize_chat(QUESTION) and off != on
+    finally:
+        local.set_thinking(True)

@@ -78,3 +78,21 @@ async def test_a_reply_cut_mid_thought_goes_on_inside_it(engine: LlamaEngine) ->
     assert 14 < stats.thinking_tokens < stats.generated_tokens
     # The KV cache held the reply: the continuation evaluated next to nothing.
     assert stats.prompt_evaluated < len(ids), stats
+
+
+def test_a_whole_reply_goes_in_as_sampled_whatever_whitespace_its_parts_lost(
+    engine: LlamaEngine,
+) -> None:
+    """The parts of a reply that thought are kept without the whitespace that
+    led them (a model, or a budget's closing marker, may leave a blank line
+    more): its sampled ids still stand for it."""
+    from chat.conversations.conversation import Message
+
+    raw = b"<think>\nA plan.\n</think>\n\n\n\nSure."
+    ids = engine.chat_prompt.tokenize_text(raw, False)
+    reply = Message("assistant", "Sure.", thinking="A plan.\n", token_ids=ids)
+    reasoning = engine.info.reasoning
+    assert reasoning is not None
+    question = [{"role": "user", "content": "Why?"}]
+    sent = engine.chat_prompt.tokens([*question, whole_reply(reply, reasoning)], open_last=True)
+    assert sent == [*engine.tokenize_chat(question), *ids]
