@@ -111,6 +111,8 @@ class ScriptedEngine:
         self.started = threading.Event()
         self.cached: tuple[int, ...] = ()
         self.restored: list[KvState] = []
+        self.thinking = True
+        """What the session last asked of `set_thinking`."""
         self._lock = threading.Lock()
         self.info = ModelInfo(
             path=Path("/models/scripted.gguf"),
@@ -121,6 +123,9 @@ class ScriptedEngine:
             gpu_layers=0,
             gpu_supported=False,
         )
+
+    def set_thinking(self, enabled: bool) -> None:
+        self.thinking = enabled
 
     def tokenize_chat(
         self, messages: ChatMessages, add_generation_prompt: bool = True

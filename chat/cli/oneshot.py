@@ -291,6 +291,7 @@ def _reply(
     messages.append({"role": "user", "content": prompt})
     cancel = threading.Event()
     finished: Finished | None = None
+    engine.set_thinking(settings.sampling.thinking)  # before the splitter reads how it thinks
     # With --json nothing streams: the JSON says it all at the end.
     streamed = io.StringIO() if as_json else out
     printer = _ReplyPrinter(

@@ -144,17 +144,21 @@ class Message:
         """The text the model is sent: `content`, then the attachments."""
         return prompt_text(self.content, self.attachments)
 
-    def as_chat_dict(self) -> dict[str, Any]:
+    def as_chat_dict(self, keep_thinking: bool = False) -> dict[str, Any]:
         """The OpenAI-style `{"role", "content"}` form that chat templates take,
         plus `"token_ids"` when the reply has them (the engine sends those instead
         of re-tokenizing the text), and a reply's thinking as
         `"reasoning_content"`: the model's template decides whether it is sent
-        again (most drop it from earlier turns)."""
+        again (most drop it from earlier turns). `keep_thinking`: a reply that
+        thought is sent as it was sampled, thinking included (`"sampled_whole"`:
+        its token ids spell all of it, not only `content`)."""
         data: dict[str, Any] = {"role": self.role, "content": self.prompt_content}
         if self.token_ids is not None:
             data["token_ids"] = self.token_ids
         if self.thinking:
             data["reasoning_content"] = self.thinking
+            if keep_thinking and self.token_ids:
+                data["sampled_whole"] = True
         return data
 
 

@@ -50,6 +50,10 @@ class ChatPrompt:
         as the user asked with `model.plain_template`), or None."""
         self.formatters = self._templates(path, plain_allowed)
         """The template, by whether it ends with the generation prompt."""
+        self.options: dict[str, Any] = {}
+        """The template's own options every prompt is rendered with (thinking
+        turned off: `{"enable_thinking": False}`); replaced whole, never changed
+        in place (prompts are rendered on two threads)."""
         self.reply_opening: bytes | None = None
         self.markers = self.message_markers()
         self.pieces = PieceTokenizer(self.tokenize_text, self.markers)
@@ -120,19 +124,28 @@ class ChatPrompt:
         is tokenized on its own. When the template does not place the reply's
         text there unchanged, the whole text is tokenized as usual."""
         render = self.formatters[add_generation_prompt]
-        # The template sees role and content only.
-        shown = [{k: v for k, v in m.items() if k != "token_ids"} for m in messages]
-        rendered = render(messages=shown)
+        # The template sees role and content only (and a reply's thinking).
+        shown = [{k: v for k, v in m.items() if k not in _NOT_SHOWN} for m in messages]
+        options = self.options
+        rendered = render(messages=shown, **options)
         text = rendered.prompt.encode("utf-8")
         add_bos = not rendered.added_special
         sampled = {i: ids for i, m in enumerate(messages) if (ids := self._reply_tokens(m))}
         if not sampled:
             return [text], add_bos
+        whole = {i for i in sampled if messages[i].get("sampled_whole")}
+        # A reply sent whole (thinking kept) is its tokens alone: the template
+        # writes nothing of its thinking around them.
         marked = [
-            {**m, "content": _reply_placeholder(i)} if i in sampled else m
+            (
+                {k: v for k, v in m.items() if i not in whole or k != "reasoning_content"}
+                | {"content": _reply_placeholder(i)}
+            )
+            if i in sampled
+            else m
             for i, m in enumerate(shown)
         ]
-        layout = render(messages=marked).prompt.encode("utf-8")
+        layout = render(messages=marked, **options).prompt.encode("utf-8")
         parts: list[PromptPart] = []
         spelled = b""  # the text the parts stand for
         for i, ids in sampled.items():
@@ -142,7 +155,9 @@ class ChatPrompt:
             parts += [before, ids]
             spelled += before + str(shown[i]["content"]).encode("utf-8")
         parts.append(layout)
-        if spelled + layout != text:
+        # (A reply sent whole is not what the template writes of it: that
+        # rendering drops its thinking, on purpose.)
+        if not whole and spelled + layout != text:
             return [text], add_bos
         return parts, add_bos
 
@@ -156,14 +171,21 @@ class ChatPrompt:
         if not messages or messages[-1].get("role") != "assistant":
             raise KvchatError("Only a reply can be continued.")
         last = len(messages) - 1
-        head = [*messages[:last], {"role": "assistant", "content": _reply_placeholder(last)}]
+        if messages[last].get("sampled_whole"):
+            return self._whole_reply_parts(messages)
+        # Earlier replies go in as the template writes them (their thinking
+        # not kept): the check below compares with its rendering.
+        history: list[Mapping[str, Any]] = [
+            {k: v for k, v in m.items() if k != "sampled_whole"} for m in messages[:last]
+        ]
+        head = [*history, {"role": "assistant", "content": _reply_placeholder(last)}]
         # The history before the reply, as a reply's prompt sends it (sampled
         # tokens and all): the text before the placeholder.
         parts, add_bos = self._prompt_parts(head, False)
         marker = _reply_placeholder(last).encode("utf-8")
         before = _cut_at(parts, marker)
-        shown = [{k: v for k, v in m.items() if k != "token_ids"} for m in messages]
-        full = self.formatters[False](messages=shown).prompt.encode("utf-8")
+        shown = [{k: v for k, v in m.items() if k not in _NOT_SHOWN} for m in messages]
+        full = self.formatters[False](messages=shown, **self.options).prompt.encode("utf-8")
         content = str(messages[last].get("content", "")).encode("utf-8")
         spelled = b"".join(p if isinstance(p, bytes) else self.spell(p) for p in before or [])
         if before is None or not full.startswith(spelled + content):
@@ -181,14 +203,36 @@ class ChatPrompt:
             return [*before[:-1], before[-1] + content], add_bos
         return [*before, content], add_bos
 
-    def _reply_tokens(self, message: ChatMessage | Mapping[str, str]) -> list[int] | None:
+    def _whole_reply_parts(self, messages: ChatMessages) -> tuple[list[PromptPart], bool]:
+        """The prompt that goes on with a reply that thought, sent whole (its
+        content is all of it as the model wrote it, markers and thinking
+        included): the prompt it was generated from, then the reply, as its
+        sampled tokens when they spell it (the KV cache holds exactly these),
+        else as text. So a reply cut mid-thought goes on inside its thought."""
+        parts, add_bos = self._prompt_parts(messages[:-1], True)
+        # After the generation prompt, as when they were sampled.
+        ids = self._reply_tokens(messages[-1], after_opening=False)
+        if ids is not None:
+            return [*parts, ids], add_bos
+        content = str(messages[-1].get("content", "")).encode("utf-8")
+        if parts and isinstance(parts[-1], bytes):
+            return [*parts[:-1], parts[-1] + content], add_bos
+        return [*parts, content], add_bos
+
+    def _reply_tokens(
+        self, message: ChatMessage | Mapping[str, str], after_opening: bool = True
+    ) -> list[int] | None:
         """A reply's sampled tokens, when they can stand for its text: every id
         in this model's vocabulary, and together they spell the content exactly
-        (not so for another model's ids, an edited reply, a damaged row)."""
+        (not so for another model's ids, an edited reply, a damaged row), or
+        end with it for a reply sent whole (`sampled_whole`: they spell its
+        thinking too; whitespace aside, which the parts of a reply that
+        thought are stripped of). `after_opening`: only where the template writes a
+        reply right after the generation prompt's last piece."""
         ids = message.get("token_ids")
         content = message.get("content")
         if (
-            self.reply_opening is None
+            (after_opening and self.reply_opening is None)
             or message.get("role") != "assistant"
             or not isinstance(ids, (list, tuple))
             or not ids
@@ -198,7 +242,10 @@ class ChatPrompt:
         n_vocab = self.n_vocab
         if not all(type(i) is int and 0 <= i < n_vocab for i in ids):
             return None
-        if self.spell(ids) != content.encode("utf-8"):
+        spelled, text = self.spell(ids), content.encode("utf-8")
+        if spelled != text and not (
+            message.get("sampled_whole") and _squashed(spelled).endswith(_squashed(text))
+        ):
             return None
         return list(ids)
 
@@ -215,7 +262,14 @@ class ChatPrompt:
         placeholder = _reply_placeholder(0)
         for roles in (("user",), ("system", "user")):
             asked = [{"role": r, "content": "x"} for r in roles]
-            answered = [*asked, {"role": "assistant", "content": placeholder}]
+            # Followed by a question, as a reply is in every later prompt (a
+            # reasoning template writes the last reply otherwise: Qwen3 gives
+            # it an empty thinking block).
+            answered = [
+                *asked,
+                {"role": "assistant", "content": placeholder},
+                {"role": "user", "content": "y"},
+            ]
             try:
                 prompt = self.formatters[True](messages=asked).prompt
                 history = self.formatters[False](messages=answered).prompt
@@ -259,6 +313,15 @@ class ChatPrompt:
         if token_id < 0:
             return ""
         return bytes(self._llm.detokenize([token_id], special=True)).decode("utf-8", "replace")
+
+
+def _squashed(text: bytes) -> bytes:
+    """`text` without its whitespace."""
+    return b"".join(text.split())
+
+
+_NOT_SHOWN = ("token_ids", "sampled_whole")
+"""Keys of a `ChatMessage` that are kvchat's, not the template's."""
 
 
 def _reply_placeholder(index: int) -> str:

@@ -43,7 +43,8 @@ from chat.engine.protocol import (
     PromptProgress,
     TokenEvent,
 )
-from chat.engine.reasoning.markers import recognise, special_token_test
+from chat.engine.reasoning.budget import ThinkingBudget, forced_choice
+from chat.engine.reasoning.markers import recognise, special_token_test, with_thinking
 from chat.engine.reply_text import ReplyText
 from chat.engine.threads import (
     CALIBRATION_FILLER,
@@ -194,6 +195,9 @@ class LlamaEngine:
         """A GBNF grammar the replies are sampled under (None: none). The tests
         make the demo model's own tokens take a shape with it (a thinking
         block); constrained output will use it too."""
+        self.answer_grammar: str | None = None
+        """The grammar the answer is sampled under after a thinking budget
+        closed the block (`grammar` starts over at a new call, so it cannot)."""
         self.plain_template_reason = self.chat_prompt.plain_template_reason
         """Why the model's own chat template is not used (plain ChatML is,
         as the user asked with `model.plain_template`), or None."""
@@ -230,6 +234,15 @@ class LlamaEngine:
         """One token's own text, for showing tokens one by one (a token that is
         part of a multi-byte character shows as U+FFFD)."""
         return sanitize(bytes(self._llm.detokenize([token_id])).decode("utf-8", "replace"))
+
+    def set_thinking(self, enabled: bool) -> None:
+        reasoning = self.info.reasoning
+        if reasoning is None or reasoning.enabled == (enabled or reasoning.switch is None):
+            return
+        reasoning = with_thinking(reasoning, self.chat_prompt.formatters[True], enabled)
+        # Replaced whole: prompts are rendered on other threads meanwhile.
+        self.chat_prompt.options = reasoning.options
+        self.info = replace(self.info, reasoning=reasoning)
 
     def tokenize_chat(
         self, messages: ChatMessages, add_generation_prompt: bool = True
@@ -446,65 +459,74 @@ class LlamaEngine:
         evaluated = 0
         generated = 0
         finish: FinishReason = "done"
-        grammar = (
-            llama_cpp.LlamaGrammar.from_string(self.grammar, verbose=False)
-            if self.grammar
-            else None
-        )
         # A reasoning model's markers may be special tokens (Qwen3's `<think>`):
         # their text is kept so that the thinking can be told from the answer.
         special = self.info.reasoning is not None
-        tokens = llm.generate(
-            prompt,
-            temp=sampling.temperature,
-            top_k=sampling.top_k,
-            top_p=sampling.top_p,
-            min_p=sampling.min_p,
-            typical_p=sampling.typical_p,
-            repeat_penalty=sampling.repeat_penalty,
-            presence_penalty=sampling.presence_penalty,
-            frequency_penalty=sampling.frequency_penalty,
-            mirostat_mode=sampling.mirostat_mode,
-            mirostat_tau=sampling.mirostat_tau,
-            mirostat_eta=sampling.mirostat_eta,
-            reset=True,  # keeps the longest common prefix of the KV cache
-            grammar=grammar,
-        )
-        try:
-            for token in tokens:
-                if first_token_at is None:
-                    first_token_at = time.perf_counter()
-                    evaluated = _prompt_tokens_evaluated(llm.ctx)
-                if llama_cpp.llama_vocab_is_eog(self._vocab, token):
-                    break
+        budget = self._thinking_budget(sampling)
+        grammar_text = self.grammar
+        sequence = prompt
+        while True:
+            closing: list[int] = []
+            tokens = self._sample(sequence, sampling, grammar_text)
+            try:
+                for token in tokens:
+                    if first_token_at is None:
+                        first_token_at = time.perf_counter()
+                        evaluated = _prompt_tokens_evaluated(llm.ctx)
+                    if llama_cpp.llama_vocab_is_eog(self._vocab, token):
+                        break
+                    generated += 1
+                    sampled.append(int(token))
+                    piece = bytes(llm.detokenize([token], special=special))
+                    text = reply.feed(piece)
+                    choice = (
+                        recorder.choice(self._step_logits(), token, self._cached_piece(token))
+                        if recorder
+                        else None
+                    )
+                    if choice is not None:
+                        choices.append(choice)
+                    if reply.stopped:
+                        if text:
+                            yield TokenEvent(text, token, choice)
+                        break
+                    yield TokenEvent(text, token, choice)
+                    if cancel.is_set() or self._closing:
+                        finish = "stopped"
+                        break
+                    if generated >= sampling.max_tokens:
+                        finish = "max_tokens"
+                        break
+                    # The next token needs this one evaluated; the window has no room.
+                    if len(prompt) + generated >= self.info.n_ctx:
+                        finish = "context_full"
+                        break
+                    if budget is not None:
+                        closing = budget.feed(text)
+                        room = min(
+                            sampling.max_tokens - generated,
+                            self.info.n_ctx - len(prompt) - generated,
+                        )
+                        if closing and len(closing) < room:
+                            break
+                        closing = []
+            finally:
+                tokens.close()
+            if not closing:
+                break
+            # The budget is spent: the block is closed here, as if the model had
+            # written it, and the answer is sampled after it from the KV cache.
+            for token in closing:
                 generated += 1
-                sampled.append(int(token))
-                piece = bytes(llm.detokenize([token], special=special))
-                text = reply.feed(piece)
-                choice = (
-                    recorder.choice(self._step_logits(), token, self._cached_piece(token))
-                    if recorder
-                    else None
-                )
+                sampled.append(token)
+                text = reply.feed(bytes(llm.detokenize([token], special=True)))
+                choice = forced_choice(token, self._cached_piece(token)) if recorder else None
                 if choice is not None:
                     choices.append(choice)
-                if reply.stopped:
-                    if text:
-                        yield TokenEvent(text, token, choice)
-                    break
                 yield TokenEvent(text, token, choice)
-                if cancel.is_set() or self._closing:
-                    finish = "stopped"
-                    break
-                if generated >= sampling.max_tokens:
-                    finish = "max_tokens"
-                    break
-                # The next token needs this one evaluated; the window has no room.
-                if len(prompt) + generated >= self.info.n_ctx:
-                    finish = "context_full"
-                    break
-        finally:
-            tokens.close()
+            sequence = [*prompt, *sampled]
+            grammar_text = self.answer_grammar
+            budget = None
         tail = reply.flush()
         if tail:
             yield TokenEvent(tail, -1)
@@ -523,6 +545,46 @@ class LlamaEngine:
         )
         token_ids = self._spelling_tokens(sampled, reply.text)
         yield Finished(reply.text, stats, tuple(choices), token_ids)
+
+    def _sample(
+        self, sequence: list[int], sampling: SamplingSettings, grammar_text: str | None
+    ) -> Generator[int, None, None]:
+        """`Llama.generate` over `sequence`: the longest prefix the KV cache
+        holds is kept, the rest evaluated, then tokens are sampled."""
+        grammar = (
+            llama_cpp.LlamaGrammar.from_string(grammar_text, verbose=False)
+            if grammar_text
+            else None
+        )
+        tokens: Generator[int, None, None] = self._llm.generate(
+            sequence,
+            temp=sampling.temperature,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            min_p=sampling.min_p,
+            typical_p=sampling.typical_p,
+            repeat_penalty=sampling.repeat_penalty,
+            presence_penalty=sampling.presence_penalty,
+            frequency_penalty=sampling.frequency_penalty,
+            mirostat_mode=sampling.mirostat_mode,
+            mirostat_tau=sampling.mirostat_tau,
+            mirostat_eta=sampling.mirostat_eta,
+            reset=True,  # keeps the longest common prefix of the KV cache
+            grammar=grammar,
+        )
+        return tokens
+
+    def _thinking_budget(self, sampling: SamplingSettings) -> ThinkingBudget | None:
+        """The budget a reply's thinking runs under, when it has one and the
+        model thinks (with thinking on)."""
+        reasoning = self.info.reasoning
+        if not sampling.thinking_budget or reasoning is None or not reasoning.enabled:
+            return None
+        return ThinkingBudget(
+            reasoning,
+            sampling.thinking_budget,
+            lambda text: self.chat_prompt.tokenize_text(text, False),
+        )
 
     def _evaluate_prompt(
         self, prompt: list[int], start: int, end: int, cancel: threading.Event

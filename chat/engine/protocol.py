@@ -38,6 +38,13 @@ class ChatMessage(_MessageText, total=False):
     cache that still holds them is reused; used only when they are valid for
     the loaded model and spell `content` exactly."""
 
+    sampled_whole: bool
+    """For a reply that thought, sent with its thinking kept (the setting
+    `sampling.keep_thinking`): `token_ids` spell the whole reply as sampled,
+    markers and thinking included, and go in as they are in place of what the
+    template writes for the message (a local model; used only when they end
+    with `content`)."""
+
 
 ChatMessages = Sequence[ChatMessage | Mapping[str, str]]
 
@@ -162,6 +169,14 @@ class Engine(Protocol):
         """
         ...
 
+    def set_thinking(self, enabled: bool) -> None:
+        """A reasoning model thinks (the default) or not, from the next prompt
+        on: its chat template is rendered with thinking turned off where it has
+        a switch (`Reasoning.switch`; a server is asked to, where its API can),
+        which changes the prompt, so `tokenize_chat` counts it so too. Does
+        nothing where it cannot (see `Reasoning.enabled`)."""
+        ...
+
     def stream_reply(
         self,
         messages: ChatMessages,
@@ -175,7 +190,10 @@ class Engine(Protocol):
         `Finished`.
 
         With `record_probs`, each token carries the distribution it was
-        sampled from (`TokenChoice`). With `continue_last`, the last message
+        sampled from (`TokenChoice`). With `sampling.thinking_budget`, a
+        reasoning model's thinking is closed after that many tokens (the
+        closing marker's tokens are put in the reply) and the answer follows.
+        With `continue_last`, the last message
         is an assistant reply that was cut short (max tokens, Esc): the model
         goes on writing it, and the events carry only the new text.
 

@@ -21,6 +21,7 @@ from chat.conversations.conversation import Conversation, FinishReason, Message
 from chat.conversations.saver import ConversationSaver, ConversationSettings, restore_sampling
 from chat.conversations.tree import index_of
 from chat.engine.protocol import ChatMessages, Engine, Finished, ModelInfo
+from chat.engine.reasoning.markers import Reasoning
 from chat.engine.state_cache import StateCache
 from chat.errors import KvchatError
 from chat.models.files import same_path
@@ -65,6 +66,9 @@ class ChatSession:
         self.resume_pending = False
         """A conversation was opened or a branch shown, and no restore was tried yet."""
         self._budget: ContextBudget | None = None
+        self._budget_key: tuple[object, ...] = ()
+        """What the counts of `_budget` hold for: the engine's tokenizer and how
+        its model thinks (thinking off renders other prompts)."""
         self._outside_window: set[int] = set()
         """id() of the messages outside the window at the last turn."""
         self._system_tokens = 0
@@ -88,8 +92,16 @@ class ChatSession:
         engine = self._models.engine
         if engine is None:
             return None
-        if self._budget is None or self._budget.tokenize != engine.tokenize_chat:
-            self._budget = ContextBudget(engine.tokenize_chat, engine.info.n_ctx)
+        # Every count and every prompt is planned here first: the template
+        # renders with this conversation's thinking switch from now on.
+        sampling = self.settings.sampling
+        engine.set_thinking(sampling.thinking)
+        key = (engine.tokenize_chat, engine.info.reasoning, sampling.keep_thinking)
+        if self._budget is None or self._budget_key != key:
+            self._budget = ContextBudget(
+                engine.tokenize_chat, engine.info.n_ctx, sampling.keep_thinking
+            )
+            self._budget_key = key
         return self._budget
 
     # Planning a turn.
@@ -107,9 +119,18 @@ class ChatSession:
             self.settings.chat.overflow,
         )
 
-    def reply_prompt(self, plan: WindowPlan) -> list[dict[str, str]]:
-        """What the reply to the conversation's last message is generated from."""
-        return prompt_messages(self.conversation, plan)
+    def reply_prompt(self, plan: WindowPlan, continuing: bool = False) -> list[dict[str, Any]]:
+        """What the reply to the conversation's last message is generated from;
+        `continuing`: the last message is a reply to go on with. A reply that
+        thought goes on from its whole text as the model wrote it (inside its
+        thought when it was cut there), after the prompt it was sampled from."""
+        messages = prompt_messages(self.conversation, plan, keep_thinking=self._keep_thinking)
+        reply = self.conversation.messages[-1]
+        engine = self.engine
+        reasoning = engine.info.reasoning if engine is not None else None
+        if continuing and reply.thinking and reasoning is not None:
+            messages[-1] = whole_reply(reply, reasoning)
+        return messages
 
     def prefill_prompt(self, text: str) -> tuple[ChatMessages, bool] | None:
         """What to evaluate ahead while the user pauses over `text`: the prompt that
@@ -120,10 +141,15 @@ class ChatSession:
         if plan is None or plan.problem:
             return None
         if text.strip():
-            return prompt_messages(self.conversation, plan, Message("user", text)), True
+            newest = Message("user", text)
+            return prompt_messages(self.conversation, plan, newest, self._keep_thinking), True
         if self.conversation.messages:
-            return history_messages(self.conversation, plan), False
+            return history_messages(self.conversation, plan, self._keep_thinking), False
         return None
+
+    @property
+    def _keep_thinking(self) -> bool:
+        return self.settings.sampling.keep_thinking
 
     def mark_window(self, plan: WindowPlan) -> None:
         """Remember which messages are outside the window this turn."""
@@ -214,7 +240,7 @@ class ChatSession:
         """The last reply, when it was cut short (max tokens, Esc, or kvchat
         stopped while writing it) and can be continued."""
         reply = self.last_reply()
-        if reply is None or not reply.content:
+        if reply is None or not (reply.content or reply.thinking):
             return None
         if reply.state == "interrupted":
             return reply
@@ -227,18 +253,26 @@ class ChatSession:
         self.mark_window(plan)
         self.saver.start_reply(self.conversation, self.conversation_settings(), reply)
 
-    def end_continue(self, reply: Message, finished: Finished) -> None:
+    def end_continue(self, reply: Message, finished: Finished, thinking: str | None = None) -> None:
         """The continuation is complete: appended to `reply`, which is saved.
         Its figures add up the two parts' tokens and times; the prompt's are
-        the continuation's (how much of it the KV cache held)."""
+        the continuation's (how much of it the KV cache held). `thinking`: the
+        reply's whole thinking, when the continuation went on inside it."""
         new = finished.stats
         old = reply.stats
         if old is not None:
+            first_answer_s = old.first_answer_s
+            if first_answer_s is None and new.first_answer_s is not None:
+                first_answer_s = old.total_s + new.first_answer_s
             new = replace(
                 new,
                 generated_tokens=old.generated_tokens + new.generated_tokens,
                 total_s=old.total_s + new.total_s,
+                thinking_tokens=old.thinking_tokens + new.thinking_tokens,
+                first_answer_s=first_answer_s,
             )
+        if thinking is not None:
+            reply.thinking = thinking
         old_ids, new_ids = reply.token_ids, finished.token_ids
         reply.token_ids = [*old_ids, *new_ids] if old_ids and new_ids is not None else None
         old_probs = reply.token_probs
@@ -249,7 +283,9 @@ class ChatSession:
         reply.content += finished.text
         reply.stats = new
         reply.state = "complete"
-        self.saver.finish_reply(reply.content, reply.stats, reply.token_ids)
+        self.saver.finish_reply(
+            reply.content, reply.stats, reply.token_ids, thinking=reply.thinking or None
+        )
 
     def end_continue_failed(self, reply: Message) -> None:
         """The continuation failed before any of it was kept: `reply` stays as
@@ -432,6 +468,15 @@ class ChatSession:
         if self.conversation.messages:
             self.saver.save_messages(self.conversation, self.conversation_settings())
 
+    def change_sampling(self, **values: Any) -> None:
+        """Change sampling settings for this conversation only (the defaults
+        stay): saved with it at once when it has messages, else with its first."""
+        if self.settings is self.defaults:
+            self.settings = replace(self.defaults, sampling=copy.deepcopy(self.defaults.sampling))
+        self.settings.sampling = replace(self.settings.sampling, **values)
+        if self.conversation.messages:
+            self.saver.save_messages(self.conversation, self.conversation_settings())
+
     def defaults_changed(self) -> None:
         """The settings pane changed the defaults' sampling, chat and UI settings:
         a reopened conversation's own copy takes them too, and the saved KV
@@ -474,3 +519,18 @@ class ChatSession:
             return None
         path = Path(self.conversation.model_path)
         return None if same_path(path, self.model.path) else path
+
+
+def whole_reply(reply: Message, reasoning: Reasoning) -> dict[str, Any]:
+    """`reply`, a reply that thought, as the model wrote it: the opening marker
+    (unless the prompt wrote it), the thinking, and once it was closed, the
+    closing marker and the answer; with its sampled tokens, which spell that
+    (whitespace between the parts may differ: the engine then sends the text)."""
+    markers = reasoning.markers
+    text = ("" if reasoning.prompt_opens_block else f"{markers.open}\n") + reply.thinking
+    if reply.content:
+        text += f"{markers.close}\n\n{reply.prompt_content}"
+    data: dict[str, Any] = {"role": "assistant", "content": text, "sampled_whole": True}
+    if reply.token_ids:
+        data["token_ids"] = reply.token_ids
+    return data

@@ -77,6 +77,9 @@ class ContextBudget:
 
     tokenize: TokenizeChat
     n_ctx: int
+    keep_thinking: bool = False
+    """Replies that thought are sent with their thinking, as sampled
+    (`Message.as_chat_dict`): counted so."""
     _cache: dict[_CountKey, int] = field(default_factory=dict)
 
     def reserve_for(self, max_tokens: int) -> int:
@@ -113,7 +116,8 @@ class ContextBudget:
                 # question follows it (Qwen3's), and one always follows in the
                 # prompts it is sent in: counted as rendered before one.
                 after = [{"role": "user", "content": ""}]
-                count = self._count([*head, message.as_chat_dict(), *after], False)
+                sent = message.as_chat_dict(self.keep_thinking)
+                count = self._count([*head, sent, *after], False)
                 count -= self._count([*head, *after], False)
             else:
                 count = self._count([*head, message.as_chat_dict()], False)
@@ -292,16 +296,25 @@ def _choose(
 
 
 def prompt_messages(
-    conversation: Conversation, plan: WindowPlan, newest: Message | None = None
+    conversation: Conversation,
+    plan: WindowPlan,
+    newest: Message | None = None,
+    keep_thinking: bool = False,
 ) -> list[dict[str, str]]:
     """What a turn sends: the system prompt, the earlier messages that fit
-    (`plan.included`), and the newest message (by default the conversation's last)."""
+    (`plan.included`), and the newest message (by default the conversation's
+    last). `keep_thinking`: see `Message.as_chat_dict`."""
     newest = newest or conversation.messages[-1]
-    return [*history_messages(conversation, plan), newest.as_chat_dict()]
+    return [
+        *history_messages(conversation, plan, keep_thinking),
+        newest.as_chat_dict(keep_thinking),
+    ]
 
 
-def history_messages(conversation: Conversation, plan: WindowPlan) -> list[dict[str, str]]:
+def history_messages(
+    conversation: Conversation, plan: WindowPlan, keep_thinking: bool = False
+) -> list[dict[str, str]]:
     """The system prompt and the earlier messages that fit the window."""
     messages = conversation.messages
-    earlier = [messages[i].as_chat_dict() for i in plan.included]
+    earlier = [messages[i].as_chat_dict(keep_thinking) for i in plan.included]
     return system_messages(conversation.system_prompt) + earlier

@@ -99,20 +99,23 @@ class ReplyStream:
         before: Callable[[], object] | None = None,
         continue_text: str | None = None,
         reasoning: Reasoning | None = None,
+        continue_thinking: str | None = None,
     ) -> None:
         """`before`: run in the reply's thread before the prompt is evaluated
         (putting back a saved KV cache); its failure is ignored.
         `continue_text`: the last message of `messages` is this reply, cut
         short, and the model goes on writing it (chunks carry only new text).
         `reasoning`: how the model thinks (`ModelInfo.reasoning`): its reply is
-        split into thinking and answer (a continuation is all answer)."""
+        split into thinking and answer (a continuation of the answer is all
+        answer). `continue_thinking`: the reply continued was cut inside its
+        thinking, which this is so far: the continuation starts inside it."""
         self._before = before
-        self._splitter = (
-            ThinkingSplitter(reasoning.markers, reasoning.prompt_opens_block)
-            if reasoning is not None and continue_text is None
-            else None
-        )
-        self._thinking: list[str] = []
+        self._splitter: ThinkingSplitter | None = None
+        if reasoning is not None and continue_text is None:
+            self._splitter = ThinkingSplitter(reasoning.markers, reasoning.prompt_opens_block)
+        elif reasoning is not None and continue_thinking is not None:
+            self._splitter = ThinkingSplitter(reasoning.markers, starts_inside=True)
+        self._thinking: list[str] = [continue_thinking or ""]
         self._thinking_tokens = 0
         self._continue_text = continue_text
         self._engine = engine
@@ -176,8 +179,9 @@ class ReplyStream:
     ) -> ReplyEnded:
         """The end as the session keeps it: the answer as the reply's text, the
         thinking beside it (and its tokens, the time to the answer, in the
-        stats). The sampled ids spell the whole reply, thinking included: with
-        thinking they are not the answer's, so they are not kept."""
+        stats). The sampled ids spell the whole reply, thinking included: they
+        are kept for a next prompt that keeps the thinking (`sampled_whole`);
+        a prompt that sends the answer alone finds they do not spell it."""
         thinking = self.thinking
         if (
             not thinking
@@ -191,7 +195,7 @@ class ReplyStream:
             first_answer_s = stats.ttft_s + (first_answer_at - first_token_at)
         stats = replace(stats, thinking_tokens=self._thinking_tokens, first_answer_s=first_answer_s)
         answer = "".join(self._parts)
-        kept = replace(finished, text=answer, stats=stats, token_ids=None)
+        kept = replace(finished, text=answer, stats=stats)
         in_thought = self._splitter is not None and self._splitter.in_thinking
         return ReplyEnded(kept, thinking, in_thought)
 

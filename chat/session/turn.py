@@ -426,8 +426,10 @@ class Turn:
         # listener and the saver's reports may need its context variables (a
         # UI's, for one), which the reply's thread does not have.
         context = contextvars.copy_context()
-        prompt = self.session.reply_prompt(plan)
+        prompt = self.session.reply_prompt(plan, self._continuing)
         settings = self.session.settings
+        # A reply cut inside its thinking goes on thinking.
+        in_thought = self._continuing and bool(reply.thinking) and not reply.content
         self._stream = ReplyStream(
             engine,
             prompt,
@@ -438,6 +440,7 @@ class Turn:
             before=partial(self.session.resume_before_reply, engine, prompt),
             continue_text=reply.content if self._continuing else None,
             reasoning=engine.info.reasoning,
+            continue_thinking=reply.thinking if in_thought else None,
         )
         self._pacer = FramePacer()
         self._stream.start()
@@ -473,7 +476,7 @@ class Turn:
         finished = ended.finished
         continuing = self._continuing
         if continuing:
-            self.session.end_continue(reply, finished)
+            self.session.end_continue(reply, finished, ended.thinking or None)
         elif finished.stats.finish_reason == "stopped" and not finished.stats.generated_tokens:
             self.session.drop_reply(reply)
             self._done()

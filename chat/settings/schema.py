@@ -321,6 +321,26 @@ class SamplingSettings:
     max_tokens: int = _setting(
         1024, "int", "Most tokens in one reply; also reserved in the window for it.", 1, 131_072
     )
+    thinking: bool = _setting(
+        True,
+        "bool",
+        "Let a reasoning model think before it answers; off only where its template "
+        "or server can turn thinking off.",
+    )
+    thinking_budget: int = _setting(
+        0,
+        "int",
+        "Most tokens a reasoning model thinks for; then its thinking is closed and it answers.",
+        1,
+        131_072,
+        special=((0, "no limit"),),
+    )
+    keep_thinking: bool = _setting(
+        False,
+        "bool",
+        "Send earlier thinking again as it was sampled: the next turn reads less "
+        "but the model was not trained on such a history.",
+    )
     stop: list[str] = field(
         default_factory=list,
         metadata=_meta(

@@ -12,6 +12,7 @@ from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.markup import escape
 
 from chat.sanitize import sanitize_line
+from chat.session.thinking_controls import BUDGETS
 from chat.settings.presets import Preset
 from chat.ui.clipboard import CodeBlock
 from chat.ui.themes import KvchatTheme
@@ -194,6 +195,29 @@ CHAT_SCREEN_ACTIONS = (
         "the newest)",
         "toggle_thinking",
         other_names=("Reasoning", "Thoughts"),
+    ),
+    ScreenAction(
+        "Turn thinking on or off",
+        "A reasoning model thinks before it answers, or not, in this conversation "
+        "(where its template or server can turn it off)",
+        "switch_thinking",
+        other_names=("Reasoning on or off", "No thinking", "enable_thinking"),
+    ),
+    ScreenAction(
+        "Thinking budget: no limit",
+        "A reasoning model thinks as long as it wants, in this conversation",
+        "thinking_budget(0)",
+        other_names=("Reasoning budget: no limit",),
+    ),
+    *(
+        ScreenAction(
+            f"Thinking budget: {budget:,} tokens",
+            f"A reasoning model's thinking is closed after {budget:,} tokens and it answers, "
+            "in this conversation",
+            f"thinking_budget({budget})",
+            other_names=(f"Reasoning budget: {budget:,} tokens",),
+        )
+        for budget in BUDGETS
     ),
 )
 

@@ -33,6 +33,7 @@ from chat.runtime.model_loader import (
     Reload,
 )
 from chat.session.server_choice import server_config
+from chat.session.thinking_controls import local_thinking_notes
 from chat.session.turn import Turn
 from chat.settings.config_file import backup_path, save_config
 from chat.settings.run_overrides import RunOverrides
@@ -108,9 +109,13 @@ class SettingsFlow:
         engine = self._models.engine
         ignored: frozenset[str] = getattr(engine, "ignored_settings", frozenset())
         if engine is not None:
-            for name in sorted(ignored):
-                key = f"sampling.{name}"
-                note = f"Ignored by {engine.info.kind}: not sent to the server."
+            found = {
+                f"sampling.{name}": f"Ignored by {engine.info.kind}: not sent to the server."
+                for name in sorted(ignored)
+            }
+            # What a model loaded here cannot honour (a model that does not think).
+            found |= local_thinking_notes(engine.info)
+            for key, note in found.items():
                 notes[key] = f"{notes[key]} {note}" if key in notes else note
         return notes
 

@@ -9,7 +9,7 @@ families are those llama.cpp's chat parsers know (see docs/reasoning.md).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from chat.engine.chat_template import ChatTemplate
@@ -55,6 +55,20 @@ class Reasoning:
     prompt_opens_block: bool = False
     """The generation prompt ends inside the thinking block: the reply starts
     mid-thought and holds only the closing marker."""
+    switch: str | None = None
+    """The chat template's variable that turns thinking off when false
+    (`enable_thinking`, Qwen3's), when the template has one; None: thinking
+    cannot be turned off for this model."""
+    enabled: bool = True
+    """False: thinking was turned off through `switch` (the generation prompt
+    then holds an empty, closed block, and the reply is all answer)."""
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """What the chat template is rendered with for this: the switch set to
+        false when thinking is off (nothing otherwise: a template reads an
+        undefined switch as its default)."""
+        return {self.switch: False} if self.switch is not None and not self.enabled else {}
 
 
 def find_markers(
@@ -85,6 +99,17 @@ def special_token_test(
         return len(tokenize(data, False, True)) == 1 and len(tokenize(data, False, False)) > 1
 
     return is_special
+
+
+SWITCHES = ("enable_thinking",)
+"""Template variables that turn thinking off when false, as llama.cpp and the
+model servers pass them (`chat_template_kwargs`): Qwen3's and its successors',
+GLM-4.5's, Nemotron's."""
+
+
+def find_switch(template: str | None) -> str | None:
+    """The variable of `template` that turns thinking off, if it reads one."""
+    return next((name for name in SWITCHES if template and name in template), None)
 
 
 _PROBE = "kvchat-probe-7f3a"  # a user message no template writes itself
@@ -130,8 +155,23 @@ def recognise(
     if found is None:
         return None
     markers, where = found
+    switch = find_switch(template_text)
+    reasoning = Reasoning(markers, where, False, switch)
+    return with_thinking(reasoning, template, not (switch and extra.get(switch) is False), **extra)
+
+
+def with_thinking(
+    reasoning: Reasoning, template: ChatTemplate | None, enabled: bool, **extra: Any
+) -> Reasoning:
+    """`reasoning` with thinking on or off (`enabled`; off only where the
+    template has a switch), and whether the generation prompt then opens the
+    block, rendered with `template` (and `extra`, the template's other options)."""
+    enabled = enabled or reasoning.switch is None
+    changed = replace(reasoning, enabled=enabled)
     try:
-        opens = template is not None and generation_prompt_opens_block(template, markers, **extra)
+        opens = template is not None and generation_prompt_opens_block(
+            template, reasoning.markers, **{**extra, **changed.options}
+        )
     except ChatTemplateError:
         opens = False
-    return Reasoning(markers, where, opens)
+    return replace(changed, prompt_opens_block=opens)

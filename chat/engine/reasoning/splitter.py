@@ -83,6 +83,11 @@ class ThinkingSplitter:
         """Inside the thinking block now: after `flush`, the reply stopped mid-thought."""
         return self._state == "thinking"
 
+    @property
+    def holding(self) -> bool:
+        """Text fed is held back: it may be the start of a marker."""
+        return bool(self._buffer)
+
     def feed(self, text: str, tokens: int = 0) -> list[ReplyPart]:
         """Add a piece of the reply (`tokens` sampled tokens spelled it);
         return the parts now known."""

@@ -207,6 +207,10 @@ class RemoteEngine:
 
     def __init__(self, http: ServerHttp) -> None:
         self._http = http
+        self.thinking = True
+        """Whether a reasoning model thinks (`set_thinking`); each kind of
+        server asks for it its own way, or cannot (then `ignored_settings`
+        names "thinking")."""
         self._lock = threading.Lock()
         self._prefilling = False
         self._closed = False
@@ -218,6 +222,9 @@ class RemoteEngine:
         self, messages: ChatMessages, add_generation_prompt: bool = True
     ) -> list[int]:
         raise NotImplementedError
+
+    def set_thinking(self, enabled: bool) -> None:
+        self.thinking = enabled
 
     def stream_reply(
         self,

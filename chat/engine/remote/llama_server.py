@@ -44,7 +44,12 @@ from typing import Any
 
 from chat.conversations.conversation import FinishReason
 from chat.engine.protocol import ChatMessages
-from chat.engine.reasoning.markers import Reasoning, find_markers, first_prompt_opens_block
+from chat.engine.reasoning.markers import (
+    Reasoning,
+    find_markers,
+    find_switch,
+    first_prompt_opens_block,
+)
 from chat.engine.remote.engine import (
     Piece,
     RemoteEngine,
@@ -79,7 +84,10 @@ _STOP_TYPES: dict[str, FinishReason] = {"eos": "done", "word": "done", "limit": 
 
 
 class LlamaServerEngine(RemoteEngine):
-    ignored_settings = frozenset()
+    # Set per model in __init__: "thinking" too when its template has no switch.
+    # Earlier thinking is sent as the template writes it (a reply's sampled
+    # ids go in only where they spell its answer).
+    ignored_settings: frozenset[str] = frozenset({"thinking_budget", "keep_thinking"})
 
     def __init__(self, http: ServerHttp, props: dict[str, Any], models: Any) -> None:
         super().__init__(http)
@@ -108,6 +116,9 @@ class LlamaServerEngine(RemoteEngine):
         # Replies come from /completion as the model wrote them, markers and
         # all: the thinking is told from the answer as for a local model.
         self.info = replace(self.info, reasoning=self._reasoning(props))
+        self._reasoning_on = self.info.reasoning
+        if self.info.reasoning is None or self.info.reasoning.switch is None:
+            self.ignored_settings = self.ignored_settings | {"thinking"}
         self.grammar: str | None = None
         """A GBNF grammar replies are sampled under, as the local engine's
         (the tests make the demo model think with one)."""
@@ -123,7 +134,9 @@ class LlamaServerEngine(RemoteEngine):
     ) -> list[int]:
         shown = chat_messages(messages)
         sampled = self._sampled_replies(messages)
-        key = json.dumps([shown, add_generation_prompt, sorted(sampled.items())])
+        key = json.dumps(
+            [shown, add_generation_prompt, sorted(sampled.items()), self._template_options()]
+        )
         with self._counts_lock:
             if key in self._counts:
                 self._counts.move_to_end(key)
@@ -251,11 +264,28 @@ class LlamaServerEngine(RemoteEngine):
             opens = first_prompt_opens_block(lambda shown: self._render(shown, True), markers)
         except ServerError:
             opens = False  # the first turn says what is wrong with the server
-        return Reasoning(markers, where, opens)
+        return Reasoning(markers, where, opens, find_switch(template))
+
+    def set_thinking(self, enabled: bool) -> None:
+        super().set_thinking(enabled)
+        reasoning = self._reasoning_on
+        if reasoning is None or reasoning.switch is None:
+            return
+        # With the switch off the generation prompt closes the block (an empty
+        # one): no request needed to know it does not open it.
+        off = replace(reasoning, enabled=False, prompt_opens_block=False)
+        self.info = replace(self.info, reasoning=reasoning if enabled else off)
+
+    def _template_options(self) -> dict[str, Any]:
+        reasoning = self.info.reasoning
+        return reasoning.options if reasoning is not None else {}
 
     def _render(self, shown: list[dict[str, str]], add_generation_prompt: bool) -> str:
+        options = self._template_options()
+        kwargs = {"chat_template_kwargs": options} if options else {}
         rendered = self._http.post_json(
-            "/apply-template", {"messages": shown, "add_generation_prompt": add_generation_prompt}
+            "/apply-template",
+            {"messages": shown, "add_generation_prompt": add_generation_prompt, **kwargs},
         )
         prompt = rendered.get("prompt") if isinstance(rendered, dict) else None
         if not isinstance(prompt, str):

@@ -74,7 +74,10 @@ def context_length(show: dict[str, Any]) -> int | None:
 
 class OllamaEngine(EstimatingEngine):
     # Ollama's engine has no Mirostat (its API docs no longer list it).
-    ignored_settings = frozenset({"mirostat_mode", "mirostat_tau", "mirostat_eta"})
+    # Ollama takes `think` (on or off) but no budget.
+    ignored_settings = frozenset(
+        {"mirostat_mode", "mirostat_tau", "mirostat_eta", "thinking_budget", "keep_thinking"}
+    )
 
     def __init__(self, http: ServerHttp, tags: Any) -> None:
         super().__init__(http)
@@ -121,6 +124,9 @@ class OllamaEngine(EstimatingEngine):
             "stream": True,
             "options": self._options(call.sampling),
         }
+        if not self.thinking:
+            # Only when off: `think` on, for a model that cannot think, is an error.
+            body["think"] = False
         if call.record_probs:
             body |= {"logprobs": True, "top_logprobs": TOP_N}
         url = self._http.url

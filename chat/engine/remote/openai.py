@@ -51,6 +51,8 @@ FINISH_REASONS: dict[str, FinishReason] = {
 OPENAI_IGNORED = frozenset(
     {"top_k", "min_p", "typical_p", "repeat_penalty"}
     | {"mirostat_mode", "mirostat_tau", "mirostat_eta"}
+    # The chat API has no common switch for thinking, nor a budget.
+    | {"thinking", "thinking_budget", "keep_thinking"}
 )
 
 

@@ -50,7 +50,11 @@ from chat.settings.schema import SamplingSettings
 
 
 class VllmEngine(RemoteEngine):
-    ignored_settings = frozenset({"typical_p", "mirostat_mode", "mirostat_tau", "mirostat_eta"})
+    # kvchat samples from vLLM's /v1/completions, which has no thinking budget.
+    ignored_settings = frozenset(
+        {"typical_p", "mirostat_mode", "mirostat_tau", "mirostat_eta"}
+        | {"thinking_budget", "keep_thinking"}
+    )
 
     def __init__(self, http: ServerHttp, models: Any) -> None:
         super().__init__(http)
@@ -77,6 +81,9 @@ class VllmEngine(RemoteEngine):
                 "messages": chat_messages(messages),
                 "add_generation_prompt": add_generation_prompt,
                 "add_special_tokens": False,
+                # The prompt is rendered here: thinking is turned off in the
+                # template itself (a template without the switch ignores it).
+                **({} if self.thinking else {"chat_template_kwargs": {"enable_thinking": False}}),
             },
         )
         tokens = answer.get("tokens") if isinstance(answer, dict) else None

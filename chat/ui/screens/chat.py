@@ -38,6 +38,7 @@ from chat.engine.protocol import Engine
 from chat.runtime.model_loader import ModelLoader
 from chat.session.chat_session import ChatSession
 from chat.session.draft_attachments import DraftAttachments
+from chat.session.thinking_controls import set_thinking_budget, switch_thinking
 from chat.session.turn import Turn
 from chat.settings.presets import Preset, find_preset
 from chat.settings.schema import Settings
@@ -466,6 +467,15 @@ class ChatScreen(Screen[None]):
             self.notify("No reply shown here has thinking to unfold.", severity="warning")
             return
         target.thinking.folded = not target.thinking.folded
+
+    def action_switch_thinking(self) -> None:
+        """The palette: thinking on or off for this conversation."""
+        self.notify(switch_thinking(self.session), timeout=6)
+        self.recount_meter()  # thinking off renders another prompt
+
+    def action_thinking_budget(self, budget: int) -> None:
+        self.notify(set_thinking_budget(self.session, budget), timeout=6)
+        self.recount_meter()
 
     # Finding, tokens, help, models.
 

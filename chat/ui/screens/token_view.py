@@ -21,6 +21,7 @@ from textual.widgets import Footer, Static
 
 from chat.conversations.conversation import Message, TokenChoice, summarize
 from chat.conversations.token_probs_codec import StoredTokenChoices
+from chat.engine.reasoning.token_kinds import thinking_tokens
 from chat.ui.screens.base import Dialog
 from chat.ui.widgets.message_view import AssistantMessageView
 from chat.ui.widgets.token_strip import (
@@ -84,6 +85,8 @@ class TokenViewScreen(Dialog[None]):
         self.replies = list(replies)
         self.index = index
         self.choices: list[TokenChoice] = []
+        self.thinking: list[bool] = []
+        """Which of the reply's tokens are its thinking (marked in the strip)."""
 
     @property
     def message(self) -> Message:
@@ -100,7 +103,12 @@ class TokenViewScreen(Dialog[None]):
             else:
                 yield Static(summary_text(choices), id="token-summary", markup=False)
                 texts = [c.text for c in choices]
-                if "".join(texts) != self.message.content:
+                message = self.message
+                self.thinking = thinking_tokens(texts, bool(message.thinking))
+                # The answer's tokens spell the reply's text (the thinking's, with
+                # its markers, are shown marked).
+                answer = (t for t, thought in zip(texts, self.thinking, strict=True) if not thought)
+                if "".join(answer).lstrip() != message.content.lstrip():
                     yield Static(
                         Content(
                             "The tokens' texts differ from the reply's text: a stop "
@@ -110,7 +118,12 @@ class TokenViewScreen(Dialog[None]):
                         id="token-note",
                         markup=False,
                     )
-                yield TokenStrip(texts, [not c.greedy for c in choices], id="token-strip")
+                yield TokenStrip(
+                    texts,
+                    [not c.greedy for c in choices],
+                    thinking=self.thinking,
+                    id="token-strip",
+                )
                 yield TokenDetail(id="token-detail")
         yield Footer()
 
@@ -128,7 +141,9 @@ class TokenViewScreen(Dialog[None]):
 
     def show_token(self, index: int) -> None:
         if 0 <= index < len(self.choices):
-            self.query_one(TokenDetail).show(self.choices[index], index, len(self.choices))
+            thinking = index < len(self.thinking) and self.thinking[index]
+            detail = self.query_one(TokenDetail)
+            detail.show(self.choices[index], index, len(self.choices), thinking)
 
     @on(TokenStrip.Shown)
     def _on_shown(self, event: TokenStrip.Shown) -> None:

@@ -134,13 +134,15 @@ class TokenStrip(ScrollView, can_focus=True):
     A cursor (Left/Right/Up/Down/Home/End, or a click) marks one token; the
     mouse hovering over a token shows that one instead, until it leaves or the
     cursor moves. Either change posts `Shown` with the token whose details
-    should be displayed. Tokens sampled outside the greedy choice are underlined.
+    should be displayed. Tokens sampled outside the greedy choice are underlined;
+    a reasoning model's thinking tokens are in italics, muted.
     """
 
     COMPONENT_CLASSES = {
         "token-strip--even",
         "token-strip--odd",
         "token-strip--off-greedy",
+        "token-strip--thinking",
         "token-strip--cursor",
         "token-strip--hover",
     }
@@ -169,11 +171,14 @@ class TokenStrip(ScrollView, can_focus=True):
         texts: Sequence[str],
         off_greedy: Sequence[bool] = (),
         *,
+        thinking: Sequence[bool] = (),
         id: str | None = None,
     ) -> None:
         super().__init__(id=id)
         self.texts = list(texts)
         self._off_greedy = list(off_greedy) or [False] * len(self.texts)
+        self.thinking = list(thinking) or [False] * len(self.texts)
+        """Which tokens are the model's thinking."""
         self._lines: list[list[Piece]] = []
         self._token_line: list[int] = []
         self._width = 0
@@ -232,6 +237,8 @@ class TokenStrip(ScrollView, can_focus=True):
         style = self.get_component_rich_style(
             "token-strip--odd" if index % 2 else "token-strip--even"
         )
+        if self.thinking[index]:
+            style += self.get_component_rich_style("token-strip--thinking", partial=True)
         if self._off_greedy[index]:
             style += self.get_component_rich_style("token-strip--off-greedy", partial=True)
         if index == self.hover and index != self.cursor:
@@ -414,12 +421,14 @@ class TokenDetail(Widget):
             yield ProbabilityBars("After your sampling settings", id="sampled-bars")
             yield ProbabilityBars("Raw model distribution", id="raw-bars")
 
-    def show(self, choice: TokenChoice, index: int, count: int) -> None:
+    def show(self, choice: TokenChoice, index: int, count: int, thinking: bool = False) -> None:
         title = Content.assemble(
             f"Token {index + 1} of {count}  ",
             (f"“{visible_whitespace(choice.text)}”", "bold"),
             f"  id {choice.token_id}",
         )
+        if thinking:
+            title += Content("  · thinking")
         if not choice.greedy:
             title += Content("  · sampled outside the greedy choice")
         self.query_one("#token-title", Static).update(title)

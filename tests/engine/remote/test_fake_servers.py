@@ -134,7 +134,13 @@ def test_ollama_sends_sampling_as_options_and_records_logprobs(fake: list[FakeSe
     assert options["num_predict"] == 5
     assert finished.stats.finish_reason == "max_tokens"
     assert tokens[0].choice is not None and tokens[0].choice.raw_top[1][0] == " nope"
-    assert engine.ignored_settings == {"mirostat_mode", "mirostat_tau", "mirostat_eta"}
+    assert engine.ignored_settings == {
+        "mirostat_mode",
+        "mirostat_tau",
+        "mirostat_eta",
+        "thinking_budget",
+        "keep_thinking",
+    }
     engine.close()
 
 

@@ -32,7 +32,9 @@ def test_detects_llama_server_and_its_window(engine: RemoteEngine, server: Runni
     assert info.n_ctx_train == 8192
     assert "SmolLM2" in info.name
     assert info.device_text() == f"llama-server at {server.url}"
-    assert engine.ignored_settings == frozenset() and engine.probs_note is None
+    # Every sampling setting is sent; the demo model does not think.
+    assert engine.ignored_settings == {"thinking", "thinking_budget", "keep_thinking"}
+    assert engine.probs_note is None
 
 
 def test_count_is_what_the_server_evaluates_and_turn_two_reuses_it(

@@ -569,3 +569,39 @@ def test_prompt_progress(snap_compare: Any) -> None:
         await steady(pilot)
 
     assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
+
+
+# -- a reasoning model's thinking -----------------------------------------------------
+
+THOUGHT = (
+    "The user wants a reversed list. Slicing makes a copy; reverse() works in place. "
+    "Mention both, and say which one changes the list."
+)
+THINKING_STATS = ReplyStats(
+    40, 40, 52, 0.05, 80.0, "done", seed=7, total_s=0.7, thinking_tokens=31, first_answer_s=0.45
+)
+
+
+@SIZES
+@pytest.mark.parametrize("unfolded", [False, True], ids=["folded", "unfolded"])
+def test_thinking_block(
+    size: tuple[int, int], unfolded: bool, snap_compare: Any, tmp_path: Path
+) -> None:
+    """A reasoning model's reply, reopened: its thinking folded to one line
+    above the answer (count and time), and unfolded (alt+t)."""
+    conv = saved_conversation(QUESTION, "2025-03-14", 1)
+    reply = conv.messages[-1]
+    reply.content, reply.thinking, reply.stats = REPLIES[1], THOUGHT, THINKING_STATS
+    database = tmp_path / "conversations.db"
+    (conv_id,) = save(database, conv)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        assert isinstance(pilot.app, ChatApp)
+        await ready(pilot.app, pilot)
+        await wait_for(lambda: pilot.app.query(AssistantMessageView), pilot)
+        if unfolded:
+            await pilot.press("alt+t")
+        await steady(pilot)
+
+    app = chat_app(database=database, resume=conv_id)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)

@@ -1,0 +1,98 @@
+"""A reply cut inside its thought goes on inside it (issue 29 point 6), with
+the real engine: the demo model under Qwen3's template (a copy of its GGUF),
+made to think by a grammar (tests/engine/reasoning_models.py).
+
+The continuation's prompt is the one the reply was sampled from, then the
+reply as sampled (markers and thinking included): the KV cache holds all of
+it, and the model writes more thought, closes it and answers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chat.engine.llama import LlamaEngine, load_engine
+from chat.session.chat_session import whole_reply
+from chat.session.turn import TurnEnded
+from chat.settings.schema import ModelSettings, Settings
+from tests.engine.reasoning_models import THINKING_GRAMMAR, qwen3_model
+from tests.session.test_turn import Recorded
+
+pytestmark = pytest.mark.model
+
+REST_OF_THOUGHT = 'root ::= [a-z ,.]{0,60} "\\n</think>\\n\\n" [A-Z] [a-z ,.]{4,60}'
+"""What may follow a thought cut short: more of it, the close, the answer."""
+
+
+@pytest.fixture(scope="module")
+def engine(demo_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaEngine]:
+    folder = tmp_path_factory.mktemp("thinking-continue")
+    loaded = load_engine(qwen3_model(demo_model, folder), ModelSettings(n_ctx=2048), folder / "log")
+    yield loaded
+    loaded.close()
+
+
+async def test_a_reply_cut_mid_thought_goes_on_inside_it(engine: LlamaEngine) -> None:
+    settings = Settings()
+    settings.chat.system_prompt = ""
+    settings.chat.prefill = False
+    settings.sampling.temperature = 0.0
+    settings.sampling.max_tokens = 14  # cut inside the thought
+    recorded = Recorded(engine, settings=settings)
+    turn = recorded.turn
+    engine.grammar = THINKING_GRAMMAR
+    assert turn.send("Why is the sky blue?") is None
+    await asyncio.wait_for(turn.stopped(), 120)
+    (cut,) = recorded.of(TurnEnded)
+    reply = cut.reply
+    assert cut.in_thought and reply.thinking and not reply.content
+    assert reply.stats is not None and reply.stats.finish_reason == "max_tokens"
+    thought, ids = reply.thinking, list(reply.token_ids or ())
+    assert ids
+    # What the continuation sends: the first prompt, then the reply as sampled.
+    session = turn.session
+    reasoning = engine.info.reasoning
+    assert reasoning is not None
+    question = [session.conversation.messages[0].as_chat_dict()]
+    sent = engine.chat_prompt.tokens([*question, whole_reply(reply, reasoning)], open_last=True)
+    assert sent == [*engine.tokenize_chat(question), *ids]
+
+    settings.sampling.max_tokens = 120
+    engine.grammar = REST_OF_THOUGHT
+    try:
+        assert turn.continue_reply() is None
+        await asyncio.wait_for(turn.stopped(), 120)
+    finally:
+        engine.grammar = None
+    ended = recorded.of(TurnEnded)[-1]
+    assert ended.continued and not ended.in_thought
+    # More thought, then the answer: nothing of the thought in the answer.
+    assert reply.thinking.startswith(thought) and len(reply.thinking) > len(thought)
+    assert reply.content and reply.content[0].isupper()
+    assert "think>" not in reply.content + reply.thinking
+    stats = reply.stats
+    assert stats is not None and stats.finish_reason == "done"
+    assert 14 < stats.thinking_tokens < stats.generated_tokens
+    # The KV cache held the reply: the continuation evaluated next to nothing.
+    assert stats.prompt_evaluated < len(ids), stats
+
+
+def test_a_whole_reply_goes_in_as_sampled_whatever_whitespace_its_parts_lost(
+    engine: LlamaEngine,
+) -> None:
+    """The parts of a reply that thought are kept without the whitespace that
+    led them (a model, or a budget's closing marker, may leave a blank line
+    more): its sampled ids still stand for it."""
+    from chat.conversations.conversation import Message
+
+    raw = b"<think>\nA plan.\n</think>\n\n\n\nSure."
+    ids = engine.chat_prompt.tokenize_text(raw, False)
+    reply = Message("assistant", "Sure.", thinking="A plan.\n", token_ids=ids)
+    reasoning = engine.info.reasoning
+    assert reasoning is not None
+    question = [{"role": "user", "content": "Why?"}]
+    sent = engine.chat_prompt.tokens([*question, whole_reply(reply, reasoning)], open_last=True)
+    assert sent == [*engine.tokenize_chat(question), *ids]
