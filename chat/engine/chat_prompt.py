@@ -25,6 +25,7 @@ import llama_cpp
 from chat.engine.chat_template import ChatTemplate
 from chat.engine.prompt_tokens import PieceTokenizer, PromptPart, TokenizeParts, tokenize_parts
 from chat.engine.protocol import ChatMessage, ChatMessages
+from chat.engine.tool_calls.calls import ToolDefinition
 from chat.errors import ChatTemplateError, KvchatError
 from chat.sanitize import sanitize_line
 
@@ -92,21 +93,27 @@ class ChatPrompt:
         add_generation_prompt: bool = True,
         tokenize: TokenizeParts | None = None,
         open_last: bool = False,
+        tools: Sequence[ToolDefinition] = (),
     ) -> list[int]:
         """`messages` rendered with the chat template and tokenized: whole, or
         by `tokenize` (the engine's `pieces`, which remembers the pieces of the
         last prompt). `open_last`: the last message is a reply cut short, to be
-        continued (no end-of-turn after it)."""
+        continued (no end-of-turn after it). `tools`: the tools offered,
+        rendered by the template as it renders `tools`."""
+        extra = {"tools": [tool.for_template() for tool in tools]} if tools else {}
         if open_last:
-            parts, add_bos = self._open_reply_parts(messages)
+            parts, add_bos = self._open_reply_parts(messages, extra)
         else:
-            parts, add_bos = self._prompt_parts(messages, add_generation_prompt)
+            parts, add_bos = self._prompt_parts(messages, add_generation_prompt, extra)
         if tokenize is None:
             return tokenize_parts(self.tokenize_text, parts, add_bos)
         return tokenize(parts, add_bos)
 
     def _prompt_parts(
-        self, messages: ChatMessages, add_generation_prompt: bool
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool,
+        extra: Mapping[str, Any] | None = None,
     ) -> tuple[list[PromptPart], bool]:
         """`messages` rendered with the chat template, as parts to tokenize,
         and whether a BOS goes first.
@@ -122,7 +129,8 @@ class ChatPrompt:
         render = self.formatters[add_generation_prompt]
         # The template sees role and content only.
         shown = [{k: v for k, v in m.items() if k != "token_ids"} for m in messages]
-        rendered = render(messages=shown)
+        extra = extra or {}
+        rendered = render(messages=shown, **extra)
         text = rendered.prompt.encode("utf-8")
         add_bos = not rendered.added_special
         sampled = {i: ids for i, m in enumerate(messages) if (ids := self._reply_tokens(m))}
@@ -132,7 +140,7 @@ class ChatPrompt:
             {**m, "content": _reply_placeholder(i)} if i in sampled else m
             for i, m in enumerate(shown)
         ]
-        layout = render(messages=marked).prompt.encode("utf-8")
+        layout = render(messages=marked, **extra).prompt.encode("utf-8")
         parts: list[PromptPart] = []
         spelled = b""  # the text the parts stand for
         for i, ids in sampled.items():
@@ -146,7 +154,9 @@ class ChatPrompt:
             return [text], add_bos
         return parts, add_bos
 
-    def _open_reply_parts(self, messages: ChatMessages) -> tuple[list[PromptPart], bool]:
+    def _open_reply_parts(
+        self, messages: ChatMessages, extra: Mapping[str, Any] | None = None
+    ) -> tuple[list[PromptPart], bool]:
         """The prompt that goes on with the last message, a reply cut short: the
         conversation rendered as history, cut right after that reply's text, so
         that no end-of-turn token closes it. The reply goes in as its sampled
@@ -159,11 +169,12 @@ class ChatPrompt:
         head = [*messages[:last], {"role": "assistant", "content": _reply_placeholder(last)}]
         # The history before the reply, as a reply's prompt sends it (sampled
         # tokens and all): the text before the placeholder.
-        parts, add_bos = self._prompt_parts(head, False)
+        extra = extra or {}
+        parts, add_bos = self._prompt_parts(head, False, extra)
         marker = _reply_placeholder(last).encode("utf-8")
         before = _cut_at(parts, marker)
         shown = [{k: v for k, v in m.items() if k != "token_ids"} for m in messages]
-        full = self.formatters[False](messages=shown).prompt.encode("utf-8")
+        full = self.formatters[False](messages=shown, **extra).prompt.encode("utf-8")
         content = str(messages[last].get("content", "")).encode("utf-8")
         spelled = b"".join(p if isinstance(p, bytes) else self.spell(p) for p in before or [])
         if before is None or not full.startswith(spelled + content):

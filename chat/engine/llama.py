@@ -45,6 +45,10 @@ from chat.engine.protocol import (
 )
 from chat.engine.reasoning.markers import recognise, special_token_test
 from chat.engine.reply_text import ReplyText
+from chat.engine.tool_calls.calls import ToolCall, ToolDefinition
+from chat.engine.tool_calls.grammar import call_grammar
+from chat.engine.tool_calls.parser import ToolCallParser, ToolCallTextError
+from chat.engine.tool_calls.syntax import find_syntax
 from chat.engine.threads import (
     CALIBRATION_FILLER,
     Measured,
@@ -190,6 +194,11 @@ class LlamaEngine:
                 special_token_test(llm.tokenize),
             ),
         )
+        # How it calls tools, if its template shows it how (chat.engine.tool_calls).
+        self.info = replace(
+            self.info,
+            tool_calls=find_syntax(self.chat_prompt.source, special_token_test(llm.tokenize)),
+        )
         self.grammar: str | None = None
         """A GBNF grammar the replies are sampled under (None: none). The tests
         make the demo model's own tokens take a shape with it (a thinking
@@ -232,13 +241,21 @@ class LlamaEngine:
         return sanitize(bytes(self._llm.detokenize([token_id])).decode("utf-8", "replace"))
 
     def tokenize_chat(
-        self, messages: ChatMessages, add_generation_prompt: bool = True
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        tools: Sequence[ToolDefinition] = (),
     ) -> list[int]:
         # Tokenizing reads only the vocabulary, never the context, so it does
         # not take the lock: the context meter can count while a reply streams.
         # The vocabulary is freed with the model: `close` waits for it instead.
         with self._reading_vocabulary():
-            return self.chat_prompt.tokens(messages, add_generation_prompt)
+            return self.chat_prompt.tokens(messages, add_generation_prompt, tools=tools)
+
+    def count_text_tokens(self, text: str) -> int:
+        """Tokens of `text` as plain text (a tool's result, to cut it to a limit)."""
+        with self._reading_vocabulary():
+            return len(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
     @contextlib.contextmanager
     def _reading_vocabulary(self) -> Iterator[None]:
@@ -281,6 +298,7 @@ class LlamaEngine:
         cancel: threading.Event,
         record_probs: bool = False,
         continue_last: bool = False,
+        tools: Sequence[ToolDefinition] = (),
     ) -> Iterator[EngineEvent]:
         # The wait for the first token starts here: finishing a prefill, rendering
         # and tokenizing the whole conversation are part of it.
@@ -289,7 +307,11 @@ class LlamaEngine:
         try:
             # Only the holder of the lock uses the piece tokenizer.
             prompt = self.chat_prompt.tokens(
-                messages, not continue_last, self.chat_prompt.pieces, open_last=continue_last
+                messages,
+                not continue_last,
+                self.chat_prompt.pieces,
+                open_last=continue_last,
+                tools=tools,
             )
             n_ctx = self.info.n_ctx
             if len(prompt) >= n_ctx:
@@ -298,7 +320,7 @@ class LlamaEngine:
                     f"{n_ctx:,}. Shorten the message or start a new conversation."
                 )
             yield from self._generate(
-                prompt, sampling, cancel, record_probs, started, sampling.repeatable
+                prompt, sampling, cancel, record_probs, started, sampling.repeatable, tools
             )
         finally:
             self._lock.release()
@@ -418,8 +440,13 @@ class LlamaEngine:
         record_probs: bool,
         started: float,
         exact: bool,
+        tools: Sequence[ToolDefinition] = (),
     ) -> Iterator[EngineEvent]:
         llm = self._llm
+        syntax = self.info.tool_calls
+        parser = ToolCallParser(syntax) if tools and syntax is not None else None
+        call_reply: ReplyText | None = None
+        """The call's own text, once a call began (sampled under its grammar)."""
         recorder = ProbabilityRecorder(sampling, self._cached_piece) if record_probs else None
         choices: list[TokenChoice] = []
         sampled: list[int] = []
@@ -451,27 +478,35 @@ class LlamaEngine:
             if self.grammar
             else None
         )
-        # A reasoning model's markers may be special tokens (Qwen3's `<think>`):
-        # their text is kept so that the thinking can be told from the answer.
-        special = self.info.reasoning is not None
+        # A reasoning model's markers may be special tokens (Qwen3's `<think>`),
+        # and so may a call's (`<tool_call>`): their text is kept so that the
+        # thinking can be told from the answer, and a call found.
+        special = self.info.reasoning is not None or parser is not None
+        sampler = {
+            "temp": sampling.temperature,
+            "top_k": sampling.top_k,
+            "top_p": sampling.top_p,
+            "min_p": sampling.min_p,
+            "typical_p": sampling.typical_p,
+            "repeat_penalty": sampling.repeat_penalty,
+            "presence_penalty": sampling.presence_penalty,
+            "frequency_penalty": sampling.frequency_penalty,
+            "mirostat_mode": sampling.mirostat_mode,
+            "mirostat_tau": sampling.mirostat_tau,
+            "mirostat_eta": sampling.mirostat_eta,
+        }
         tokens = llm.generate(
             prompt,
-            temp=sampling.temperature,
-            top_k=sampling.top_k,
-            top_p=sampling.top_p,
-            min_p=sampling.min_p,
-            typical_p=sampling.typical_p,
-            repeat_penalty=sampling.repeat_penalty,
-            presence_penalty=sampling.presence_penalty,
-            frequency_penalty=sampling.frequency_penalty,
-            mirostat_mode=sampling.mirostat_mode,
-            mirostat_tau=sampling.mirostat_tau,
-            mirostat_eta=sampling.mirostat_eta,
             reset=True,  # keeps the longest common prefix of the KV cache
             grammar=grammar,
+            **sampler,
         )
         try:
-            for token in tokens:
+            while True:
+                try:
+                    token = next(tokens)
+                except StopIteration:
+                    break
                 if first_token_at is None:
                     first_token_at = time.perf_counter()
                     evaluated = _prompt_tokens_evaluated(llm.ctx)
@@ -480,19 +515,49 @@ class LlamaEngine:
                 generated += 1
                 sampled.append(int(token))
                 piece = bytes(llm.detokenize([token], special=special))
-                text = reply.feed(piece)
-                choice = (
-                    recorder.choice(self._step_logits(), token, self._cached_piece(token))
-                    if recorder
-                    else None
-                )
-                if choice is not None:
-                    choices.append(choice)
-                if reply.stopped:
-                    if text:
+                if call_reply is not None and parser is not None:
+                    call_text = call_reply.feed(piece)
+                    parser.feed(call_text)
+                    yield TokenEvent(call_text, token, tool_call=True)
+                else:
+                    text = reply.feed(piece)
+                    choice = (
+                        recorder.choice(self._step_logits(), token, self._cached_piece(token))
+                        if recorder
+                        else None
+                    )
+                    if choice is not None:
+                        choices.append(choice)
+                    if parser is None:
+                        if reply.stopped:
+                            if text:
+                                yield TokenEvent(text, token, choice)
+                            break
                         yield TokenEvent(text, token, choice)
-                    break
-                yield TokenEvent(text, token, choice)
+                    else:
+                        shown, _ = parser.feed(text)
+                        yield TokenEvent(shown, token, choice)
+                        if parser.in_call:
+                            # The call began: its arguments are sampled under the
+                            # grammar of the tools' schemas, from the KV cache.
+                            tokens.close()
+                            sampled = self._to_opener_end(sampled, parser.text_to_opener_end)
+                            parser.drop_overshoot()
+                            opener = parser.opener
+                            assert opener is not None and syntax is not None
+                            yield TokenEvent(opener.text, -1, tool_call=True)
+                            call_reply = ReplyText()
+                            tokens = llm.generate(
+                                prompt + sampled,
+                                reset=True,
+                                grammar=llama_cpp.LlamaGrammar.from_string(
+                                    call_grammar(syntax, opener, tools), verbose=False
+                                ),
+                                **sampler,
+                            )
+                            continue
+                        if reply.stopped:
+                            break
                 if cancel.is_set() or self._closing:
                     finish = "stopped"
                     break
@@ -500,14 +565,26 @@ class LlamaEngine:
                     finish = "max_tokens"
                     break
                 # The next token needs this one evaluated; the window has no room.
-                if len(prompt) + generated >= self.info.n_ctx:
+                if len(prompt) + len(sampled) >= self.info.n_ctx:
                     finish = "context_full"
                     break
         finally:
             tokens.close()
-        tail = reply.flush()
-        if tail:
-            yield TokenEvent(tail, -1)
+        calls: tuple[ToolCall, ...] = ()
+        call_error: str | None = None
+        if call_reply is not None and parser is not None:
+            parser.feed(call_reply.flush())
+            try:
+                calls = parser.calls()
+            except ToolCallTextError as error:
+                call_error = str(error)
+        else:
+            tail = reply.flush()
+            if parser is not None:
+                shown, _ = parser.feed(tail)
+                tail = shown + parser.flush()
+            if tail:
+                yield TokenEvent(tail, -1)
         ended = time.perf_counter()
         first = first_token_at or ended
         decode_s = ended - first
@@ -521,8 +598,28 @@ class LlamaEngine:
             seed=seed,
             total_s=ended - started,
         )
-        token_ids = self._spelling_tokens(sampled, reply.text)
-        yield Finished(reply.text, stats, tuple(choices), token_ids)
+        text = reply.text if parser is None else parser.before
+        token_ids = self._spelling_tokens(sampled, text)
+        yield Finished(
+            text, stats, tuple(choices), token_ids, tool_calls=calls, tool_call_error=call_error
+        )
+
+    def _to_opener_end(self, sampled: list[int], text: str) -> list[int]:
+        """The reply's tokens cut where a call's opener ends: the sampled ones
+        that spell a start of `text` (as bytes), then the rest of `text`
+        tokenized (the last token may have run past the opener). Only what
+        differs from the KV cache is evaluated again."""
+        target = text.encode("utf-8")
+        kept: list[int] = []
+        length = 0
+        for token in sampled:
+            spelled = self.chat_prompt.spell([token])
+            if not target.startswith(spelled, length):
+                break
+            kept.append(token)
+            length += len(spelled)
+        rest = target[length:]
+        return kept + (self.chat_prompt.tokenize_text(rest, False) if rest else [])
 
     def _evaluate_prompt(
         self, prompt: list[int], start: int, end: int, cancel: threading.Event

@@ -29,6 +29,7 @@ from chat.engine.kv_state import KvState, StateIdentity
 from chat.engine.protocol import ChatMessages, EngineEvent, Finished, ModelInfo, TokenEvent
 from chat.engine.remote.http import ServerHttp
 from chat.engine.reply_text import ReplyText
+from chat.engine.tool_calls.calls import ToolDefinition
 from chat.errors import (
     EngineBusyError,
     EngineClosedError,
@@ -51,6 +52,11 @@ PLACEHOLDER_TOKEN_ID = 0
 
 
 @dataclass(frozen=True)
+_NO_SERVER_TOOLS = (
+    "Tool calls work only with a model loaded in kvchat for now, not with a model server."
+)
+
+
 class Piece:
     """One streamed token: its text as the server sent it (untrusted), its id
     (`PLACEHOLDER_TOKEN_ID` when the server does not say; `known_id` False),
@@ -215,7 +221,10 @@ class RemoteEngine:
         return f"{type(self).__name__}({self._http.url!r}, model={self.info.name!r})"
 
     def tokenize_chat(
-        self, messages: ChatMessages, add_generation_prompt: bool = True
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        tools: Sequence[ToolDefinition] = (),
     ) -> list[int]:
         raise NotImplementedError
 
@@ -226,7 +235,10 @@ class RemoteEngine:
         cancel: threading.Event,
         record_probs: bool = False,
         continue_last: bool = False,
+        tools: Sequence[ToolDefinition] = (),
     ) -> Iterator[EngineEvent]:
+        if tools:
+            raise KvchatError(_NO_SERVER_TOOLS)
         if continue_last:
             # A chat API always closes the last message: the model would start a
             # new reply, not go on with this one.
