@@ -45,10 +45,6 @@ from chat.engine.protocol import (
 )
 from chat.engine.reasoning.markers import recognise, special_token_test
 from chat.engine.reply_text import ReplyText
-from chat.engine.tool_calls.calls import ToolCall, ToolDefinition
-from chat.engine.tool_calls.grammar import call_grammar
-from chat.engine.tool_calls.parser import ToolCallParser, ToolCallTextError
-from chat.engine.tool_calls.syntax import find_syntax
 from chat.engine.threads import (
     CALIBRATION_FILLER,
     Measured,
@@ -58,6 +54,10 @@ from chat.engine.threads import (
     measure,
 )
 from chat.engine.token_probs import Logits, ProbabilityRecorder
+from chat.engine.tool_calls.calls import ToolCall, ToolDefinition
+from chat.engine.tool_calls.grammar import call_grammar
+from chat.engine.tool_calls.parser import ToolCallParser, ToolCallTextError
+from chat.engine.tool_calls.syntax import find_syntax
 from chat.errors import (
     EngineBusyError,
     EngineClosedError,

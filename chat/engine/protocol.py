@@ -15,9 +15,9 @@ from typing import Protocol, TypedDict
 from chat.conversations.conversation import ReplyStats, TokenChoice
 from chat.engine.kv_state import KvState, StateIdentity
 from chat.engine.reasoning.markers import Reasoning
+from chat.engine.threads import ThreadCounts
 from chat.engine.tool_calls.calls import ToolCall, ToolDefinition
 from chat.engine.tool_calls.syntax import ToolCallSyntax
-from chat.engine.threads import ThreadCounts
 from chat.settings.schema import SamplingSettings
 
 

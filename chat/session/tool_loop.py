@@ -18,6 +18,7 @@ with a note saying so, and whoever draws them sanitises them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -280,7 +281,11 @@ class ToolLoop:
         offered = self._tools.get(call.name)
         if offered is None:
             return CallRecord(
-                call, "", call.name, "failed", f"There is no tool named {call.name!r}.",
+                call,
+                "",
+                call.name,
+                "failed",
+                f"There is no tool named {call.name!r}.",
                 is_error=True,
             )
         server, tool = offered.server, offered.tool
@@ -295,11 +300,12 @@ class ToolLoop:
                 return self._report(CallRecord(call, server, tool, "cancelled", CANCELLED))
             if choice is Choice.REFUSE:
                 return self._report(CallRecord(call, server, tool, "refused", REFUSED))
-            try:
+            # When the file cannot be written the choice still holds for this
+            # run; the file's problem is `Permissions.problem`'s to tell.
+            with contextlib.suppress(KvchatError):
                 self._permissions.record(choice, server, tool)
-            except KvchatError:
-                pass  # the choice holds for this run; the file's problem is the pane's to show
-        self._on_event(LoopEvent("call", request=PermissionRequest(server, tool, call.arguments, call)))
+        request = PermissionRequest(server, tool, call.arguments, call)
+        self._on_event(LoopEvent("call", request=request))
         started = time.perf_counter()
         try:
             result = await self._wait(self._caller.call_tool(server, tool, call.arguments))

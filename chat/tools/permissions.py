@@ -105,8 +105,9 @@ class Permissions:
                 return "allowed beforehand (the config or --allow-tool)"
         for grant in self._saved | self._session:
             if grant.covers(server, tool):
-                return "allowed before: " + ("always for this server" if grant.tool is None
-                                             else "always for this tool")
+                return "allowed before: " + (
+                    "always for this server" if grant.tool is None else "always for this tool"
+                )
         return None
 
     def record(self, choice: Choice, server: str, tool: str) -> None:
@@ -161,7 +162,10 @@ class Permissions:
         try:
             document = json.loads(text)
         except ValueError as error:
-            self.problem = f"The tool permission file {shown_path(self.file)} is not JSON ({error})."
+            where = shown_path(self.file)
+            self.problem = (
+                f"The tool permission file {where} is not JSON ({error}); it is left as it is."
+            )
             return []
         entries = document.get("allowed") if isinstance(document, dict) else None
         if document.get("version") != _VERSION or not isinstance(entries, list):
@@ -191,7 +195,10 @@ class Permissions:
             # Beside the file, so that the rename stays on one file system: a
             # crash leaves the old file or the new one, never half of one.
             with tempfile.NamedTemporaryFile(
-                "w", encoding="utf-8", dir=self.file.parent, prefix=f".{self.file.name}.",
+                "w",
+                encoding="utf-8",
+                dir=self.file.parent,
+                prefix=f".{self.file.name}.",
                 delete=False,
             ) as temp:
                 temp_name = temp.name

@@ -13,7 +13,7 @@ import llama_cpp
 import pytest
 
 from chat.engine.kv_state import common_prefix
-from chat.engine.llama import LlamaEngine, load_engine
+from chat.engine.llama import LlamaEngine, _prompt_tokens_evaluated, load_engine
 from chat.engine.protocol import Finished, TokenEvent
 from chat.engine.tool_calls.calls import ToolCall
 from chat.engine.tool_calls.grammar import SchemaGrammarError, call_grammar, schema_grammar
@@ -47,7 +47,9 @@ def test_syntax_comes_from_the_template_text() -> None:
 
 
 def test_a_template_that_does_not_render_tools_offers_none() -> None:
-    chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>{% endfor %}"
+    chatml = (
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>{% endfor %}"
+    )
     assert find_syntax(chatml) is None
     assert find_syntax(None) is None
     # Markers in the vocabulary alone are not enough: the template must show tools.
@@ -65,7 +67,9 @@ def test_syntax_from_the_vocabulary_when_the_template_names_no_marker() -> None:
 # --- the parser --------------------------------------------------------------------
 
 
-HERMES_REPLY = 'Let me look.\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+HERMES_REPLY = (
+    'Let me look.\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+)
 
 
 def parse(pieces: list[str], syntax=HERMES) -> tuple[ToolCallParser, str, str]:  # type: ignore[no-untyped-def]
@@ -121,8 +125,10 @@ def test_llama3_a_reply_of_json_alone_is_a_call_and_json_later_is_text() -> None
 
 def test_mistral_calls_are_a_list() -> None:
     parser, _, _ = parse(
-        ['[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}}, '
-         '{"name": "get_current_time", "arguments": {"timezone": "UTC"}}]'],
+        [
+            '[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}}, '
+            '{"name": "get_current_time", "arguments": {"timezone": "UTC"}}]'
+        ],
         MISTRAL,
     )
     assert [call.name for call in parser.calls()] == ["add", "get_current_time"]
@@ -242,13 +248,17 @@ def test_the_real_model_calls_a_tool_with_valid_arguments(
     finally:
         engine.grammar = None
     assert finished.tool_call_error is None
+    # The call went on from the KV cache: beside the prompt, only the
+    # generated tokens were evaluated, and the few tokens from where the
+    # opener's last token ran past it.
+    stats = finished.stats
+    evaluated = _prompt_tokens_evaluated(engine.llama.ctx)
+    assert evaluated <= stats.prompt_evaluated + stats.generated_tokens + 4
     (call,) = finished.tool_calls
     jsonschema.validate(dict(call.arguments), schema_of(call.name))
     call_text = "".join(e.text for e in events if isinstance(e, TokenEvent) and e.tool_call)
     assert call.name in call_text
-    reply_text = "".join(
-        e.text for e in events if isinstance(e, TokenEvent) and not e.tool_call
-    )
+    reply_text = "".join(e.text for e in events if isinstance(e, TokenEvent) and not e.tool_call)
     assert reply_text.strip() == finished.text.strip()
     assert "<tool_call>" not in finished.text and "[TOOL_CALLS]" not in finished.text
 
@@ -301,9 +311,8 @@ def test_a_call_cut_by_max_tokens_is_said_so(tool_engines: dict[str, LlamaEngine
     engine = tool_engines["hermes"]
     engine.grammar = OPENS_HERMES_CALL
     try:
-        _, finished = run(
-            engine, QUESTION, tools=[TIME_TOOL], sampling=SamplingSettings(temperature=0, max_tokens=14)
-        )
+        short = SamplingSettings(temperature=0, max_tokens=14)
+        _, finished = run(engine, QUESTION, tools=[TIME_TOOL], sampling=short)
     finally:
         engine.grammar = None
     assert finished.tool_calls == ()

@@ -51,12 +51,12 @@ PLACEHOLDER_TOKEN_ID = 0
 """Stands for a token whose id the server does not report (see `Piece`)."""
 
 
-@dataclass(frozen=True)
 _NO_SERVER_TOOLS = (
     "Tool calls work only with a model loaded in kvchat for now, not with a model server."
 )
 
 
+@dataclass(frozen=True)
 class Piece:
     """One streamed token: its text as the server sent it (untrusted), its id
     (`PLACEHOLDER_TOKEN_ID` when the server does not say; `known_id` False),

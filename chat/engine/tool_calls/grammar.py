@@ -20,7 +20,7 @@ from chat.engine.tool_calls.syntax import Opener, ToolCallSyntax
 from chat.errors import KvchatError
 from chat.sanitize import sanitize_line
 
-_WHITESPACE = '[ \\t\\n]{0,3}'
+_WHITESPACE = "[ \\t\\n]{0,3}"
 
 
 class SchemaGrammarError(KvchatError):
@@ -70,9 +70,7 @@ def _literal(text: str) -> str:
     return json.dumps(text)  # a GBNF literal is a JSON string, quotes and escapes alike
 
 
-def call_grammar(
-    syntax: ToolCallSyntax, opener: Opener, tools: Sequence[ToolDefinition]
-) -> str:
+def call_grammar(syntax: ToolCallSyntax, opener: Opener, tools: Sequence[ToolDefinition]) -> str:
     """The grammar for a call's text after `opener`, one of `tools` (with
     arguments valid for its schema). Raises SchemaGrammarError naming the
     tool whose schema cannot be turned into a grammar."""
@@ -99,10 +97,8 @@ def call_grammar(
     name_key = _literal(json.dumps("name"))
     body = f'{name_key} space ":" space ({" | ".join(bodies)}) "}}" space'
     converter._add_rule("call-body", body)
-    if opener.json_lead == "{":
-        root = "space call-body"
-    else:
-        root = f'{_WHITESPACE} "{{" space call-body'
+    # Llama 3's bare `{` opener is the object's own brace.
+    root = "space call-body" if opener.json_lead == "{" else f'{_WHITESPACE} "{{" space call-body'
     if syntax.in_list:
         root = f'{_WHITESPACE} "[" space "{{" space call-body "]"'
     if syntax.closer:
