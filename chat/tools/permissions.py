@@ -31,6 +31,12 @@ from chat.safe_files import UnsafeFileError, read_text, shown_path
 from chat.tools.config import ServerConfig
 
 FILE_LIMIT = 1024 * 1024
+
+
+def default_file() -> Path:
+    return paths.tool_permissions_file()
+
+
 _VERSION = 1
 
 
@@ -76,11 +82,13 @@ def parse_allow_tool(text: str) -> Grant:
 class Permissions:
     """What may run in this run: the saved grants, and those given beforehand."""
 
-    def __init__(self, file: Path | None = None, beforehand: Iterable[Grant] = ()) -> None:
-        """`file`: where lasting choices are saved (None: kvchat's own; a
-        test passes its own). `beforehand`: grants of the config and the
+    def __init__(self, file: Path | None, beforehand: Iterable[Grant] = ()) -> None:
+        """`file`: where lasting choices are saved (`default_file()`; a test
+        passes its own), or None for none at all: one-shot mode runs only
+        what its command line and config allow, and lasting choices then
+        hold for the run. `beforehand`: grants of the config and the
         command line, for this run only."""
-        self.file = file if file is not None else paths.tool_permissions_file()
+        self.file = file
         self.beforehand = frozenset(beforehand)
         self.problem: str | None = None
         """Why the saved file is not used (it cannot be read), or None."""
@@ -90,11 +98,9 @@ class Permissions:
 
     @classmethod
     def from_config(
-        cls,
-        servers: Iterable[ServerConfig],
-        allow: Iterable[Grant] = (),
-        file: Path | None = None,
+        cls, servers: Iterable[ServerConfig], allow: Iterable[Grant] = (), file: Path | None = None
     ) -> Permissions:
+        """The config's `alwaysAllow` and `allow` (`--allow-tool`) beforehand."""
         beforehand = {Grant(s.name, tool) for s in servers for tool in s.always_allow}
         return cls(file, beforehand | set(allow))
 
@@ -120,7 +126,7 @@ class Permissions:
             grant = Grant(server)
         else:
             return
-        if self.problem is not None:
+        if self.problem is not None or self.file is None:
             self._session.add(grant)
             return
         self._saved.add(grant)
@@ -152,6 +158,8 @@ class Permissions:
         return True
 
     def _load(self) -> list[Grant]:
+        if self.file is None:
+            return []
         try:
             if not self.file.exists():
                 return []
@@ -167,7 +175,9 @@ class Permissions:
                 f"The tool permission file {where} is not JSON ({error}); it is left as it is."
             )
             return []
-        entries = document.get("allowed") if isinstance(document, dict) else None
+        if not isinstance(document, dict):
+            document = {}
+        entries = document.get("allowed")
         if document.get("version") != _VERSION or not isinstance(entries, list):
             self.problem = (
                 f"The tool permission file {shown_path(self.file)} is not one kvchat wrote "
@@ -182,6 +192,8 @@ class Permissions:
         return grants
 
     def _save(self) -> None:
+        if self.file is None:
+            return
         document = {
             "version": _VERSION,
             "allowed": [
