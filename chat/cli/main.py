@@ -444,7 +444,9 @@ def _oneshot_extras(args: argparse.Namespace, on_server: bool) -> dict[str, Any]
     grants = tuple(parse_allow_tool(text) for text in args.allow_tool)
     config = tool_servers_for_run(args.mcp_config)
     _warn(list(config.problems))
-    return {"tools": OneShotTools(config, grants)}
+    tools = OneShotTools(config, grants)
+    tools.servers()  # names a server the file lacks: said before a model loads
+    return {"tools": tools}
 
 
 def _warn(problems: list[str]) -> None:

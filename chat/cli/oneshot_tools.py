@@ -75,16 +75,18 @@ def run_tool_turn(
     sampling: SamplingSettings,
     tools: OneShotTools,
     on_text: Callable[[TokenEvent], None],
-    err: TextIO = sys.stderr,
+    err: TextIO | None = None,
 ) -> ToolLoopOutcome:
-    """Start the servers, run the turn's tool loop, stop the servers."""
+    """Start the servers, run the turn's tool loop, stop the servers. The
+    calls are told on `err` (default: stderr)."""
     if engine.info.tool_calls is None:
         raise KvchatError(
             f"The model {engine.info.name} cannot call tools: its chat template does not "
             "show it how (no tools in it, or a syntax kvchat does not know)."
         )
     servers = tools.servers()
-    return asyncio.run(_turn(engine, messages, sampling, tools, servers, on_text, err))
+    told = sys.stderr if err is None else err
+    return asyncio.run(_turn(engine, messages, sampling, tools, servers, on_text, told))
 
 
 async def _turn(
