@@ -25,6 +25,7 @@ from chat.models.files import (
 from chat.sanitize import sanitize_line
 from chat.settings.effective import format_effective
 from chat.settings.resolve import ResolvedSettings, resolve_settings
+from chat.settings.schema import Settings
 
 if TYPE_CHECKING:
     from chat.settings.user_files import FileProblem
@@ -402,7 +403,7 @@ def _run(args: argparse.Namespace) -> int:
         if not prompt.strip():
             raise KvchatError('The prompt is empty: pass it with -p "..." or on standard input.')
         run: Callable[..., int]
-        extras = _oneshot_extras(args, bool(settings.server.url))
+        extras = _oneshot_extras(args, settings, bool(settings.server.url))
         if settings.server.url:
             from chat.cli.oneshot import run_oneshot_on_server
             from chat.session.server_choice import server_config
@@ -421,7 +422,9 @@ def _run(args: argparse.Namespace) -> int:
     return _run_app(args, resolved, problems)
 
 
-def _oneshot_extras(args: argparse.Namespace, on_server: bool) -> dict[str, Any]:
+def _oneshot_extras(
+    args: argparse.Namespace, settings: Settings, on_server: bool
+) -> dict[str, Any]:
     """`--json-schema` and `--allow-tool`, checked before a model is loaded:
     the grammar and the tools for `run_oneshot`."""
     if not args.json_schema and not args.allow_tool:
@@ -439,12 +442,13 @@ def _oneshot_extras(args: argparse.Namespace, on_server: bool) -> dict[str, Any]
         return {"grammar": json_schema_grammar(Path(args.json_schema).expanduser())}
     from chat.cli.oneshot_tools import OneShotTools
     from chat.cli.tool_servers import tool_servers_for_run
+    from chat.session.tool_loop import ToolLoopSettings
     from chat.tools.permissions import parse_allow_tool
 
     grants = tuple(parse_allow_tool(text) for text in args.allow_tool)
     config = tool_servers_for_run(args.mcp_config)
     _warn(list(config.problems))
-    tools = OneShotTools(config, grants)
+    tools = OneShotTools(config, grants, ToolLoopSettings.from_settings(settings.tools))
     tools.servers()  # names a server the file lacks: said before a model loads
     return {"tools": tools}
 

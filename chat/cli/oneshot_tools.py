@@ -106,7 +106,10 @@ async def _turn(
         for status in manager.servers.values():
             if status.state is not ServerState.READY and status.problem:
                 _say(err, f"warning: {status.problem}")
-        offered = offered_tools(manager.servers)
+        problems: list[str] = []
+        offered = offered_tools(manager.servers, problems=problems)
+        for problem in problems:
+            _say(err, f"warning: {problem}")
         if not offered:
             raise KvchatError("No tool of the servers --allow-tool names could be offered.")
         permissions = Permissions.from_config(servers, tools.allow, file=None)

@@ -46,6 +46,7 @@ class ChatPrompt:
         self._llm = llm
         self._vocab = llm._model.vocab  # for llama_vocab_get_attr
         self.n_vocab = int(llm.n_vocab())
+        self._controls: list[str] | None = None
         self.plain_template_reason: str | None = None
         """Why the model's own chat template is not used (plain ChatML is,
         as the user asked with `model.plain_template`), or None."""
@@ -127,8 +128,7 @@ class ChatPrompt:
         is tokenized on its own. When the template does not place the reply's
         text there unchanged, the whole text is tokenized as usual."""
         render = self.formatters[add_generation_prompt]
-        # The template sees role and content only.
-        shown = [{k: v for k, v in m.items() if k != "token_ids"} for m in messages]
+        shown = self._shown(messages)
         extra = extra or {}
         rendered = render(messages=shown, **extra)
         text = rendered.prompt.encode("utf-8")
@@ -173,7 +173,7 @@ class ChatPrompt:
         parts, add_bos = self._prompt_parts(head, False, extra)
         marker = _reply_placeholder(last).encode("utf-8")
         before = _cut_at(parts, marker)
-        shown = [{k: v for k, v in m.items() if k != "token_ids"} for m in messages]
+        shown = self._shown(messages)
         full = self.formatters[False](messages=shown, **extra).prompt.encode("utf-8")
         content = str(messages[last].get("content", "")).encode("utf-8")
         spelled = b"".join(p if isinstance(p, bytes) else self.spell(p) for p in before or [])
@@ -191,6 +191,42 @@ class ChatPrompt:
         if before and isinstance(before[-1], bytes):
             return [*before[:-1], before[-1] + content], add_bos
         return [*before, content], add_bos
+
+    def _shown(self, messages: ChatMessages) -> list[dict[str, Any]]:
+        """The messages as the template sees them: without the sampled tokens,
+        and a tool's result with no text that would tokenize as a control
+        token (`<|im_end|>`, `<|eot_id|>`): a result is a stranger's text,
+        and must not close its message and forge another."""
+        shown = []
+        for message in messages:
+            item = {k: v for k, v in message.items() if k != "token_ids"}
+            content = item.get("content")
+            if item.get("role") == "tool" and isinstance(content, str):
+                item["content"] = self.defuse_control_text(content)
+            shown.append(item)
+        return shown
+
+    def defuse_control_text(self, text: str) -> str:
+        """`text` with a zero-width space after the first character of every
+        control token's text in it, so that it tokenizes as plain text."""
+        for control in self._control_texts():
+            if control in text:
+                text = text.replace(control, control[0] + "\u200b" + control[1:])
+        return text
+
+    def _control_texts(self) -> list[str]:
+        """The texts of the vocabulary's control tokens, longest first
+        (read once, when a tool's result is first rendered)."""
+        if self._controls is None:
+            texts = set()
+            for token_id in range(self.n_vocab):
+                attributes = llama_cpp.llama_vocab_get_attr(self._vocab, token_id)
+                if attributes & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL:
+                    text = self._token_text(token_id)
+                    if len(text) > 1:
+                        texts.add(text)
+            self._controls = sorted(texts, key=len, reverse=True)
+        return self._controls
 
     def _reply_tokens(self, message: ChatMessage | Mapping[str, str]) -> list[int] | None:
         """A reply's sampled tokens, when they can stand for its text: every id

@@ -27,8 +27,9 @@ from typing import Any, Literal, Protocol
 
 from chat.engine.protocol import ChatMessage, Engine, EngineEvent, Finished, TokenEvent
 from chat.engine.tool_calls.calls import ToolCall, ToolDefinition
+from chat.engine.tool_calls.grammar import arguments_problem
 from chat.errors import KvchatError, ToolCallError
-from chat.settings.schema import SamplingSettings
+from chat.settings.schema import SamplingSettings, ToolSettings
 from chat.tools.permissions import Choice, Permissions
 from chat.tools.results import ToolResult
 from chat.tools.status import ServerState, ServerStatus
@@ -52,6 +53,10 @@ class ToolLoopSettings:
     result_token_limit: int = 2048
     """A result longer than this, in the model's tokens, is cut (with a note)."""
 
+    @classmethod
+    def from_settings(cls, settings: ToolSettings) -> ToolLoopSettings:
+        return cls(settings.max_steps, settings.result_token_limit)
+
 
 @dataclass(frozen=True)
 class OfferedTool:
@@ -63,10 +68,14 @@ class OfferedTool:
 
 
 def offered_tools(
-    servers: Mapping[str, ServerStatus], enabled: Callable[[str, str], bool] = lambda s, t: True
+    servers: Mapping[str, ServerStatus],
+    enabled: Callable[[str, str], bool] = lambda s, t: True,
+    problems: list[str] | None = None,
 ) -> list[OfferedTool]:
     """The usable tools of the ready servers, that `enabled(server, tool)`
-    lets through. A name two servers share is offered as `SERVER_TOOL`."""
+    lets through. A name two servers share is offered as `SERVER_TOOL`. A
+    tool whose schema no grammar can be made from is left out, and why is
+    added to `problems`."""
     found = [
         (name, tool)
         for name, status in servers.items()
@@ -77,18 +86,20 @@ def offered_tools(
     counts: dict[str, int] = {}
     for _, tool in found:
         counts[tool.name] = counts.get(tool.name, 0) + 1
-    return [
-        OfferedTool(
-            ToolDefinition(
-                tool.name if counts[tool.name] == 1 else f"{server}_{tool.name}",
-                tool.description,
-                dict(tool.input_schema),
-            ),
-            server,
-            tool.name,
+    offered = []
+    for server, tool in found:
+        definition = ToolDefinition(
+            tool.name if counts[tool.name] == 1 else f"{server}_{tool.name}",
+            tool.description,
+            dict(tool.input_schema),
         )
-        for server, tool in found
-    ]
+        problem = arguments_problem(definition)
+        if problem is not None:
+            if problems is not None:
+                problems.append(problem)
+            continue
+        offered.append(OfferedTool(definition, server, tool.name))
+    return offered
 
 
 @dataclass(frozen=True)

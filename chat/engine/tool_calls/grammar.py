@@ -107,6 +107,19 @@ def call_grammar(syntax: ToolCallSyntax, opener: Opener, tools: Sequence[ToolDef
     return str(converter.format_grammar())
 
 
+def arguments_problem(tool: ToolDefinition) -> str | None:
+    """Why no grammar can be made from `tool`'s schema (so it cannot be
+    offered), in a sentence naming it; None when one can."""
+    try:
+        _visit(_converter(), tool.parameters, "args", "tool")
+    except SchemaGrammarError as error:
+        return (
+            f"The tool '{sanitize_line(tool.name)}' cannot be called: its input schema "
+            f"cannot be made a grammar ({error})."
+        )
+    return None
+
+
 def schema_grammar(schema: object) -> str:
     """The grammar of a reply that is one JSON value valid for `schema`.
     Raises SchemaGrammarError saying why the schema cannot be used."""
