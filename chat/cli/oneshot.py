@@ -309,9 +309,10 @@ def _tool_turn(
     settings: Settings,
     tools: OneShotTools,
     printer: _ReplyPrinter,
-) -> tuple[Finished, list[dict[str, object]], str | None]:
-    """The turn with its tool loop: the last reply, each call for the JSON,
-    and why the turn ended early (None when the model answered)."""
+) -> tuple[Finished, dict[str, object], str | None]:
+    """The turn with its tool loop: the last reply, what the JSON adds (each
+    call, each reply's figures), and why the turn ended early (None when
+    the model answered)."""
     from chat.cli.oneshot_tools import run_tool_turn
 
     outcome = run_tool_turn(engine, messages, settings.sampling, tools, printer.token)
@@ -329,7 +330,9 @@ def _tool_turn(
         for step in outcome.steps
         for record in step.calls
     ]
-    return outcome.steps[-1].finished, calls, outcome.problem
+    # Each reply's figures: after a call, only the call and its result are evaluated.
+    steps = [stats_dict(step.finished.stats) for step in outcome.steps]
+    return outcome.steps[-1].finished, {"tool_calls": calls, "steps": steps}, outcome.problem
 
 
 def _no_answer(stats: ReplyStats, settings: Settings) -> str:
@@ -370,11 +373,11 @@ def _reply(
     )
     progress = _ProgressLine(sys.stderr)
     started = time.perf_counter()
-    calls: list[dict[str, object]] = []
+    tool_data: dict[str, object] = {}
     problem: str | None = None
     try:
         if tools is not None:
-            finished, calls, problem = _tool_turn(engine, messages, settings, tools, printer)
+            finished, tool_data, problem = _tool_turn(engine, messages, settings, tools, printer)
         else:
             for event in engine.stream_reply(messages, settings.sampling, cancel):
                 if isinstance(event, PromptProgress):
@@ -409,8 +412,7 @@ def _reply(
             "thinking": "" if splitter is None else splitter.thinking,
             "stats": stats_dict(stats),
         }
-        if tools is not None:
-            data["tool_calls"] = calls
+        data.update(tool_data)
         if finished.error is not None:
             data["error"] = finished.error
         json.dump(data, out, ensure_ascii=False)

@@ -182,6 +182,10 @@ def test_an_allowed_tool_runs_and_the_model_answers(
     assert (call["server"], call["tool"], call["outcome"]) == ("time", "get_current_time", "ran")
     assert "timezone" in call["arguments"]
     assert data["reply"]
+    # The reply after the call evaluated only the call and its result.
+    first, second = data["steps"]
+    assert first["prompt_evaluated"] == first["prompt_tokens"]
+    assert second["prompt_evaluated"] <= second["prompt_tokens"] - first["prompt_tokens"]
     err = capsys.readouterr().err
     assert "chat: calling time.get_current_time {" in err
     assert "chat: time.get_current_time: " in err
