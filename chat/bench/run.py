@@ -22,6 +22,7 @@ from chat.bench.rows import Options, Row, print_table, write_json
 from chat.bench.rpc import rpc_rows
 from chat.bench.startup import startup_rows
 from chat.bench.storage import storage_rows
+from chat.bench.tools import tool_rows
 from chat.bench.ttft import ttft_rows
 from chat.bench.workload import quiet_load
 from chat.models.files import demo_model_path
@@ -46,6 +47,7 @@ def run(options: Options) -> list[Row]:
         rows += startup_rows(options)
         rows += remote_rows(options)
         rows += rpc_rows(options)
+        rows += tool_rows(options)
     finally:
         engine.close()
     return rows

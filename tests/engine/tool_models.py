@@ -10,13 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from chat.bench.tools import QWEN25_TEMPLATE as BENCH_QWEN25_TEMPLATE
 from chat.engine.tool_calls.calls import ToolDefinition
 from tests.engine.template_models import with_chat_template
 
 TEMPLATES = Path(__file__).parent / "templates"
-QWEN25_TEMPLATE = (TEMPLATES / "qwen2.5.jinja").read_text(encoding="utf-8")
-"""Qwen2.5-Instruct's: tools in the system message, calls as Hermes'
-`<tool_call>{json}</tool_call>`, results as `<tool_response>` in a user turn."""
+QWEN25_TEMPLATE = BENCH_QWEN25_TEMPLATE.read_text(encoding="utf-8")
+"""Qwen2.5-Instruct's (kept in chat/bench, whose tool loop runs it too):
+tools in the system message, calls as Hermes' `<tool_call>{json}</tool_call>`,
+results as `<tool_response>` in a user turn."""
 LLAMA31_TEMPLATE = (TEMPLATES / "llama-3.1.jinja").read_text(encoding="utf-8")
 """Llama 3.1 Instruct's: tools in the first user message, a call is a reply
 of JSON alone with `parameters`, results in an `ipython` turn."""

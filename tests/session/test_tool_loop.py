@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from chat.bench.tools import StepGrammars
 from chat.engine.kv_state import common_prefix
 from chat.engine.llama import LlamaEngine, load_engine
 from chat.engine.tool_calls.calls import ToolDefinition
@@ -30,28 +31,8 @@ from chat.tools.permissions import Choice, Grant, Permissions
 from tests.engine.tool_models import OPENS_HERMES_CALL, qwen25_model
 from tests.tools.conftest import running, sdk_server, wait_for_file
 
-ANSWER = "root ::= [A-Z] [a-z ,.]{5,40}"
-"""A short plain answer, for the step after a call."""
 GREEDY = SamplingSettings(temperature=0.0, max_tokens=80, seed=1)
 QUESTION: list[Any] = [{"role": "user", "content": "Please echo hello, then tell me."}]
-
-
-class StepGrammars:
-    """The real engine, with a grammar per model reply: the demo model calls
-    when the first says so and answers when the next does."""
-
-    def __init__(self, engine: LlamaEngine, grammars: list[str]) -> None:
-        self.engine = engine
-        self.grammars = list(grammars)
-        self.info = engine.info
-        self.count_text_tokens = engine.count_text_tokens
-
-    def stream_reply(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
-        self.engine.grammar = self.grammars.pop(0) if self.grammars else ANSWER
-        try:
-            yield from self.engine.stream_reply(*args, **kwargs)
-        finally:
-            self.engine.grammar = None
 
 
 def narrowed(tool: str, properties: dict[str, Any]) -> OfferedTool:
