@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
 import statistics
 import sys
 import tempfile
@@ -339,4 +340,5 @@ def tool_rows(options: Options) -> list[Row]:
         rows = asyncio.run(_measure(engine, options, folder / "logs"))
     finally:
         engine.close()
+        shutil.rmtree(folder, ignore_errors=True)  # the model's copy is as large as the model
     return [*rows, startup_row(*startup_times(options))]
