@@ -75,6 +75,11 @@ def mcp_config_file() -> Path:
     return config_dir() / "mcp.json"
 
 
+def tool_permissions_file() -> Path:
+    """The lasting answers to "may this tool run?" (chat.tools.permissions)."""
+    return data_dir() / "tool-permissions.json"
+
+
 def tool_server_logs_dir() -> Path:
     """What each tool server writes on its stderr, one file per server."""
     return state_dir() / "tool-servers"

@@ -23,6 +23,7 @@ from chat.engine.protocol import (
     TokenEvent,
 )
 from chat.engine.reply_text import ReplyText
+from chat.engine.tool_calls.calls import ToolDefinition
 from chat.errors import EngineBusyError, PromptTooLongError
 from chat.settings.schema import ModelSettings, SamplingSettings
 
@@ -128,7 +129,10 @@ class ScriptedEngine:
         self.thinking = enabled
 
     def tokenize_chat(
-        self, messages: ChatMessages, add_generation_prompt: bool = True
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        tools: Sequence[ToolDefinition] = (),
     ) -> list[int]:
         words = sum((len(m["content"].split()) + 4 for m in messages), 0)
         return list(range(words + (3 if add_generation_prompt else 0)))
@@ -140,6 +144,7 @@ class ScriptedEngine:
         cancel: threading.Event,
         record_probs: bool = False,
         continue_last: bool = False,
+        tools: Sequence[ToolDefinition] = (),
     ) -> Iterator[EngineEvent]:
         if not self._lock.acquire(blocking=False):
             raise EngineBusyError("busy")

@@ -23,6 +23,7 @@ from chat.bench.rpc import rpc_rows
 from chat.bench.startup import startup_rows
 from chat.bench.storage import storage_rows
 from chat.bench.thinking import thinking_rows
+from chat.bench.tools import tool_rows
 from chat.bench.ttft import ttft_rows
 from chat.bench.workload import quiet_load
 from chat.models.files import demo_model_path
@@ -48,6 +49,7 @@ def run(options: Options) -> list[Row]:
         rows += remote_rows(options)
         rows += rpc_rows(options)
         rows += thinking_rows(options)
+        rows += tool_rows(options)
     finally:
         engine.close()
     return rows

@@ -4,7 +4,7 @@ prefilled draft's first answer token, and what the UI pays per thinking token.
 No reasoning model can be downloaded for the benchmark: the benchmark's model
 plays one, with Qwen3's chat template written into a copy of its GGUF (the
 `gguf` package; the template is the one the tests use,
-tests/engine/templates/qwen3.jinja) and a grammar that makes its own tokens
+chat/bench/qwen3.jinja) and a grammar that makes its own tokens
 think, then answer. Qwen3's template drops earlier thinking from the next
 prompt, so the next turn evaluates the previous answer again: the least
 possible is everything after the common prefix of the next prompt and what
@@ -38,7 +38,8 @@ from chat.engine.reasoning.splitter import ThinkingSplitter
 from chat.models.files import ModelCandidate
 from chat.settings.schema import ModelSettings, SamplingSettings, Settings
 
-TEMPLATE = Path(__file__).parents[2] / "tests" / "engine" / "templates" / "qwen3.jinja"
+TEMPLATE = Path(__file__).parent / "qwen3.jinja"
+"""Qwen3's chat template, shipped with the benchmark (the tests read it from here too)."""
 GRAMMAR = (
     'root ::= "<think>\\n" thought "\\n</think>\\n\\n" answer\n'
     "thought ::= [a-z] [a-z ,.]{8,120}\n"

@@ -11,7 +11,8 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from chat import __version__, paths
 from chat.cli.terminal_output import guard_terminal_output
@@ -24,6 +25,7 @@ from chat.models.files import (
 from chat.sanitize import sanitize_line
 from chat.settings.effective import format_effective
 from chat.settings.resolve import ResolvedSettings, resolve_settings
+from chat.settings.schema import Settings
 
 if TYPE_CHECKING:
     from chat.settings.user_files import FileProblem
@@ -70,6 +72,20 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="one-shot: do not show a reasoning model's thinking (shown on stderr when it is a "
         "terminal; stdout has the answer alone, --json both)",
+    )
+    parser.add_argument(
+        "--json-schema",
+        metavar="FILE",
+        help="one-shot: the reply is JSON valid for the JSON Schema in FILE (a grammar "
+        "constrains the model; a model loaded in kvchat only)",
+    )
+    parser.add_argument(
+        "--allow-tool",
+        metavar="SERVER.TOOL",
+        action="append",
+        default=[],
+        help="one-shot: the model may call this tool of this tool server (mcp.json); "
+        "SERVER.* allows all of its tools; repeat for more. Other calls are refused",
     )
     parser.add_argument("-m", "--model", metavar="PATH", help="GGUF model file to load")
     parser.add_argument(
@@ -380,11 +396,14 @@ def _run(args: argparse.Namespace) -> int:
         raise KvchatError("--continue and --resume open the chat app; -p cannot go with them.")
     # Reopening a conversation always opens the app, even with stdin redirected.
     prompt = None if reopening else _read_prompt(args)
+    if prompt is None and (args.json_schema or args.allow_tool):
+        raise KvchatError("--json-schema and --allow-tool go with -p (one-shot mode).")
     if prompt is not None:
         _warn(problems)
         if not prompt.strip():
             raise KvchatError('The prompt is empty: pass it with -p "..." or on standard input.')
         run: Callable[..., int]
+        extras = _oneshot_extras(args, settings, bool(settings.server.url))
         if settings.server.url:
             from chat.cli.oneshot import run_oneshot_on_server
             from chat.session.server_choice import server_config
@@ -398,9 +417,40 @@ def _run(args: argparse.Namespace) -> int:
                 raise KvchatError(how_to_get_a_model())
             from chat.cli.oneshot import run_oneshot
 
-            run = partial(run_oneshot, prompt, settings, model)
+            run = partial(run_oneshot, prompt, settings, model, **extras)
         return run(as_json=args.json, out=sys.stdout, show_thinking=not args.hide_thinking)
     return _run_app(args, resolved, problems)
+
+
+def _oneshot_extras(
+    args: argparse.Namespace, settings: Settings, on_server: bool
+) -> dict[str, Any]:
+    """`--json-schema` and `--allow-tool`, checked before a model is loaded:
+    the grammar and the tools for `run_oneshot`."""
+    if not args.json_schema and not args.allow_tool:
+        return {}
+    if on_server:
+        raise KvchatError(
+            "--json-schema and --allow-tool work only with a model loaded in kvchat for now, "
+            "not with a model server."
+        )
+    if args.json_schema and args.allow_tool:
+        raise KvchatError("--json-schema and --allow-tool cannot go together.")
+    if args.json_schema:
+        from chat.cli.oneshot import json_schema_grammar
+
+        return {"grammar": json_schema_grammar(Path(args.json_schema).expanduser())}
+    from chat.cli.oneshot_tools import OneShotTools
+    from chat.cli.tool_servers import tool_servers_for_run
+    from chat.session.tool_loop import ToolLoopSettings
+    from chat.tools.permissions import parse_allow_tool
+
+    grants = tuple(parse_allow_tool(text) for text in args.allow_tool)
+    config = tool_servers_for_run(args.mcp_config)
+    _warn(list(config.problems))
+    tools = OneShotTools(config, grants, ToolLoopSettings.from_settings(settings.tools))
+    tools.servers()  # names a server the file lacks: said before a model loads
+    return {"tools": tools}
 
 
 def _warn(problems: list[str]) -> None:

@@ -22,22 +22,48 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from chat import paths
 from chat.cli.terminal_output import write_control
 from chat.conversations.conversation import ReplyStats
-from chat.engine.protocol import Engine, Finished, PromptProgress, TokenEvent
+from chat.engine.protocol import ChatMessage, Engine, Finished, PromptProgress, TokenEvent
 from chat.engine.reasoning.markers import Reasoning
 from chat.engine.reasoning.splitter import ReplyPart, ThinkingSplitter, token_parts
 from chat.errors import ChatTemplateError, KvchatError, ServerError
 from chat.models.files import ModelCandidate
+from chat.safe_files import read_text, shown_path
 from chat.session.prompt_progress import SHOW_AFTER_S, progress_text
 from chat.settings.schema import Settings
 from chat.settings.server import public_url
 
 if TYPE_CHECKING:  # the remote engine is imported only when a server is used
+    from chat.cli.oneshot_tools import OneShotTools
     from chat.engine.remote import ServerConfig
+
+SCHEMA_FILE_LIMIT = 1024 * 1024
+
+
+def json_schema_grammar(path: Path) -> str:
+    """The grammar of a reply that is JSON valid for the schema in `path`
+    (`--json-schema FILE`). Raises KvchatError saying what is wrong with
+    the file, before any model is loaded."""
+    from chat.engine.tool_calls.grammar import SchemaGrammarError, schema_grammar
+
+    text = read_text(path, SCHEMA_FILE_LIMIT, what="JSON Schema file")
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise KvchatError(
+            f"The JSON Schema file {shown_path(path)} is not JSON (line {error.lineno}, "
+            f"column {error.colno}: {error.msg})."
+        ) from None
+    try:
+        return schema_grammar(schema)
+    except SchemaGrammarError as error:
+        where = shown_path(path)
+        raise KvchatError(f"The JSON Schema file {where} cannot be used: {error}.") from None
 
 
 def stats_dict(stats: ReplyStats) -> dict[str, object]:
@@ -76,6 +102,8 @@ class _ReplyPrinter:
         self.thinking = ""
 
     def token(self, event: TokenEvent) -> None:
+        if event.tool_call:
+            return  # a call's text: stderr tells of the call (chat.cli.oneshot_tools)
         for part in token_parts(event, self._splitter):
             self.part(part)
 
@@ -210,9 +238,12 @@ def run_oneshot(
     as_json: bool,
     out: TextIO,
     show_thinking: bool = True,
+    grammar: str | None = None,
+    tools: OneShotTools | None = None,
 ) -> int:
     """Load `model`, stream the reply to `out`. Raises `KvchatError` for problems
-    the user can fix."""
+    the user can fix. `grammar`: the reply is sampled under it (`--json-schema`);
+    `tools`: the turn may call the tools allowed (`--allow-tool`)."""
     from chat.engine.chat_template import PLAIN_TEMPLATE_HINT
     from chat.engine.llama import load_engine
     from chat.engine.llama_log import log_problem
@@ -236,7 +267,8 @@ def run_oneshot(
                 file=sys.stderr,
             )
         source = {"model_path": str(model.path)}
-        return _reply(engine, prompt, settings, source, as_json, out, show_thinking)
+        engine.grammar = grammar
+        return _reply(engine, prompt, settings, source, as_json, out, show_thinking, tools)
     except ChatTemplateError as error:
         # Plain ChatML only with the user's word: say how to give it.
         raise KvchatError(f"{error} {PLAIN_TEMPLATE_HINT}") from None
@@ -262,6 +294,38 @@ def run_oneshot_on_server(
     return _reply(engine, prompt, settings, source, as_json, out, show_thinking)
 
 
+def _tool_turn(
+    engine: Engine,
+    messages: list[ChatMessage],
+    settings: Settings,
+    tools: OneShotTools,
+    printer: _ReplyPrinter,
+) -> tuple[Finished, dict[str, object], str | None]:
+    """The turn with its tool loop: the last reply, what the JSON adds (each
+    call, each reply's figures), and why the turn ended early (None when
+    the model answered)."""
+    from chat.cli.oneshot_tools import run_tool_turn
+
+    outcome = run_tool_turn(engine, messages, settings.sampling, tools, printer.token)
+    if not outcome.steps:  # the first reply failed
+        raise KvchatError(outcome.problem or "The model gave no reply.")
+    calls: list[dict[str, object]] = [
+        {
+            "server": record.server,
+            "tool": record.tool,
+            "arguments": dict(record.call.arguments),
+            "outcome": record.outcome,
+            "result": record.result,
+            "duration_s": record.duration_s,
+        }
+        for step in outcome.steps
+        for record in step.calls
+    ]
+    # Each reply's figures: after a call, only the call and its result are evaluated.
+    steps = [stats_dict(step.finished.stats) for step in outcome.steps]
+    return outcome.steps[-1].finished, {"tool_calls": calls, "steps": steps}, outcome.problem
+
+
 def _no_answer(stats: ReplyStats, settings: Settings) -> str:
     """Why a reply that ended mid-thought has no answer, in a sentence."""
     why = {
@@ -282,10 +346,12 @@ def _reply(
     as_json: bool,
     out: TextIO,
     show_thinking: bool,
+    tools: OneShotTools | None = None,
 ) -> int:
     """Stream one reply from `engine` (closed at the end) to `out`; `source`
-    says in the JSON what made it (the model file, or the server)."""
-    messages = []
+    says in the JSON what made it (the model file, or the server). With
+    `tools`, the reply is a turn of the tool loop (chat.cli.oneshot_tools)."""
+    messages: list[ChatMessage] = []
     if settings.chat.system_prompt:
         messages.append({"role": "system", "content": settings.chat.system_prompt})
     messages.append({"role": "user", "content": prompt})
@@ -299,14 +365,19 @@ def _reply(
     )
     progress = _ProgressLine(sys.stderr)
     started = time.perf_counter()
+    tool_data: dict[str, object] = {}
+    problem: str | None = None
     try:
-        for event in engine.stream_reply(messages, settings.sampling, cancel):
-            if isinstance(event, PromptProgress):
-                progress.update(event)
-            elif isinstance(event, TokenEvent):
-                printer.token(event)
-            else:
-                finished = event
+        if tools is not None:
+            finished, tool_data, problem = _tool_turn(engine, messages, settings, tools, printer)
+        else:
+            for event in engine.stream_reply(messages, settings.sampling, cancel):
+                if isinstance(event, PromptProgress):
+                    progress.update(event)
+                elif isinstance(event, TokenEvent):
+                    printer.token(event)
+                else:
+                    finished = event
         printer.finish()
     except KvchatError:
         # The reply broke off: end its line, so that the error, on stderr,
@@ -333,6 +404,7 @@ def _reply(
             "thinking": "" if splitter is None else splitter.thinking,
             "stats": stats_dict(stats),
         }
+        data.update(tool_data)
         if finished.error is not None:
             data["error"] = finished.error
         json.dump(data, out, ensure_ascii=False)
@@ -343,6 +415,8 @@ def _reply(
     elif not answer.endswith("\n"):
         out.write("\n")
     out.flush()
+    if problem is not None:
+        raise KvchatError(problem)
     if finished.error is not None:
         # Cut off part-way (a server's connection dropped): what came is out,
         # and the reason goes to stderr like any other error.

@@ -25,6 +25,7 @@ import llama_cpp
 from chat.engine.chat_template import ChatTemplate
 from chat.engine.prompt_tokens import PieceTokenizer, PromptPart, TokenizeParts, tokenize_parts
 from chat.engine.protocol import ChatMessage, ChatMessages
+from chat.engine.tool_calls.calls import ToolDefinition
 from chat.errors import ChatTemplateError, KvchatError
 from chat.sanitize import sanitize_line
 
@@ -45,6 +46,7 @@ class ChatPrompt:
         self._llm = llm
         self._vocab = llm._model.vocab  # for llama_vocab_get_attr
         self.n_vocab = int(llm.n_vocab())
+        self._controls: list[str] | None = None
         self.plain_template_reason: str | None = None
         """Why the model's own chat template is not used (plain ChatML is,
         as the user asked with `model.plain_template`), or None."""
@@ -96,21 +98,27 @@ class ChatPrompt:
         add_generation_prompt: bool = True,
         tokenize: TokenizeParts | None = None,
         open_last: bool = False,
+        tools: Sequence[ToolDefinition] = (),
     ) -> list[int]:
         """`messages` rendered with the chat template and tokenized: whole, or
         by `tokenize` (the engine's `pieces`, which remembers the pieces of the
         last prompt). `open_last`: the last message is a reply cut short, to be
-        continued (no end-of-turn after it)."""
+        continued (no end-of-turn after it). `tools`: the tools offered,
+        rendered by the template as it renders `tools`."""
+        extra = {"tools": [tool.for_template() for tool in tools]} if tools else {}
         if open_last:
-            parts, add_bos = self._open_reply_parts(messages)
+            parts, add_bos = self._open_reply_parts(messages, extra)
         else:
-            parts, add_bos = self._prompt_parts(messages, add_generation_prompt)
+            parts, add_bos = self._prompt_parts(messages, add_generation_prompt, extra)
         if tokenize is None:
             return tokenize_parts(self.tokenize_text, parts, add_bos)
         return tokenize(parts, add_bos)
 
     def _prompt_parts(
-        self, messages: ChatMessages, add_generation_prompt: bool
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool,
+        extra: Mapping[str, Any] | None = None,
     ) -> tuple[list[PromptPart], bool]:
         """`messages` rendered with the chat template, as parts to tokenize,
         and whether a BOS goes first.
@@ -124,9 +132,10 @@ class ChatPrompt:
         is tokenized on its own. When the template does not place the reply's
         text there unchanged, the whole text is tokenized as usual."""
         render = self.formatters[add_generation_prompt]
-        # The template sees role and content only (and a reply's thinking).
-        shown = [{k: v for k, v in m.items() if k not in _NOT_SHOWN} for m in messages]
-        options = self.options
+        # The template sees role and content only (and a reply's thinking),
+        # with the model's own options (thinking on or off) and the tools.
+        shown = self._shown(messages)
+        options = {**self.options, **(extra or {})}
         rendered = render(messages=shown, **options)
         text = rendered.prompt.encode("utf-8")
         add_bos = not rendered.added_special
@@ -161,7 +170,9 @@ class ChatPrompt:
             return [text], add_bos
         return parts, add_bos
 
-    def _open_reply_parts(self, messages: ChatMessages) -> tuple[list[PromptPart], bool]:
+    def _open_reply_parts(
+        self, messages: ChatMessages, extra: Mapping[str, Any] | None = None
+    ) -> tuple[list[PromptPart], bool]:
         """The prompt that goes on with the last message, a reply cut short: the
         conversation rendered as history, cut right after that reply's text, so
         that no end-of-turn token closes it. The reply goes in as its sampled
@@ -172,7 +183,7 @@ class ChatPrompt:
             raise KvchatError("Only a reply can be continued.")
         last = len(messages) - 1
         if messages[last].get("sampled_whole"):
-            return self._whole_reply_parts(messages)
+            return self._whole_reply_parts(messages, extra)
         # Earlier replies go in as the template writes them (their thinking
         # not kept): the check below compares with its rendering.
         history: list[Mapping[str, Any]] = [
@@ -181,11 +192,13 @@ class ChatPrompt:
         head = [*history, {"role": "assistant", "content": _reply_placeholder(last)}]
         # The history before the reply, as a reply's prompt sends it (sampled
         # tokens and all): the text before the placeholder.
-        parts, add_bos = self._prompt_parts(head, False)
+        extra = extra or {}
+        parts, add_bos = self._prompt_parts(head, False, extra)
         marker = _reply_placeholder(last).encode("utf-8")
         before = _cut_at(parts, marker)
-        shown = [{k: v for k, v in m.items() if k not in _NOT_SHOWN} for m in messages]
-        full = self.formatters[False](messages=shown, **self.options).prompt.encode("utf-8")
+        shown = self._shown(messages)
+        options = {**self.options, **extra}
+        full = self.formatters[False](messages=shown, **options).prompt.encode("utf-8")
         content = str(messages[last].get("content", "")).encode("utf-8")
         spelled = b"".join(p if isinstance(p, bytes) else self.spell(p) for p in before or [])
         if before is None or not full.startswith(spelled + content):
@@ -203,13 +216,52 @@ class ChatPrompt:
             return [*before[:-1], before[-1] + content], add_bos
         return [*before, content], add_bos
 
-    def _whole_reply_parts(self, messages: ChatMessages) -> tuple[list[PromptPart], bool]:
+    def _shown(self, messages: ChatMessages) -> list[dict[str, Any]]:
+        """The messages as the template sees them: without the sampled tokens
+        (and whether they stand for the whole reply), and a tool's result with
+        no text that would tokenize as a control token (`<|im_end|>`,
+        `<|eot_id|>`): a result is a stranger's text, and must not close its
+        message and forge another."""
+        shown = []
+        for message in messages:
+            item = {k: v for k, v in message.items() if k not in _NOT_SHOWN}
+            content = item.get("content")
+            if item.get("role") == "tool" and isinstance(content, str):
+                item["content"] = self.defuse_control_text(content)
+            shown.append(item)
+        return shown
+
+    def defuse_control_text(self, text: str) -> str:
+        """`text` with a zero-width space after the first character of every
+        control token's text in it, so that it tokenizes as plain text."""
+        for control in self._control_texts():
+            if control in text:
+                text = text.replace(control, control[0] + "\u200b" + control[1:])
+        return text
+
+    def _control_texts(self) -> list[str]:
+        """The texts of the vocabulary's control tokens, longest first
+        (read once, when a tool's result is first rendered)."""
+        if self._controls is None:
+            texts = set()
+            for token_id in range(self.n_vocab):
+                attributes = llama_cpp.llama_vocab_get_attr(self._vocab, token_id)
+                if attributes & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL:
+                    text = self._token_text(token_id)
+                    if len(text) > 1:
+                        texts.add(text)
+            self._controls = sorted(texts, key=len, reverse=True)
+        return self._controls
+
+    def _whole_reply_parts(
+        self, messages: ChatMessages, extra: Mapping[str, Any] | None = None
+    ) -> tuple[list[PromptPart], bool]:
         """The prompt that goes on with a reply that thought, sent whole (its
         content is all of it as the model wrote it, markers and thinking
         included): the prompt it was generated from, then the reply, as its
         sampled tokens when they spell it (the KV cache holds exactly these),
         else as text. So a reply cut mid-thought goes on inside its thought."""
-        parts, add_bos = self._prompt_parts(messages[:-1], True)
+        parts, add_bos = self._prompt_parts(messages[:-1], True, extra)
         # After the generation prompt, as when they were sampled.
         ids = self._reply_tokens(messages[-1], after_opening=False)
         if ids is not None:

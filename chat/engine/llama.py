@@ -55,6 +55,10 @@ from chat.engine.threads import (
     measure,
 )
 from chat.engine.token_probs import Logits, ProbabilityRecorder
+from chat.engine.tool_calls.calls import ToolCall, ToolDefinition
+from chat.engine.tool_calls.grammar import call_grammar
+from chat.engine.tool_calls.parser import ToolCallParser, ToolCallTextError
+from chat.engine.tool_calls.syntax import find_syntax
 from chat.errors import (
     EngineBusyError,
     EngineClosedError,
@@ -191,6 +195,11 @@ class LlamaEngine:
                 special_token_test(llm.tokenize),
             ),
         )
+        # How it calls tools, if its template shows it how (chat.engine.tool_calls).
+        self.info = replace(
+            self.info,
+            tool_calls=find_syntax(self.chat_prompt.source, special_token_test(llm.tokenize)),
+        )
         self.grammar: str | None = None
         """A GBNF grammar the replies are sampled under (None: none). The tests
         make the demo model's own tokens take a shape with it (a thinking
@@ -245,13 +254,21 @@ class LlamaEngine:
         self.info = replace(self.info, reasoning=reasoning)
 
     def tokenize_chat(
-        self, messages: ChatMessages, add_generation_prompt: bool = True
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        tools: Sequence[ToolDefinition] = (),
     ) -> list[int]:
         # Tokenizing reads only the vocabulary, never the context, so it does
         # not take the lock: the context meter can count while a reply streams.
         # The vocabulary is freed with the model: `close` waits for it instead.
         with self._reading_vocabulary():
-            return self.chat_prompt.tokens(messages, add_generation_prompt)
+            return self.chat_prompt.tokens(messages, add_generation_prompt, tools=tools)
+
+    def count_text_tokens(self, text: str) -> int:
+        """Tokens of `text` as plain text (a tool's result, to cut it to a limit)."""
+        with self._reading_vocabulary():
+            return len(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
     @contextlib.contextmanager
     def _reading_vocabulary(self) -> Iterator[None]:
@@ -294,6 +311,7 @@ class LlamaEngine:
         cancel: threading.Event,
         record_probs: bool = False,
         continue_last: bool = False,
+        tools: Sequence[ToolDefinition] = (),
     ) -> Iterator[EngineEvent]:
         # The wait for the first token starts here: finishing a prefill, rendering
         # and tokenizing the whole conversation are part of it.
@@ -302,7 +320,11 @@ class LlamaEngine:
         try:
             # Only the holder of the lock uses the piece tokenizer.
             prompt = self.chat_prompt.tokens(
-                messages, not continue_last, self.chat_prompt.pieces, open_last=continue_last
+                messages,
+                not continue_last,
+                self.chat_prompt.pieces,
+                open_last=continue_last,
+                tools=tools,
             )
             n_ctx = self.info.n_ctx
             if len(prompt) >= n_ctx:
@@ -311,7 +333,7 @@ class LlamaEngine:
                     f"{n_ctx:,}. Shorten the message or start a new conversation."
                 )
             yield from self._generate(
-                prompt, sampling, cancel, record_probs, started, sampling.repeatable
+                prompt, sampling, cancel, record_probs, started, sampling.repeatable, tools
             )
         finally:
             self._lock.release()
@@ -431,8 +453,13 @@ class LlamaEngine:
         record_probs: bool,
         started: float,
         exact: bool,
+        tools: Sequence[ToolDefinition] = (),
     ) -> Iterator[EngineEvent]:
         llm = self._llm
+        syntax = self.info.tool_calls
+        parser = ToolCallParser(syntax) if tools and syntax is not None else None
+        call_reply: ReplyText | None = None
+        """The call's own text, once a call began (sampled under its grammar)."""
         recorder = ProbabilityRecorder(sampling, self._cached_piece) if record_probs else None
         choices: list[TokenChoice] = []
         sampled: list[int] = []
@@ -459,14 +486,19 @@ class LlamaEngine:
         evaluated = 0
         generated = 0
         finish: FinishReason = "done"
-        # A reasoning model's markers may be special tokens (Qwen3's `<think>`):
-        # their text is kept so that the thinking can be told from the answer.
-        special = self.info.reasoning is not None
+        # A reasoning model's markers may be special tokens (Qwen3's `<think>`),
+        # and so may a call's (`<tool_call>`): their text is kept so that the
+        # thinking can be told from the answer, and a call found.
+        special = self.info.reasoning is not None or parser is not None
         budget = self._thinking_budget(sampling)
         grammar_text = self.grammar
         sequence = prompt
+        # Sampling starts again from the KV cache (only what changed is
+        # evaluated) when a call begins, its arguments under the grammar of the
+        # tools' schemas, and when the thinking budget is spent.
         while True:
             closing: list[int] = []
+            call_began = False
             tokens = self._sample(sequence, sampling, grammar_text)
             try:
                 for token in tokens:
@@ -478,19 +510,34 @@ class LlamaEngine:
                     generated += 1
                     sampled.append(int(token))
                     piece = bytes(llm.detokenize([token], special=special))
-                    text = reply.feed(piece)
-                    choice = (
-                        recorder.choice(self._step_logits(), token, self._cached_piece(token))
-                        if recorder
-                        else None
-                    )
-                    if choice is not None:
-                        choices.append(choice)
-                    if reply.stopped:
-                        if text:
+                    text = ""
+                    if call_reply is not None and parser is not None:
+                        call_text = call_reply.feed(piece)
+                        parser.feed(call_text)
+                        yield TokenEvent(call_text, token, tool_call=True)
+                    else:
+                        text = reply.feed(piece)
+                        choice = (
+                            recorder.choice(self._step_logits(), token, self._cached_piece(token))
+                            if recorder
+                            else None
+                        )
+                        if choice is not None:
+                            choices.append(choice)
+                        if parser is None:
+                            if reply.stopped:
+                                if text:
+                                    yield TokenEvent(text, token, choice)
+                                break
                             yield TokenEvent(text, token, choice)
-                        break
-                    yield TokenEvent(text, token, choice)
+                        else:
+                            shown, _ = parser.feed(text)
+                            yield TokenEvent(shown, token, choice)
+                            if parser.in_call:
+                                call_began = True
+                                break
+                            if reply.stopped:
+                                break
                     if cancel.is_set() or self._closing:
                         finish = "stopped"
                         break
@@ -498,20 +545,31 @@ class LlamaEngine:
                         finish = "max_tokens"
                         break
                     # The next token needs this one evaluated; the window has no room.
-                    if len(prompt) + generated >= self.info.n_ctx:
+                    if len(prompt) + len(sampled) >= self.info.n_ctx:
                         finish = "context_full"
                         break
-                    if budget is not None:
+                    if budget is not None and call_reply is None:
                         closing = budget.feed(text)
                         room = min(
                             sampling.max_tokens - generated,
-                            self.info.n_ctx - len(prompt) - generated,
+                            self.info.n_ctx - len(prompt) - len(sampled),
                         )
                         if closing and len(closing) < room:
                             break
                         closing = []
             finally:
                 tokens.close()
+            if call_began and parser is not None:
+                sampled = self._to_opener_end(sampled, parser.text_to_opener_end)
+                parser.drop_overshoot()
+                opener = parser.opener
+                assert opener is not None and syntax is not None
+                yield TokenEvent(opener.text, -1, tool_call=True)
+                call_reply = ReplyText()
+                sequence = [*prompt, *sampled]
+                grammar_text = call_grammar(syntax, opener, tools)
+                budget = None
+                continue
             if not closing:
                 break
             # The budget is spent: the block is closed here, as if the model had
@@ -523,13 +581,27 @@ class LlamaEngine:
                 choice = forced_choice(token, self._cached_piece(token)) if recorder else None
                 if choice is not None:
                     choices.append(choice)
+                if parser is not None:
+                    text, _ = parser.feed(text)
                 yield TokenEvent(text, token, choice)
             sequence = [*prompt, *sampled]
             grammar_text = self.answer_grammar
             budget = None
-        tail = reply.flush()
-        if tail:
-            yield TokenEvent(tail, -1)
+        calls: tuple[ToolCall, ...] = ()
+        call_error: str | None = None
+        if call_reply is not None and parser is not None:
+            parser.feed(call_reply.flush())
+            try:
+                calls = parser.calls()
+            except ToolCallTextError as error:
+                call_error = str(error)
+        else:
+            tail = reply.flush()
+            if parser is not None:
+                shown, _ = parser.feed(tail)
+                tail = shown + parser.flush()
+            if tail:
+                yield TokenEvent(tail, -1)
         ended = time.perf_counter()
         first = first_token_at or ended
         decode_s = ended - first
@@ -543,8 +615,28 @@ class LlamaEngine:
             seed=seed,
             total_s=ended - started,
         )
-        token_ids = self._spelling_tokens(sampled, reply.text)
-        yield Finished(reply.text, stats, tuple(choices), token_ids)
+        text = reply.text if parser is None else parser.before
+        token_ids = self._spelling_tokens(sampled, text)
+        yield Finished(
+            text, stats, tuple(choices), token_ids, tool_calls=calls, tool_call_error=call_error
+        )
+
+    def _to_opener_end(self, sampled: list[int], text: str) -> list[int]:
+        """The reply's tokens cut where a call's opener ends: the sampled ones
+        that spell a start of `text` (as bytes), then the rest of `text`
+        tokenized (the last token may have run past the opener). Only what
+        differs from the KV cache is evaluated again."""
+        target = text.encode("utf-8")
+        kept: list[int] = []
+        length = 0
+        for token in sampled:
+            spelled = self.chat_prompt.spell([token])
+            if not target.startswith(spelled, length):
+                break
+            kept.append(token)
+            length += len(spelled)
+        rest = target[length:]
+        return kept + (self.chat_prompt.tokenize_text(rest, False) if rest else [])
 
     def _sample(
         self, sequence: list[int], sampling: SamplingSettings, grammar_text: str | None

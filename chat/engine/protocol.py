@@ -16,6 +16,8 @@ from chat.conversations.conversation import ReplyStats, TokenChoice
 from chat.engine.kv_state import KvState, StateIdentity
 from chat.engine.reasoning.markers import Reasoning
 from chat.engine.threads import ThreadCounts
+from chat.engine.tool_calls.calls import ToolCall, ToolDefinition
+from chat.engine.tool_calls.syntax import ToolCallSyntax
 from chat.settings.schema import SamplingSettings
 
 
@@ -44,6 +46,15 @@ class ChatMessage(_MessageText, total=False):
     markers and thinking included, and go in as they are in place of what the
     template writes for the message (a local model; used only when they end
     with `content`)."""
+    tool_calls: Sequence[Mapping[str, object]]
+    """For a reply that called tools: the calls, as `ToolCall.for_template()`
+    gives them (OpenAI's shape, which chat templates read)."""
+
+    tool_call_id: str
+    """For a `tool` message (a call's result): the call's id."""
+
+    name: str
+    """For a `tool` message: the tool's name (some templates write it)."""
 
 
 ChatMessages = Sequence[ChatMessage | Mapping[str, str]]
@@ -85,6 +96,9 @@ class ModelInfo:
     """How the model thinks before it answers (its markers, from its chat
     template and vocabulary; chat.engine.reasoning); None when it does not,
     or when a model server sends the thinking in a field of its own."""
+    tool_calls: ToolCallSyntax | None = None
+    """How the model writes a tool call (from its chat template and
+    vocabulary; chat.engine.tool_calls); None when it was not shown how."""
 
     def device_text(self) -> str:
         if self.server_url is not None:
@@ -112,6 +126,9 @@ class TokenEvent:
     thinking: bool = False
     """The token is the model's thinking, which a model server sent in a field
     of its own (a local model's thinking is found in the text by its markers)."""
+    tool_call: bool = False
+    """The text is part of a tool call the model writes (its opener, then
+    its JSON), not of the reply's text."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +147,12 @@ class Finished:
     error: str | None = None
     """Why the reply ended early when `stats.finish_reason` is "error" (a
     model server's connection dropped mid-reply): `text` is what came before."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The tools the reply called (its arguments sampled under the tool's
+    schema); `text` is then what the reply said before the call."""
+    tool_call_error: str | None = None
+    """Why a call the reply began cannot be read (cut off by max tokens or
+    a stop), in one sentence; None otherwise."""
 
 
 @dataclass(frozen=True)
@@ -161,9 +184,13 @@ class Engine(Protocol):
     info: ModelInfo
 
     def tokenize_chat(
-        self, messages: ChatMessages, add_generation_prompt: bool = True
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        tools: Sequence[ToolDefinition] = (),
     ) -> list[int]:
-        """Token ids of `messages` rendered with the model's chat template.
+        """Token ids of `messages` rendered with the model's chat template
+        (and `tools`, the tools offered, in the template's own words).
 
         These are exactly the ids `stream_reply` sends, so counts agree.
         """
@@ -184,6 +211,7 @@ class Engine(Protocol):
         cancel: threading.Event,
         record_probs: bool = False,
         continue_last: bool = False,
+        tools: Sequence[ToolDefinition] = (),
     ) -> Iterator[EngineEvent]:
         """Generate the assistant's next message: `PromptProgress` while the
         prompt is evaluated (if the engine can tell), `TokenEvent`s, then one
@@ -196,6 +224,11 @@ class Engine(Protocol):
         With `continue_last`, the last message
         is an assistant reply that was cut short (max tokens, Esc): the model
         goes on writing it, and the events carry only the new text.
+
+        With `tools` (for an engine whose `info.tool_calls` is known), the
+        template renders them, and a call the model begins is sampled under
+        the grammar of their schemas: `Finished.tool_calls` holds it. An
+        engine that cannot call tools raises `KvchatError` when given some.
 
         Setting `cancel` ends the reply after the current token, or while the
         prompt is evaluated after the current batch (then with no tokens; what

@@ -398,12 +398,30 @@ class UISettings:
 
 
 @dataclass
+class ToolSettings:
+    """The tool loop's bounds (chat.session.tool_loop); which servers run is
+    the mcpServers file's (chat.tools.config)."""
+
+    max_steps: int = _setting(
+        8, "int", "Model replies in one turn at most, each of which may call tools.", 1, 100
+    )
+    result_token_limit: int = _setting(
+        2048,
+        "int",
+        "A tool result over this many tokens is cut, with a note, before the model reads it.",
+        64,
+        1_000_000,
+    )
+
+
+@dataclass
 class Settings:
     model: ModelSettings = field(default_factory=ModelSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     chat: ChatSettings = field(default_factory=ChatSettings)
     ui: UISettings = field(default_factory=UISettings)
+    tools: ToolSettings = field(default_factory=ToolSettings)
 
 
 def _build_fields() -> dict[str, FieldSpec]:

@@ -131,6 +131,7 @@ class SettingsFlow:
         current.chat = copy.deepcopy(new.chat)
         theme_changed = new.ui.theme != current.ui.theme
         current.ui = copy.deepcopy(new.ui)
+        current.tools = copy.deepcopy(new.tools)
         # Replies drawn from now on start folded or not (those shown keep theirs).
         AssistantMessageView.show_thinking = current.ui.show_thinking
         self._screen.defaults_changed()

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from chat.bench.thinking import TEMPLATE as BENCH_QWEN3_TEMPLATE
 from tests.engine.template_models import with_chat_template
 
 TEMPLATES = Path(__file__).parent / "templates"
-QWEN3_TEMPLATE = (TEMPLATES / "qwen3.jinja").read_text(encoding="utf-8")
+QWEN3_TEMPLATE = BENCH_QWEN3_TEMPLATE.read_text(encoding="utf-8")
 """Qwen3's chat template as published with the models (tokenizer_config.json):
 the model opens `<think>` itself; `enable_thinking=false` closes an empty
 block in the generation prompt; earlier turns' thinking is dropped."""

@@ -29,6 +29,7 @@ from chat.engine.kv_state import KvState, StateIdentity
 from chat.engine.protocol import ChatMessages, EngineEvent, Finished, ModelInfo, TokenEvent
 from chat.engine.remote.http import ServerHttp
 from chat.engine.reply_text import ReplyText
+from chat.engine.tool_calls.calls import ToolDefinition
 from chat.errors import (
     EngineBusyError,
     EngineClosedError,
@@ -48,6 +49,11 @@ MAX_NAME_CHARS = 200
 """A served model's name is cut to this for showing (the status bar, errors)."""
 PLACEHOLDER_TOKEN_ID = 0
 """Stands for a token whose id the server does not report (see `Piece`)."""
+
+
+_NO_SERVER_TOOLS = (
+    "Tool calls work only with a model loaded in kvchat for now, not with a model server."
+)
 
 
 @dataclass(frozen=True)
@@ -219,7 +225,10 @@ class RemoteEngine:
         return f"{type(self).__name__}({self._http.url!r}, model={self.info.name!r})"
 
     def tokenize_chat(
-        self, messages: ChatMessages, add_generation_prompt: bool = True
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        tools: Sequence[ToolDefinition] = (),
     ) -> list[int]:
         raise NotImplementedError
 
@@ -233,7 +242,10 @@ class RemoteEngine:
         cancel: threading.Event,
         record_probs: bool = False,
         continue_last: bool = False,
+        tools: Sequence[ToolDefinition] = (),
     ) -> Iterator[EngineEvent]:
+        if tools:
+            raise KvchatError(_NO_SERVER_TOOLS)
         if continue_last:
             # A chat API always closes the last message: the model would start a
             # new reply, not go on with this one.

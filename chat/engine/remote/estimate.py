@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Sequence
 
 from chat.engine.protocol import ChatMessages
 from chat.engine.remote.engine import (
@@ -24,6 +25,7 @@ from chat.engine.remote.engine import (
     Summary,
     chat_messages,
 )
+from chat.engine.tool_calls.calls import ToolDefinition
 from chat.settings.schema import SamplingSettings
 
 CHARS_PER_TOKEN = 4.0
@@ -83,7 +85,10 @@ class EstimatingEngine(RemoteEngine):
     estimate: TokenEstimate
 
     def tokenize_chat(
-        self, messages: ChatMessages, add_generation_prompt: bool = True
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        tools: Sequence[ToolDefinition] = (),
     ) -> list[int]:
         return self.estimate.tokens(messages, add_generation_prompt)
 

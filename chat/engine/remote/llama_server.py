@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,7 @@ from chat.engine.remote.http import ServerHttp, json_number, parse_json_line, ss
 from chat.engine.remote.openai import ASSUMED_N_CTX, llama_sampling, openai_sampling
 from chat.engine.remote.probs import token_choice
 from chat.engine.token_probs import TOP_N
+from chat.engine.tool_calls.calls import ToolDefinition
 from chat.errors import ServerError, UnknownServerModelError
 from chat.settings.schema import SamplingSettings
 
@@ -130,7 +131,10 @@ class LlamaServerEngine(RemoteEngine):
         self._opening_known = False
 
     def tokenize_chat(
-        self, messages: ChatMessages, add_generation_prompt: bool = True
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        tools: Sequence[ToolDefinition] = (),
     ) -> list[int]:
         shown = chat_messages(messages)
         sampled = self._sampled_replies(messages)

@@ -19,7 +19,7 @@ costs).
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from chat.engine.protocol import ChatMessages
@@ -45,6 +45,7 @@ from chat.engine.remote.openai import (
 )
 from chat.engine.remote.probs import token_choice
 from chat.engine.token_probs import TOP_N
+from chat.engine.tool_calls.calls import ToolDefinition
 from chat.errors import ServerError
 from chat.settings.schema import SamplingSettings
 
@@ -72,7 +73,10 @@ class VllmEngine(RemoteEngine):
         )
 
     def tokenize_chat(
-        self, messages: ChatMessages, add_generation_prompt: bool = True
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        tools: Sequence[ToolDefinition] = (),
     ) -> list[int]:
         answer = self._http.post_json(
             "/tokenize",

@@ -27,7 +27,13 @@ from chat.ui.widgets.setting_field import SettingField
 
 # Sampling first: it is what people change most.
 SECTION_ORDER: tuple[str, ...] = ("sampling", "chat", "model", "ui")
-SECTION_TITLES = {"sampling": "Sampling", "chat": "Chat", "model": "Model", "ui": "Interface"}
+SECTION_TITLES = {
+    "sampling": "Sampling",
+    "chat": "Chat",
+    "model": "Model",
+    "ui": "Interface",
+    "tools": "Tools",
+}
 SECTION_NOTES = {
     "sampling": "Used from the next reply on.",
     "chat": "The system prompt is used by new conversations, and by the current one "
@@ -35,6 +41,7 @@ SECTION_NOTES = {
     "model": "Changing these reloads the model in the background; "
     "the conversation stays and continues on the new model.",
     "ui": "",
+    "tools": "Bounds of a turn in which the model calls tools; used from the next turn on.",
 }
 
 

@@ -24,6 +24,7 @@ from textual.pilot import Pilot
 
 from chat.conversations.conversation import Conversation, Message
 from chat.engine.protocol import ChatMessages
+from chat.engine.tool_calls.calls import ToolDefinition
 from chat.models.files import ModelCandidate
 from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
@@ -43,7 +44,10 @@ class SlowTokenizer(ScriptedEngine):
         """The thread each slow call ran on."""
 
     def tokenize_chat(
-        self, messages: ChatMessages, add_generation_prompt: bool = True
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        tools: Sequence[ToolDefinition] = (),
     ) -> list[int]:
         if self.seconds:
             self.slow_threads.append(threading.current_thread().name)

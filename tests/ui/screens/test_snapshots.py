@@ -26,7 +26,7 @@ from textual.command import CommandList, CommandPalette
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Markdown, TextArea
 
-from chat.conversations.conversation import Message
+from chat.conversations.conversation import Message, ReplyStats
 from chat.conversations.store import Store
 from chat.settings.schema import ModelSettings, Settings
 from chat.ui.app import ChatApp, Launch
