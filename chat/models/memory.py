@@ -16,13 +16,13 @@ Three parts, as llama.cpp allocates them when it loads a model:
 
 With every layer on a GPU the estimate is what the GPU holds: llama.cpp keeps
 the input layer (the token embedding table) in RAM however many layers it
-offloads, since its input is a lookup, not a product (`dev_input` in its
-llama-model.cpp); the output layer goes to the GPU, and when it is tied to the
-embedding (no `output.weight`) the GPU holds a copy of the table. The KV cache
-and the compute buffer are on the GPU; beside them llama.cpp keeps a compute
-buffer in RAM for what runs on the CPU (the input lookup, and any operation
-the GPU's backend refuses, such as a tensor larger than the device allows in
-one buffer). docs/gpu.md compares the estimate with a real allocation.
+offloads, since its input is a lookup, not a product; the output layer goes
+to the GPU first, and when it is tied to the embedding (no `output.weight`)
+the GPU holds a copy of the table. The KV cache and the compute buffer are on
+the GPU; beside them llama.cpp keeps a compute buffer in RAM for what runs on
+the CPU (the input lookup, and any operation the GPU's backend refuses, such
+as a tensor larger than the device allows in one buffer). docs/gpu.md
+compares the estimate with a real allocation.
 """
 
 from __future__ import annotations

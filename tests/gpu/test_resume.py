@@ -18,7 +18,7 @@ from chat.engine.protocol import Finished
 from chat.settings.schema import ModelSettings, SamplingSettings
 from tests.engine.test_kv_state import reply as seeded_reply
 
-SEEDED = SamplingSettings(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, max_tokens=10, seed=11)
+SEEDED = SamplingSettings(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, max_tokens=4, seed=11)
 SYSTEM = {"role": "system", "content": "Be brief."}
 
 
