@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import llama_cpp
+
 from chat.bench.decode import raw_decode_rate
 from chat.bench.rows import Options, Row
 from chat.bench.startup import installed_python_env
@@ -91,6 +93,8 @@ def _prompt_rate(engine: LlamaEngine, prompt: list[int]) -> float:
     engine.reset()
     started = time.perf_counter()
     llm.eval(prompt)
+    # A GPU backend computes after llama_decode has returned: wait for it.
+    llama_cpp.llama_synchronize(llm.ctx)
     return len(prompt) / (time.perf_counter() - started)
 
 
