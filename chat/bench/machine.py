@@ -38,6 +38,8 @@ def raw_prompt_rate(engine: LlamaEngine, threads: int, prompt: list[int]) -> flo
     engine.reset()
     started = time.perf_counter()
     llm.eval(prompt)
+    # On a GPU llama_decode returns before the batch is computed: wait for it.
+    llama_cpp.llama_synchronize(llm.ctx)
     return len(prompt) / (time.perf_counter() - started)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import chat.bench
 from chat.bench.decode import decode_rows
+from chat.bench.gpu import gpu_rows
 from chat.bench.machine import machine_rows
 from chat.bench.memory import memory_rows
 from chat.bench.paste import paste_rows
@@ -52,7 +53,7 @@ def run(options: Options) -> list[Row]:
         rows += tool_rows(options)
     finally:
         engine.close()
-    return rows
+    return rows + gpu_rows(options)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,6 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     parser.add_argument(
         "--quick", action="store_true", help="tiny sizes: checks every row is measured"
+    )
+    parser.add_argument(
+        "--gpu-only",
+        action="store_true",
+        help="only the GPU rows (all layers on the GPU this llama.cpp build offloads to)",
     )
     args = parser.parse_args(argv)
     model = args.model or demo_model_path()
@@ -88,7 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault(STATE_DIR_ENV, tempfile.mkdtemp(prefix="kvchat-bench-"))
     os.environ.setdefault(CACHE_DIR_ENV, tempfile.mkdtemp(prefix="kvchat-bench-"))
     started = time.perf_counter()
-    rows = run(options)
+    rows = gpu_rows(options) if args.gpu_only else run(options)
+    if args.gpu_only and not rows:
+        print("chat.bench: --gpu-only: no GPU to measure (see above)", file=sys.stderr)
+        return 1
     print_table(rows)
     print(f"\n{model.name} · {os.cpu_count()} CPUs · {time.perf_counter() - started:.0f} s")
     if args.json:

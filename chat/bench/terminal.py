@@ -81,8 +81,11 @@ def stream_in_terminal(
     threads: ThreadCounts | None = None,
     earlier_turns: int = 0,
     timeout: float = 300,
+    first_prompt: str = LONG_PROMPT,
 ) -> TerminalReply:
-    """One reply of `tokens` tokens in the real app; see the module docstring."""
+    """One reply of `tokens` tokens in the real app; see the module docstring.
+    `first_prompt`: the pasted prompt whose rate is measured (a short one
+    where prompts are slow, as on a software GPU)."""
     env = dict(env)
     env["KVCHAT_SAMPLING_MAX_TOKENS"] = str(tokens)
     env["KVCHAT_SEED"] = str(SAMPLING.seed)
@@ -110,7 +113,7 @@ def stream_in_terminal(
         # A first reply to a long pasted prompt: its prompt rate is measured,
         # and it warms up what the app does once (the Markdown parser is
         # imported for the first reply). The second reply's decode is measured.
-        terminal.send(b"\x1b[200~" + LONG_PROMPT.encode() + b"\x1b[201~")
+        terminal.send(b"\x1b[200~" + first_prompt.encode() + b"\x1b[201~")
         time.sleep(0.5)
         terminal.send(b"\r")
         terminal.wait_until(ended(1), timeout)

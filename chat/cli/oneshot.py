@@ -266,7 +266,13 @@ def run_oneshot(
                 f"chat: warning: {engine.plain_template_reason} Using plain ChatML, as asked.",
                 file=sys.stderr,
             )
-        source = {"model_path": str(model.path)}
+        if engine.info.gpu_missing and settings.model.n_gpu_layers != 0:
+            # Layers were asked on a GPU that is not there: say so once.
+            print(
+                f"chat: warning: {engine.info.gpu_missing}: the model runs on the CPU.",
+                file=sys.stderr,
+            )
+        source = {"model_path": str(model.path), "device": engine.info.device_text()}
         engine.grammar = grammar
         return _reply(engine, prompt, settings, source, as_json, out, show_thinking, tools)
     except ChatTemplateError as error:

@@ -65,6 +65,7 @@ from chat.errors import (
     ModelError,
     PromptTooLongError,
 )
+from chat.models.devices import compute_devices, device_label
 from chat.models.files import check_gguf
 from chat.sanitize import sanitize
 from chat.settings.schema import ModelSettings, SamplingSettings, key_cache_type_for
@@ -173,7 +174,11 @@ class LlamaEngine:
         self._vocab = llm._model.vocab  # for llama_vocab_is_eog
         n_layers = int(llama_cpp.llama_model_n_layer(llm.model))
         supported = gpu_offload_supported()
-        requested = n_layers if settings.n_gpu_layers < 0 else settings.n_gpu_layers
+        # llama.cpp counts the output layer as one more layer and offloads it
+        # first (-1: all of them); the status shows its count.
+        requested = n_layers + 1 if settings.n_gpu_layers < 0 else settings.n_gpu_layers
+        gpu_layers = min(requested, n_layers + 1) if supported else 0
+        report = compute_devices()
         self.info = ModelInfo(
             path=path,
             # The file name says more than general.name (it carries the quantization).
@@ -181,8 +186,12 @@ class LlamaEngine:
             n_ctx=int(llm.n_ctx()),
             n_ctx_train=int(llama_cpp.llama_model_n_ctx_train(llm.model)),
             n_layers=n_layers,
-            gpu_layers=min(requested, n_layers) if supported else 0,
+            gpu_layers=gpu_layers,
             gpu_supported=supported,
+            gpu_devices=tuple(device_label(d) for d in report.offload_devices)
+            if report is not None and gpu_layers
+            else (),
+            gpu_missing=report.missing_gpu if report is not None else None,
         )
         self.chat_prompt = ChatPrompt(llm, path, settings.plain_template)
         # How the model thinks, if it does: from its template and vocabulary,

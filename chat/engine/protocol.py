@@ -71,9 +71,10 @@ class ModelInfo:
     n_ctx_train: int
     n_layers: int
     gpu_layers: int
-    """Layers offloaded to the GPU (0 on a CPU-only build)."""
+    """Layers offloaded to the GPU (0 on a CPU-only build), counted as llama.cpp
+    counts them: the output layer is one more layer, offloaded first."""
     gpu_supported: bool
-    """Whether this llama-cpp-python build can offload at all."""
+    """Whether this llama-cpp-python build can offload at all (has a device)."""
     kind: str = "local"
     """"local" (in process), or the server's kind: "llama-server", "vllm",
     "ollama", "openai" (any other OpenAI-compatible server)."""
@@ -92,6 +93,12 @@ class ModelInfo:
     """Whether `tokenize_chat` counts exactly what the model sees; False where
     the server cannot tokenize (Ollama, generic OpenAI servers): an estimate,
     corrected after each reply from the server's own count."""
+    gpu_devices: tuple[str, ...] = ()
+    """The devices holding the offloaded layers, named for people
+    ("Vulkan0 (llvmpipe)"); empty when none are."""
+    gpu_missing: str | None = None
+    """Why a build with a GPU backend runs on the CPU ("no Vulkan device
+    found"), or None."""
     reasoning: Reasoning | None = None
     """How the model thinks before it answers (its markers, from its chat
     template and vocabulary; chat.engine.reasoning); None when it does not,
@@ -109,10 +116,14 @@ class ModelInfo:
             else f" · threads {self.threads.decode} decode, {self.threads.batch} prompt"
         )
         if not self.gpu_supported:
+            if self.gpu_missing:
+                return f"CPU only ({self.gpu_missing}){threads}"
             return f"CPU only (llama-cpp-python built without GPU support){threads}"
         if self.gpu_layers == 0:
             return f"CPU only (GPU layers set to 0){threads}"
-        return f"GPU: {self.gpu_layers}/{self.n_layers} layers{threads}"
+        devices = f" · {' + '.join(self.gpu_devices)}" if self.gpu_devices else ""
+        # llama.cpp's own count (its log: "offloaded 31/31 layers to GPU").
+        return f"GPU: {self.gpu_layers}/{self.n_layers + 1} layers{devices}{threads}"
 
 
 @dataclass(frozen=True)

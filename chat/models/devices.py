@@ -49,6 +49,18 @@ class DeviceReport:
     devices: tuple[ComputeDevice, ...]
     gpu_offload: bool
     """`llama_supports_gpu_offload()`: the build has a device to offload layers to."""
+    gpu_backends: tuple[str, ...] = ()
+    """The GPU backends built into llama.cpp ("CUDA", "Vulkan", ...), whether or
+    not they found a device: a Vulkan build whose loader sees no driver
+    registers no backend at all, but its library is there."""
+
+    @property
+    def missing_gpu(self) -> str | None:
+        """Why a build with a GPU backend runs on the CPU, in words ("no
+        Vulkan device found"); None when it has a GPU, or none was built in."""
+        if self.gpu_offload or not self.gpu_backends:
+            return None
+        return f"no {' or '.join(self.gpu_backends)} device found"
 
     @property
     def offload_devices(self) -> tuple[ComputeDevice, ...]:
@@ -81,7 +93,8 @@ def compute_devices() -> DeviceReport | None:
         library = ggml_library(bindings)
         if library is None:
             return None
-        return DeviceReport(_list_devices(library, gpu_offload), gpu_offload)
+        devices = _list_devices(library, gpu_offload)
+        return DeviceReport(devices, gpu_offload, _gpu_backends(library, devices))
     except Exception:  # a build this code does not know: "unknown", whatever the reason
         return None
 
@@ -160,6 +173,38 @@ def _list_devices(library: Any, gpu_offload: bool) -> tuple[ComputeDevice, ...]:
         ComputeDevice(label, text, _kind(code, gpu_offload), backend, free, total)
         for label, text, code, backend, free, total in raw
     )
+
+
+_GPU_BACKEND_SYMBOLS = {
+    "CUDA": "ggml_backend_cuda_reg",
+    "Vulkan": "ggml_backend_vk_reg",
+    "Metal": "ggml_backend_metal_reg",
+    "SYCL": "ggml_backend_sycl_reg",
+    "OpenCL": "ggml_backend_opencl_reg",
+}
+"""Each GPU backend's registration function: exported by its library when it
+is built in (ROCm builds compile the CUDA backend, and register as "ROCm")."""
+_NOT_GPU_BACKENDS = ("CPU", "RPC", "BLAS")
+
+
+def _gpu_backends(library: Any, devices: tuple[ComputeDevice, ...]) -> tuple[str, ...]:
+    """The GPU backends of the build: those that registered devices, then those
+    whose library is linked but registered nothing."""
+    names = [d.backend for d in devices if d.backend and d.backend not in _NOT_GPU_BACKENDS]
+    found = list(dict.fromkeys(names))
+    for backend, symbol in _GPU_BACKEND_SYMBOLS.items():
+        if backend == "CUDA" and "ROCm" in found:
+            continue
+        if backend not in found and _has(library, symbol):
+            found.append(backend)
+    return tuple(found)
+
+
+def device_label(device: ComputeDevice) -> str:
+    """`Vulkan0 (llvmpipe)`, `CUDA0 (NVIDIA GeForce RTX 4090)`: ggml's name and
+    what the driver calls the device, without the driver's details in brackets."""
+    what = device.description.split(" (", 1)[0].strip()
+    return f"{device.name} ({what})" if what and what != device.name else device.name
 
 
 def _kind(code: int, gpu_offload: bool) -> str:

@@ -13,6 +13,16 @@ Three parts, as llama.cpp allocates them when it loads a model:
   memory between them, plus the batch's hidden states. The 15 % on the scores
   covers the softmax and masking that sit beside them: measured on the demo
   model, see tests/models/test_memory.py.
+
+With every layer on a GPU the estimate is what the GPU holds: llama.cpp keeps
+the input layer (the token embedding table) in RAM however many layers it
+offloads, since its input is a lookup, not a product; the output layer goes
+to the GPU first, and when it is tied to the embedding (no `output.weight`)
+the GPU holds a copy of the table. The KV cache and the compute buffer are on
+the GPU; beside them llama.cpp keeps a compute buffer in RAM for what runs on
+the CPU (the input lookup, and any operation the GPU's backend refuses, such
+as a tensor larger than the device allows in one buffer). docs/gpu.md
+compares the estimate with a real allocation.
 """
 
 from __future__ import annotations
@@ -55,8 +65,13 @@ class MemoryEstimate:
     n_ctx: int
     """The context size llama.cpp will use (rounded up to a multiple of 256)."""
     weights: int
+    """The weights where the estimate is counted: the whole file in RAM; on a
+    GPU, all but the input embedding (plus its copy as a tied output layer)."""
     kv_cache: int
     compute: int
+    host: int = 0
+    """With every layer on a GPU: the weights kept in RAM beside it (the token
+    embedding table), not part of `total`; 0 otherwise."""
 
     @property
     def total(self) -> int:
@@ -123,18 +138,26 @@ def estimate_memory(
     type_v: str = "f16",
     flash_attn: bool = False,
     n_ubatch: int = DEFAULT_UBATCH,
+    on_gpu: bool = False,
 ) -> MemoryEstimate:
     """Memory for `meta` loaded with a context of `n_ctx` tokens (0: the
     model's trained context, as llama.cpp does). kvchat's defaults on the CPU:
-    q8_0 keys, f16 values."""
+    q8_0 keys, f16 values. `on_gpu`: every layer offloaded, the estimate is
+    what the GPU holds (see the module's docstring)."""
     if n_ctx <= 0:
         n_ctx = meta.context_length or 4096
     n_ctx = padded_context(n_ctx)
+    weights, host = meta.file_size, 0
+    if on_gpu:
+        host = meta.input_embedding_bytes
+        if not meta.tied_output:
+            weights -= host
     return MemoryEstimate(
         n_ctx=n_ctx,
-        weights=meta.file_size,
+        weights=weights,
         kv_cache=kv_cache_bytes(meta, n_ctx, type_k, type_v),
         compute=compute_bytes(meta, n_ctx, flash_attn, n_ubatch),
+        host=host,
     )
 
 
@@ -145,6 +168,7 @@ def largest_fitting_context(
     type_v: str = "f16",
     flash_attn: bool = False,
     n_ubatch: int = DEFAULT_UBATCH,
+    on_gpu: bool = False,
 ) -> int:
     """The largest context (a multiple of 256, at most the trained context)
     whose estimate fits in `available` bytes; 0 if not even 256 tokens fit."""
@@ -152,7 +176,8 @@ def largest_fitting_context(
 
     def fits(steps: int) -> bool:
         n_ctx = steps * CONTEXT_PADDING
-        return estimate_memory(meta, n_ctx, type_k, type_v, flash_attn, n_ubatch).fits(available)
+        estimate = estimate_memory(meta, n_ctx, type_k, type_v, flash_attn, n_ubatch, on_gpu)
+        return estimate.fits(available)
 
     # Memory grows with the context: a binary search over multiples of 256.
     low, high = 0, ceiling
@@ -200,6 +225,9 @@ class MemoryBudget:
     n_layers: int = 0
     cpu_only: bool = False
     """Layers were asked on a GPU but this llama.cpp build runs on the CPU only."""
+    missing_gpu: str | None = None
+    """With `cpu_only`: why, when the build has a GPU backend that found no
+    device ("no Vulkan device found")."""
 
     @property
     def on_gpu(self) -> bool:
@@ -221,19 +249,20 @@ def memory_budget(
     devices llama.cpp reports (None: unknown, taken as the CPU alone).
 
     - Nothing offloaded (0 layers asked, a CPU-only build, no GPU found): RAM.
-    - Every layer offloaded: the free memory of the GPUs llama.cpp spreads the
-      layers over, all together. The whole estimate is counted there, though
-      llama.cpp keeps the token embeddings (and, with exactly `n_layers`
-      asked, the output layer) in RAM: the estimate errs high.
+    - Every layer offloaded (-1, or more than `n_layers`: llama.cpp counts
+      the output layer as one more layer, and offloads it first): the free
+      memory of the GPUs llama.cpp spreads the layers over, all together,
+      against the estimate made `on_gpu`.
     - Some layers offloaded: the RAM, as if every layer stayed on the CPU. How
       the weights split between the devices needs each tensor's size, which
       the header reader does not keep, so the GPU's share is not checked."""
     offload = devices.offload_devices if devices is not None and n_gpu_layers != 0 else ()
     cpu_only = devices is not None and n_gpu_layers != 0 and not devices.gpu_offload
     if not offload:
-        return MemoryBudget(ram, RAM, n_layers=n_layers, cpu_only=cpu_only)
+        missing = devices.missing_gpu if cpu_only and devices is not None else None
+        return MemoryBudget(ram, RAM, n_layers=n_layers, cpu_only=cpu_only, missing_gpu=missing)
     names = tuple(device.name for device in offload)
-    if n_gpu_layers < 0 or n_gpu_layers >= n_layers:
+    if n_gpu_layers < 0 or n_gpu_layers > n_layers:
         free = sum(device.free for device in offload)
         return MemoryBudget(free, GPU_MEMORY, names, n_layers=n_layers)
     return MemoryBudget(ram, RAM, names, gpu_layers=n_gpu_layers, n_layers=n_layers)
@@ -262,3 +291,26 @@ def allocated_from_log(log: str) -> tuple[int, int] | None:
     after = log[log.rfind("llama_kv_cache: size") :]
     compute = sum(float(mib) for mib in _LOG_COMPUTE.findall(after))
     return int(float(kv[-1]) * MIB), int(compute * MIB)
+
+
+_LOG_BUFFER = re.compile(r"^\S+:\s+(\S+) (model|KV|compute) buffer size =\s*([\d.]+) MiB", re.M)
+
+
+def buffers_from_log(log: str) -> dict[str, dict[str, int]]:
+    """The buffers llama.cpp allocated at the last load in `log`, in bytes by
+    buffer type and kind: `{"Vulkan0": {"model": ..., "KV": ..., "compute":
+    ...}, "CPU_Mapped": {"model": ...}, "Vulkan_Host": {"compute": ...}}`.
+    llama.cpp 0.3.36 prints a line per buffer (`load_tensors:      Vulkan0
+    model buffer size =    92.10 MiB`, `llama_kv_cache: ... KV buffer size`,
+    `sched_reserve: ... compute buffer size`); model buffers after a KV or
+    compute line start another load."""
+    buffers: dict[str, dict[str, int]] = {}
+    seen_context = False
+    for match in _LOG_BUFFER.finditer(log):
+        name, kind, mib = match[1], match[2], float(match[3])
+        if kind == "model" and seen_context:
+            buffers, seen_context = {}, False
+        seen_context = seen_context or kind != "model"
+        kinds = buffers.setdefault(name, {})
+        kinds[kind] = kinds.get(kind, 0) + int(mib * MIB)
+    return buffers

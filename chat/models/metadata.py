@@ -34,6 +34,9 @@ MAX_HEADER = 1 << 28
 """A larger header means a damaged file (real ones, vocabulary included, are
 tens of MB): reading stops there instead of pulling the weights into memory."""
 _DEFAULT_ALIGNMENT = 32
+_TOKEN_EMBEDDING = "token_embd.weight"
+_OUTPUT = "output.weight"
+_SIZED_TENSORS = (_TOKEN_EMBEDDING, _OUTPUT)
 _BLOCKS = {
     0: (1, 4),  # F32
     1: (1, 2),  # F16
@@ -191,6 +194,12 @@ class ModelMetadata:
     swa_layers: int
     """Layers that use the sliding window (0 without one)."""
     vocab_size: int
+    input_embedding_bytes: int = 0
+    """The token embedding table (`token_embd.weight`), which llama.cpp keeps in
+    RAM however many layers go to a GPU (its input is a lookup, not a product)."""
+    tied_output: bool = False
+    """The output layer reuses the token embedding (no `output.weight`): a GPU
+    that takes the output layer then holds a second copy of the table."""
 
     @property
     def parameters_text(self) -> str:
@@ -210,6 +219,8 @@ class _Header:
     """Scalars and strings as Python values; arrays of strings as their length
     only (`_ArrayLength`), other arrays as lists."""
     tensor_elements: int
+    tensor_bytes: dict[str, int]
+    """The bytes of the tensors whose size the memory estimate needs, by name."""
     data_end: int
     """Where the last tensor's data ends: the least length of a whole file."""
 
@@ -331,8 +342,9 @@ def _read_header(path: Path) -> _Header:
                 fields[key] = reader.value(reader.number("I"))
             elements = 0
             data_size = 0
+            sizes: dict[str, int] = {}
             for _ in range(n_tensors):
-                reader.string()  # the tensor's name
+                name = reader.string()
                 n_dims = reader.number("I")
                 if n_dims > 8:
                     raise _damaged(path, f"a tensor of {n_dims} dimensions")
@@ -344,6 +356,8 @@ def _read_header(path: Path) -> _Header:
                 elements += count
                 per_block, block_bytes = _BLOCKS.get(kind, (1, 0))
                 data_size = max(data_size, offset + -(-count // per_block) * block_bytes)
+                if name in _SIZED_TENSORS:
+                    sizes[name] = -(-count // per_block) * block_bytes
             alignment = _int(fields.get("general.alignment"), _DEFAULT_ALIGNMENT) or 1
             data_start = -(-reader.tell() // alignment) * alignment
     except OSError as error:
@@ -352,7 +366,7 @@ def _read_header(path: Path) -> _Header:
         ) from error
     except (struct.error, MemoryError, OverflowError) as error:
         raise _damaged(path, "values that make no sense") from error
-    return _Header(fields, elements, data_start + data_size if n_tensors else 0)
+    return _Header(fields, elements, sizes, data_start + data_size if n_tensors else 0)
 
 
 def _check_whole(path: Path, header: _Header) -> int:
@@ -401,10 +415,12 @@ def read_metadata(path: Path) -> ModelMetadata:
         )
     elements = header.tensor_elements
     file_size = _check_whole(path, header)
+    tensor_bytes = dict(header.tensor_bytes)
     for part in parts[1:]:
         part_header = _read_header(part)
         file_size += _check_whole(part, part_header)
         elements += part_header.tensor_elements
+        tensor_bytes.update(part_header.tensor_bytes)
 
     block_count = arch_int("block_count")
     embedding = arch_int("embedding_length")
@@ -443,6 +459,8 @@ def read_metadata(path: Path) -> ModelMetadata:
         sliding_window=sliding,
         swa_layers=_swa_layers(fields, arch, block_count) if sliding else 0,
         vocab_size=arch_int("vocab_size", vocab.length if isinstance(vocab, _ArrayLength) else 0),
+        input_embedding_bytes=tensor_bytes.get(_TOKEN_EMBEDDING, 0),
+        tied_output=_TOKEN_EMBEDDING in tensor_bytes and _OUTPUT not in tensor_bytes,
     )
 
 

@@ -94,11 +94,16 @@ def model_rows(
             rows.append(ModelRow(entry, None, None, unread, None, str(error)))
             continue
         budget = memory_budget(ram, n_gpu_layers, meta.block_count, devices)
-        memory = estimate_memory(meta, n_ctx, type_k, type_v, flash_attn)
+        # On a GPU: what the GPU holds (the input embedding stays in RAM).
+        on_gpu = budget.on_gpu
+        memory = estimate_memory(meta, n_ctx, type_k, type_v, flash_attn, on_gpu=on_gpu)
         largest = None
         if budget.available is not None and not memory.fits(budget.available):
             largest = (
-                largest_fitting_context(meta, budget.available, type_k, type_v, flash_attn) or None
+                largest_fitting_context(
+                    meta, budget.available, type_k, type_v, flash_attn, on_gpu=on_gpu
+                )
+                or None
             )
         rows.append(ModelRow(entry, meta, memory, budget, largest, None))
     return rows
@@ -127,6 +132,8 @@ def budget_text(budget: MemoryBudget) -> str:
             f"{free} of RAM ({budget.gpu_layers} of {budget.n_layers} layers on "
             f"{_names(budget.devices)} not counted: compared as if all stayed on the CPU)"
         )
+    if budget.cpu_only and budget.missing_gpu:
+        return f"{free} of RAM ({budget.missing_gpu}: the model runs on the CPU)"
     if budget.cpu_only:
         return f"{free} of RAM (this llama.cpp build runs on the CPU only)"
     return f"{free} of RAM"

@@ -172,8 +172,11 @@ def test_every_layer_on_the_gpu_is_compared_with_its_free_memory() -> None:
     budget = memory_budget(30 * GiB, -1, 24, ONE_GPU)
     assert (budget.available, budget.memory, budget.devices) == (20 * GiB, GPU_MEMORY, ("CUDA0",))
     assert budget.on_gpu
-    # As many layers as the model has, or more, is every layer too.
-    assert memory_budget(30 * GiB, 24, 24, ONE_GPU).available == 20 * GiB
+    # llama.cpp counts the output layer as one more layer and offloads it
+    # first: 24 of a 24-layer model leaves its first layer on the CPU, 25 or
+    # more is every layer.
+    assert memory_budget(30 * GiB, 24, 24, ONE_GPU).memory == RAM
+    assert memory_budget(30 * GiB, 25, 24, ONE_GPU).available == 20 * GiB
     assert memory_budget(30 * GiB, 99, 24, ONE_GPU).available == 20 * GiB
 
 

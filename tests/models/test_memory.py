@@ -12,6 +12,7 @@ import pytest
 from chat.errors import ModelError
 from chat.models.memory import (
     available_ram,
+    buffers_from_log,
     estimate_memory,
     largest_fitting_context,
     memory_budget,
@@ -149,3 +150,47 @@ def test_the_allocation_is_read_from_the_last_load_in_the_log() -> None:
     assert kv / MiB == pytest.approx(137.81, abs=0.01)
     assert compute / MiB == pytest.approx(165.28, abs=0.01)
     assert allocated_from_log("no model was loaded") is None
+
+
+def test_on_a_gpu_the_input_embedding_stays_in_ram(tmp_path: Path) -> None:
+    """llama.cpp keeps the token embedding table on the CPU whatever it
+    offloads; a tied output layer is a copy of it on the GPU."""
+    embedding = {"token_embd.weight": (64, 1000)}
+    tied = read_metadata(
+        write_gguf(tmp_path / "tied.gguf", llama_fields(), tensors=embedding, padding=0)
+    )
+    untied = read_metadata(
+        write_gguf(
+            tmp_path / "untied.gguf",
+            llama_fields(),
+            tensors={**embedding, "output.weight": (64, 1000)},
+            padding=0,
+        )
+    )
+    table = 64 * 1000 * 4  # F32
+    assert (tied.input_embedding_bytes, tied.tied_output) == (table, True)
+    assert (untied.input_embedding_bytes, untied.tied_output) == (table, False)
+    on_cpu = estimate_memory(untied, 1024)
+    on_gpu = estimate_memory(untied, 1024, on_gpu=True)
+    assert (on_cpu.weights, on_cpu.host) == (untied.file_size, 0)
+    assert (on_gpu.weights, on_gpu.host) == (untied.file_size - table, table)
+    assert on_gpu.total == on_cpu.total - table
+    tied_on_gpu = estimate_memory(tied, 1024, on_gpu=True)
+    assert (tied_on_gpu.weights, tied_on_gpu.host) == (tied.file_size, table)
+
+
+def test_buffers_are_read_from_the_last_load_in_the_log() -> None:
+    load = (
+        "load_tensors:   CPU_Mapped model buffer size =    28.69 MiB\n"
+        "load_tensors:      Vulkan0 model buffer size =    92.10 MiB\n"
+        "llama_kv_cache:    Vulkan0 KV buffer size =   {kv} MiB\n"
+        "sched_reserve:    Vulkan0 compute buffer size =    97.12 MiB\n"
+        "sched_reserve: Vulkan_Host compute buffer size =   169.01 MiB\n"
+    )
+    buffers = buffers_from_log(load.format(kv="180.00") + load.format(kv="90.00"))
+    assert buffers == {
+        "CPU_Mapped": {"model": int(28.69 * MiB)},
+        "Vulkan0": {"model": int(92.10 * MiB), "KV": int(90.0 * MiB), "compute": int(97.12 * MiB)},
+        "Vulkan_Host": {"compute": int(169.01 * MiB)},
+    }
+    assert buffers_from_log("nothing here") == {}
