@@ -12,8 +12,12 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
+from textual.pilot import Pilot
 from textual.widgets import Input
 
 from chat.bench.rows import Options, Row
@@ -21,6 +25,7 @@ from chat.conversations.conversation import Conversation, Message
 from chat.conversations.store import Store
 from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
+from chat.ui.screens.chat import ChatScreen
 from chat.ui.widgets.conversation_view import ConversationView
 from chat.ui.widgets.find_bar import FindBar
 
@@ -55,7 +60,7 @@ def storage_rows(options: Options) -> list[Row]:
         )
         rows.append(open_in_app_row(loaded))
         rows.append(find_far_up_row(loaded.messages[: FIND_UP + 2]))
-        rows.append(scroll_to_top_row(loaded))
+        rows.append(scroll_up_row(loaded))
         for i in range(conversations - 1):
             small = Conversation(title=f"conversation {i}")
             small.messages = [Message("user", f"hello {i}"), Message("assistant", "hi")]
@@ -105,18 +110,12 @@ def find_far_up_row(messages: list[Message]) -> Row:
     conversation = Conversation(system_prompt="You are a helpful assistant.", title="find")
     conversation.messages = list(messages)
     target = conversation.messages[0]
-    query = target.content.split(" ", 2)[0] + " " + target.content.split(" ", 2)[1]
+    query = " ".join(target.content.split(" ", 2)[:2])  # "Message 0:"
 
     async def run() -> float:
-        app = ChatApp(Launch(Settings(), None))
-        async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.pause()
-            screen = app.chat_screen
-            await screen.open_conversation(conversation)
-            await pilot.pause()
+        async with _opened(conversation) as (screen, pilot, view):
             await screen.action_find()
             await pilot.pause()
-            view = screen.query_one(ConversationView)
             bar = screen.query_one(FindBar)
             started = time.perf_counter()
             bar.query_one("#find-input", Input).value = query
@@ -137,6 +136,20 @@ def find_far_up_row(messages: list[Message]) -> Row:
     )
 
 
+@asynccontextmanager
+async def _opened(
+    conversation: Conversation,
+) -> AsyncIterator[tuple[ChatScreen, Pilot[Any], ConversationView]]:
+    """The app running headless with `conversation` open in its chat screen."""
+    app = ChatApp(Launch(Settings(), None))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        screen = app.chat_screen
+        await screen.open_conversation(conversation)
+        await pilot.pause()
+        yield screen, pilot, screen.query_one(ConversationView)
+
+
 def _in_sight(view: ConversationView, message: Message) -> bool:
     for shown in view.message_views():
         if shown.message is message:
@@ -151,19 +164,13 @@ Every page stays mounted as the user goes up, so the steps grow dearer with
 each page: the whole 2,000 would take minutes in a benchmark run."""
 
 
-def scroll_to_top_row(conversation: Conversation) -> Row:
+def scroll_up_row(conversation: Conversation) -> Row:
     """Page Up from the newest message until `SCROLL_UP` older messages are
     mounted (or the top is reached): the longest step, each step a screenful
     up and whatever it mounts above."""
 
     async def run() -> tuple[float, int, int]:
-        app = ChatApp(Launch(Settings(), None))
-        async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.pause()
-            screen = app.chat_screen
-            await screen.open_conversation(conversation)
-            await pilot.pause()
-            view = screen.query_one(ConversationView)
+        async with _opened(conversation) as (_, pilot, view):
             waiting = view.earlier_count
             longest, steps = 0.0, 0
             while (view.earlier_count or view.scroll_y > 0) and (

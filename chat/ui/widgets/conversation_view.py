@@ -193,12 +193,13 @@ class ConversationView(VerticalScroll):
         it is near, else by jumping to it (see the module's docstring); None
         when it is not shown."""
         index = next((i for i, older in enumerate(self._earlier) if older is message), None)
-        if index is None:
-            index = next((i for i, newer in enumerate(self._later) if newer is message), None)
-            if index is not None:
-                async with self._earlier_lock:
-                    await self._jump(self._earlier_and_shown_and_later(), message)
-        elif len(self._earlier) - index > self.JUMP_BEYOND * self.PAGE and not self._streaming():
+        below = any(newer is message for newer in self._later)
+        far_up = (
+            index is not None
+            and len(self._earlier) - index > self.JUMP_BEYOND * self.PAGE
+            and not self._streaming()
+        )
+        if below or far_up:
             async with self._earlier_lock:
                 await self._jump(self._earlier_and_shown_and_later(), message)
         else:
@@ -329,7 +330,7 @@ class ConversationView(VerticalScroll):
             system = next(iter(self.query(SystemMessageView)), None)
             await self.show_messages(system.message if system else None, messages)
             return self.message_views()
-        views = [view for view in self.message_views() if not isinstance(view, SystemMessageView)]
+        views = self.message_views_without_system()
         shown = messages[len(earlier) :]
         same = 0
         while same < min(len(views), len(shown)) and views[same].message is shown[same]:
@@ -361,7 +362,7 @@ class ConversationView(VerticalScroll):
         height = self.size.height
         if not height or self.scroll_y < self.max_scroll_y:
             return
-        views = [view for view in self.message_views() if not isinstance(view, SystemMessageView)]
+        views = self.message_views_without_system()
         # Where each view was at the last layout: a view mounted since (the
         # message just sent) has an empty region, and views removed since (a
         # reply regenerated) still count in the virtual size, so the bottom is
