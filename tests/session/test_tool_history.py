@@ -19,8 +19,10 @@ from chat.conversations.store import Store
 from chat.engine.kv_state import common_prefix
 from chat.engine.llama import LlamaEngine, load_engine
 from chat.engine.protocol import Finished
+from chat.engine.state_cache import StateCache
 from chat.engine.tool_calls.calls import ToolCall, ToolDefinition
 from chat.session.context_window import ContextBudget, prompt_messages
+from chat.session.resume import Resumer, conversation_key
 from chat.session.tool_history import answer_of, chat_messages_of, tool_steps_of
 from chat.session.tool_loop import (
     CallRecord,
@@ -145,13 +147,19 @@ def test_the_prompt_of_the_next_turn_expands_the_tool_turn() -> None:
 
 
 @pytest.fixture(scope="module")
-def tool_engine(
-    demo_model: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LlamaEngine]:
-    folder = tmp_path_factory.mktemp("tool-history")
-    loaded = load_engine(qwen25_model(demo_model, folder), ModelSettings(n_ctx=4096), folder / "l")
-    yield loaded
-    loaded.close()
+def tool_model(demo_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return qwen25_model(demo_model, tmp_path_factory.mktemp("tool-history"))
+
+
+def loaded(model: Path, log: Path) -> LlamaEngine:
+    return load_engine(model, ModelSettings(n_ctx=4096), log)
+
+
+@pytest.fixture(scope="module")
+def tool_engine(tool_model: Path) -> Iterator[LlamaEngine]:
+    engine = loaded(tool_model, tool_model.parent / "llama.log")
+    yield engine
+    engine.close()
 
 
 async def never_asked(request: PermissionRequest) -> Choice:
@@ -159,7 +167,7 @@ async def never_asked(request: PermissionRequest) -> Choice:
 
 
 async def test_a_reopened_tool_turn_is_sent_as_the_model_saw_it_and_reuses_the_cache(
-    tool_engine: LlamaEngine, tmp_path: Path
+    tool_engine: LlamaEngine, tool_model: Path, tmp_path: Path
 ) -> None:
     engine = tool_engine
     definitions = [ECHO.definition]
@@ -206,8 +214,31 @@ async def test_a_reopened_tool_turn_is_sent_as_the_model_saw_it_and_reuses_the_c
     # the answer, evaluated a token at a time, is evaluated again in batches,
     # so that the same seed gives the same next reply.
     engine.rebatch_reply()
-    events = list(engine.stream_reply(prompt, GREEDY, threading.Event(), tools=definitions))
+    # Left: its KV state is saved (kvchat does so when another conversation
+    # opens, or at quit).
+    resumer = Resumer(StateCache(tmp_path / "states", 256 * 1024 * 1024))
+    assert resumer.save_in_background(engine, conversation_key(tmp_path / "c.db", conv_id))
+    assert resumer.wait(60)
+    warm = next_reply(engine, prompt, definitions)
+    assert warm.stats.prompt_tokens == len(ids)
+    assert warm.stats.prompt_evaluated == len(ids) - len(cached)
+    # Reopened in a new process (the model loaded anew): the saved state is
+    # put back, and the same turn evaluates the same few tokens, and replies
+    # the same.
+    fresh = loaded(tool_model, tmp_path / "fresh.log")
+    try:
+        assert resumer.restore_for(fresh, ids) == len(cached)
+        restored = next_reply(fresh, prompt, definitions)
+    finally:
+        fresh.close()
+    assert restored.stats.prompt_evaluated == len(ids) - len(cached)
+    assert restored.text == warm.text
+
+
+def next_reply(
+    engine: LlamaEngine, prompt: list[dict[str, str]], tools: list[ToolDefinition]
+) -> Finished:
+    events = list(engine.stream_reply(prompt, GREEDY, threading.Event(), tools=tools))
     finished = events[-1]
     assert isinstance(finished, Finished)
-    assert finished.stats.prompt_tokens == len(ids)
-    assert finished.stats.prompt_evaluated == len(ids) - len(cached)
+    return finished
