@@ -166,13 +166,10 @@ async def never_asked(request: PermissionRequest) -> Choice:
     raise AssertionError("the server is allowed beforehand")
 
 
-async def test_a_reopened_tool_turn_is_sent_as_the_model_saw_it_and_reuses_the_cache(
-    tool_engine: LlamaEngine, tool_model: Path, tmp_path: Path
-) -> None:
-    engine = tool_engine
-    definitions = [ECHO.definition]
-    question: list[Any] = [{"role": "user", "content": QUESTION}]
-    async with running([sdk_server()], tmp_path) as servers:
+async def tool_turn(engine: LlamaEngine, question: list[Any], logs: Path) -> ToolLoopOutcome:
+    """One turn of the real model: it calls the SDK server's echo, reads
+    the result and answers."""
+    async with running([sdk_server()], logs) as servers:
         loop = ToolLoop(
             StepGrammars(engine, [OPENS_HERMES_CALL]),  # type: ignore[arg-type]
             servers,
@@ -183,6 +180,16 @@ async def test_a_reopened_tool_turn_is_sent_as_the_model_saw_it_and_reuses_the_c
         )
         outcome = await loop.run(question)
     assert outcome.end == "answered", outcome.problem
+    return outcome
+
+
+async def test_a_reopened_tool_turn_is_sent_as_the_model_saw_it_and_reuses_the_cache(
+    tool_engine: LlamaEngine, tool_model: Path, tmp_path: Path
+) -> None:
+    engine = tool_engine
+    definitions = [ECHO.definition]
+    question: list[Any] = [{"role": "user", "content": QUESTION}]
+    outcome = await tool_turn(engine, question, tmp_path)
     final = outcome.steps[-1].finished
     assert final.token_ids, "the answer keeps its sampled tokens"
     # Saved as one reply, and reopened.
@@ -242,3 +249,46 @@ def next_reply(
     finished = events[-1]
     assert isinstance(finished, Finished)
     return finished
+
+
+async def test_a_reopened_tool_turn_cut_short_goes_on_from_the_cache(
+    tool_engine: LlamaEngine, tmp_path: Path
+) -> None:
+    """Continuing (Ctrl+L) a tool turn's answer that was cut short: the
+    prompt is the steps as the model saw them and the answer so far, which
+    the KV cache holds; only the new text is generated."""
+    engine = tool_engine
+    definitions = [ECHO.definition]
+    question: list[Any] = [{"role": "user", "content": QUESTION}]
+    outcome = await tool_turn(engine, question, tmp_path)
+    engine.rebatch_reply()  # as the app does after a seeded reply
+    reply = kept_reply(outcome)
+    assert reply.token_ids is not None and len(reply.token_ids) > 3
+    # Cut short after three tokens (max tokens), saved, reopened.
+    cut = reply.token_ids[:3]
+    reply.content = engine.chat_prompt.spell(cut).decode("utf-8")
+    reply.token_ids = cut
+    assert reply.stats is not None
+    reply.stats.finish_reason = "max_tokens"
+    conv = Conversation(messages=[Message("user", QUESTION), reply])
+    with Store(tmp_path / "c.db") as store:
+        conv_id = store.create_conversation(conv)
+        reopened = store.get_conversation(conv_id)
+    budget = ContextBudget(engine.tokenize_chat, engine.info.n_ctx)
+    plan = budget.plan("", reopened.messages, None, GREEDY.max_tokens, "stop")
+    prompt = prompt_messages(reopened, plan)
+    assert plain(prompt[1:-1]) == plain(outcome.added[:-1])  # the steps, as the model saw them
+    events = list(
+        engine.stream_reply(
+            prompt, GREEDY, threading.Event(), continue_last=True, tools=definitions
+        )
+    )
+    finished = events[-1]
+    assert isinstance(finished, Finished)
+    last_prompt = engine.tokenize_chat([*question, *outcome.added[:-1]], tools=definitions)
+    # The earlier prompt and the three tokens kept: all in the cache already.
+    # As for any repeatable continuation (tests/engine/test_continue.py), the
+    # last token goes again, with the one before it (never a one-token batch).
+    assert finished.stats.prompt_tokens == len(last_prompt) + 3
+    assert finished.stats.prompt_evaluated == 2
+    assert finished.stats.generated_tokens > 0
