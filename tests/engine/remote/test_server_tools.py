@@ -181,3 +181,28 @@ def test_an_ollama_model_without_tools_is_refused_before_any_request(
     )
     assert not any(seen.path == "/api/chat" for seen in server.seen)
     engine.close()
+
+
+def test_a_tool_name_with_escapes_comes_back_clean(fake: list[FakeServer]) -> None:
+    routes = openai_routes()
+    routes[("POST", "/v1/chat/completions")] = tool_calls_chat(
+        "", [("c1", "add\x1b]8;;http://x\x07\x1b[31m", ['{"a": 1, "b": 2}'])]
+    )
+    engine = connect_to(start(fake, routes))
+    (call,) = reply_with_tools(engine).tool_calls
+    assert "\x1b" not in call.name and "\x07" not in call.name
+    engine.close()
+
+
+def test_endless_call_arguments_are_refused(fake: list[FakeServer]) -> None:
+    from chat.engine.remote.openai import MAX_CALL_CHARS
+
+    piece = "x" * 60_000
+    routes = openai_routes()
+    routes[("POST", "/v1/chat/completions")] = tool_calls_chat(
+        "", [("c1", "add", [piece] * (MAX_CALL_CHARS // len(piece) + 2))]
+    )
+    engine = connect_to(start(fake, routes))
+    with pytest.raises(ServerError, match="a tool call of over 1 MiB"):
+        reply_with_tools(engine)
+    engine.close()
