@@ -77,19 +77,26 @@ def test_a_reply_a_live_window_is_writing_is_not_interrupted(db_path: Path) -> N
     assert (seen.state, seen.content, seen.stats) == ("complete", "1, 2, 3.", STATS)
 
 
+def saving_a_reply(store: Store, conversation: Conversation) -> tuple[ConversationSaver, int]:
+    """A saver that has saved `conversation` and started its reply's row, and
+    the conversation's id."""
+    saver = ConversationSaver(lambda text: None)
+    saver.attach(store)
+    assert saver.save_messages(conversation, SETTINGS)
+    assert conversation.id is not None
+    reply = Message("assistant", "", parent=conversation.messages[-1])
+    saver.start_reply(conversation, SETTINGS, reply)
+    return saver, conversation.id
+
+
 def test_the_saver_marks_the_reply_written_until_its_final_write(db_path: Path) -> None:
     conversation = Conversation(messages=[Message("user", "Count to ten")])
     with Store(db_path) as store:
-        saver = ConversationSaver(lambda text: None)
-        saver.attach(store)
-        assert saver.save_messages(conversation, SETTINGS)
-        assert conversation.id is not None
-        reply = Message("assistant", "", parent=conversation.messages[-1])
-        saver.start_reply(conversation, SETTINGS, reply)
+        saver, conv_id = saving_a_reply(store, conversation)
         saver.save_progress("1, 2")
-        assert store.get_conversation(conversation.id).messages[1].state == "writing"
+        assert store.get_conversation(conv_id).messages[1].state == "writing"
         saver.finish_reply("1, 2, 3.", STATS)
-        saved = store.get_conversation(conversation.id).messages[1]
+        saved = store.get_conversation(conv_id).messages[1]
     assert (saved.state, saved.content) == ("complete", "1, 2, 3.")
 
 
@@ -154,12 +161,7 @@ def test_real_model_reply_saved_as_it_streams_then_complete(engine: Engine, db_p
     conversation = Conversation(messages=[Message("user", "Name three colours.")])
     sampling = SamplingSettings(temperature=0, max_tokens=40)
     with Store(db_path) as store, Store(db_path) as other_window:
-        saver = ConversationSaver(lambda text: None)
-        saver.attach(store)
-        assert saver.save_messages(conversation, SETTINGS)
-        assert conversation.id is not None
-        reply = Message("assistant", "", parent=conversation.messages[-1])
-        saver.start_reply(conversation, SETTINGS, reply)
+        saver, conv_id = saving_a_reply(store, conversation)
         text, finished, seen_while_streaming = "", None, []
         for event in engine.stream_reply(
             conversation.chat_messages(), sampling, cancel=threading.Event()
@@ -167,12 +169,12 @@ def test_real_model_reply_saved_as_it_streams_then_complete(engine: Engine, db_p
             if isinstance(event, TokenEvent):
                 text += event.text
                 saver.save_progress(text)
-                seen_while_streaming.append(other_window.get_conversation(conversation.id))
+                seen_while_streaming.append(other_window.get_conversation(conv_id))
             elif isinstance(event, Finished):
                 finished = event
         assert finished is not None and finished.text.strip()
         saver.finish_reply(finished.text, finished.stats)
-        saved = other_window.get_conversation(conversation.id).messages[-1]
+        saved = other_window.get_conversation(conv_id).messages[-1]
     midway = seen_while_streaming[len(seen_while_streaming) // 2].messages[-1]
     assert midway.state == "writing" and finished.text.startswith(midway.content)
     assert (saved.state, saved.content, saved.stats) == ("complete", finished.text, finished.stats)

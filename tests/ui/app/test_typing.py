@@ -24,6 +24,7 @@ from chat.session.context_window import ContextBudget
 from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.meter_planner import DRAFT_SAYS_COUNTING_ABOVE
+from chat.ui.screens.chat import ChatScreen
 from chat.ui.terminal_input import TypedText
 from chat.ui.widgets.context_meter import ContextMeter, MeterState
 from chat.ui.widgets.prompt_box import PromptBox
@@ -235,13 +236,19 @@ async def test_typing_while_a_huge_conversation_is_counted() -> None:
         assert box.text == "hi" and engine.calls == []
 
 
+async def counted(app: ChatApp, pilot) -> tuple[ChatScreen, ContextMeter]:  # type: ignore[no-untyped-def]
+    """Once the model is ready and the meter has counted the empty draft."""
+    screen = await ready(app, pilot)
+    meter = app.query_one(ContextMeter)
+    await wait_for(lambda: meter.state is not None, pilot)
+    return screen, meter
+
+
 async def test_a_long_draft_is_counted_off_the_ui_thread() -> None:
     engine = SlowTokenizer(0.0)
     app = make_app(engine, Settings())
     async with app.run_test() as pilot:
-        screen = await ready(app, pilot)
-        meter = app.query_one(ContextMeter)
-        await wait_for(lambda: meter.state is not None, pilot)
+        screen, meter = await counted(app, pilot)
         engine.seconds = 2.0  # a slow count from here on
         box = app.query_one(PromptBox)
         draft = "word " * (DRAFT_SAYS_COUNTING_ABOVE // 5 + 1)
@@ -262,9 +269,7 @@ async def test_a_slow_chat_template_never_holds_up_typing() -> None:
     engine = SlowTokenizer(0.0)
     app = make_app(engine, Settings())
     async with app.run_test() as pilot:
-        screen = await ready(app, pilot)
-        meter = app.query_one(ContextMeter)
-        await wait_for(lambda: meter.state is not None, pilot)
+        screen, meter = await counted(app, pilot)
         engine.seconds = 1.0  # each plan from here on takes a second
         await typing_time(pilot, "hi")
         await wait_for(lambda: engine.slow_threads, pilot)  # a plan is under way

@@ -17,6 +17,7 @@ from chat.conversations.store import Store
 from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.screens import conversation_flow, quit_unsaved
+from chat.ui.screens.chat import ChatScreen
 from chat.ui.screens.quit_unsaved import QuitUnsavedScreen
 from chat.ui.terminal_input import TerminalGone
 from chat.ui.widgets.status_bar import StatusBar
@@ -185,6 +186,14 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
+async def first_turn(app: ChatApp, pilot, text: str) -> ChatScreen:  # type: ignore[no-untyped-def]
+    """Once the model is ready, `text` sent and its reply ended."""
+    screen = await ready(app, pilot)
+    await send(pilot, text)
+    await turn_done(screen, pilot, 2)
+    return screen
+
+
 async def quit_into_dialog(app: ChatApp, pilot) -> QuitUnsavedScreen:  # type: ignore[no-untyped-def]
     await pilot.press("ctrl+q")
     await wait_for(lambda: isinstance(app.screen, QuitUnsavedScreen), pilot)
@@ -276,9 +285,7 @@ async def test_quitting_anyway_or_going_back_to_the_chat(
     database = read_only_folder.folder / "conversations.db"
     app, _notices = app_saving_to(database)
     async with app.run_test() as pilot:
-        screen = await ready(app, pilot)
-        await send(pilot, "never saved")
-        await turn_done(screen, pilot, 2)
+        screen = await first_turn(app, pilot, "never saved")
         await quit_into_dialog(app, pilot)
         await pilot.press("escape")  # back to the chat, which goes on
         await wait_for(lambda: app.screen is screen, pilot)
@@ -299,9 +306,7 @@ async def test_a_hang_up_with_unsaved_messages_saves_them_to_a_file_unasked(
     database = read_only_folder.folder / "conversations.db"
     app, _notices = app_saving_to(database)
     async with app.run_test() as pilot:
-        screen = await ready(app, pilot)
-        await send(pilot, "typed before the window closed")
-        await turn_done(screen, pilot, 2)
+        await first_turn(app, pilot, "typed before the window closed")
         app.post_message(TerminalGone())
         await wait_for(lambda: app.return_code is not None, pilot)
         farewell = " ".join(str(text) for text in app._exit_renderables)

@@ -18,12 +18,14 @@ loading indicator and no notifications.
 from __future__ import annotations
 
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from textual.command import CommandList, CommandPalette
 from textual.pilot import Pilot
+from textual.screen import Screen
 from textual.widgets import DataTable, Input, Markdown, TextArea
 
 from chat.conversations.conversation import Message, ReplyStats
@@ -202,17 +204,26 @@ def test_conversation_browser(size: tuple[int, int], snap_compare: Any, tmp_path
     assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
+def browser_dialog(
+    key: str, dialog: type[Screen[Any]], tmp_path: Path
+) -> tuple[ChatApp, Callable[[Pilot[Any]], Awaitable[None]]]:
+    """The app over four saved conversations, and what opens `dialog` from the
+    browser by `key` (for `snap_compare`)."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await open_browser(pilot, rows=4)
+        await pilot.press(key)
+        await on_top(pilot, dialog)
+        await steady(pilot)
+
+    return chat_app(database=browser_database(tmp_path)), run_before
+
+
 @DIALOG_SIZES
 def test_delete_confirm(size: tuple[int, int], snap_compare: Any, tmp_path: Path) -> None:
     """D in the browser: the confirmation before the newest conversation is deleted."""
 
-    async def run_before(pilot: Pilot[Any]) -> None:
-        await open_browser(pilot, rows=4)
-        await pilot.press("d")
-        await on_top(pilot, ConfirmScreen)
-        await steady(pilot)
-
-    app = chat_app(database=browser_database(tmp_path))
+    app, run_before = browser_dialog("d", ConfirmScreen, tmp_path)
     assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
@@ -220,13 +231,7 @@ def test_delete_confirm(size: tuple[int, int], snap_compare: Any, tmp_path: Path
 def test_rename_dialog(size: tuple[int, int], snap_compare: Any, tmp_path: Path) -> None:
     """R in the browser: the newest conversation's title, selected, ready to retype."""
 
-    async def run_before(pilot: Pilot[Any]) -> None:
-        await open_browser(pilot, rows=4)
-        await pilot.press("r")
-        await on_top(pilot, RenameScreen)
-        await steady(pilot)
-
-    app = chat_app(database=browser_database(tmp_path))
+    app, run_before = browser_dialog("r", RenameScreen, tmp_path)
     assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
