@@ -32,3 +32,16 @@ def old_database(path: Path, version: int) -> sqlite3.Connection:
         migrate(conn)
     conn.execute(f"PRAGMA user_version = {version}")
     return conn
+
+
+def insert_a_question(conn: sqlite3.Connection) -> None:
+    """Conversation 1, "Sums", with its first message (id 1) "What is 2+2?",
+    in the columns every schema has; the reply (id 2, shown) is the test's."""
+    conn.execute(
+        "INSERT INTO conversations (id, title, created, updated, sampling, shown_leaf) "
+        "VALUES (1, 'Sums', 1.0, 5.0, '{}', 2)"
+    )
+    conn.execute(
+        "INSERT INTO messages (id, conversation_id, position, parent_id, depth, role, content, "
+        "created, token_count) VALUES (1, 1, 0, NULL, 0, 'user', 'What is 2+2?', 2.0, 6)"
+    )

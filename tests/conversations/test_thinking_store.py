@@ -20,7 +20,7 @@ from chat.conversations.conversation import Conversation, Message, ReplyStats
 from chat.conversations.saver import ConversationSaver, ConversationSettings
 from chat.conversations.store import SCHEMA_VERSION, Store
 from chat.settings.schema import SamplingSettings
-from tests.conversations.conftest import old_database
+from tests.conversations.conftest import insert_a_question, old_database
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = ConversationSettings("", asdict(SamplingSettings()), "/m/qwen3.gguf", "qwen3")
@@ -299,14 +299,7 @@ def test_migrating_a_schema_7_database_keeps_every_row(db_path: Path) -> None:
     back as it was, without thinking, its stats with no thinking tokens and
     no answer time; new replies then keep theirs."""
     conn = old_database(db_path, 7)
-    conn.execute(
-        "INSERT INTO conversations (id, title, created, updated, sampling, shown_leaf) "
-        "VALUES (1, 'Sums', 1.0, 5.0, '{}', 2)"
-    )
-    conn.execute(
-        "INSERT INTO messages (id, conversation_id, position, parent_id, depth, role, content, "
-        "created, token_count) VALUES (1, 1, 0, NULL, 0, 'user', 'What is 2+2?', 2.0, 6)"
-    )
+    insert_a_question(conn)
     conn.execute(
         "INSERT INTO messages (id, conversation_id, position, parent_id, depth, role, content, "
         "created, token_count, prompt_tokens, prompt_evaluated, generated_tokens, ttft_s, "

@@ -25,7 +25,7 @@ from chat.conversations.tool_steps import (
     steps_json,
 )
 from chat.settings.schema import SamplingSettings
-from tests.conversations.conftest import old_database
+from tests.conversations.conftest import insert_a_question, old_database
 
 SETTINGS = ConversationSettings("", asdict(SamplingSettings()), "/m/qwen.gguf", "qwen")
 STEP_STATS = ReplyStats(200, 200, 18, 0.3, 30.0, "done", seed=1, total_s=0.9)
@@ -313,14 +313,7 @@ def test_migrating_a_schema_8_database_keeps_every_row(db_path: Path) -> None:
     comes back as it was, with no steps, still found by search; new replies
     then keep theirs."""
     conn = old_database(db_path, 8)
-    conn.execute(
-        "INSERT INTO conversations (id, title, created, updated, sampling, shown_leaf) "
-        "VALUES (1, 'Sums', 1.0, 5.0, '{}', 2)"
-    )
-    conn.execute(
-        "INSERT INTO messages (id, conversation_id, position, parent_id, depth, role, content, "
-        "created, token_count) VALUES (1, 1, 0, NULL, 0, 'user', 'What is 2+2?', 2.0, 6)"
-    )
+    insert_a_question(conn)
     conn.execute(
         "INSERT INTO messages (id, conversation_id, position, parent_id, depth, role, content, "
         "created, token_count, prompt_tokens, prompt_evaluated, generated_tokens, ttft_s, "
