@@ -16,9 +16,10 @@ import pytest
 
 from chat.engine.llama import LlamaEngine, load_engine
 from chat.session.chat_session import whole_reply
-from chat.session.turn import TurnEnded
+from chat.session.turn import TurnEnded, TurnStarted
 from chat.settings.schema import ModelSettings, Settings
 from tests.engine.reasoning_models import THINKING_GRAMMAR, qwen3_model
+from tests.session.test_thinking_reuse import settings as quiet_settings
 from tests.session.test_turn import Recorded
 
 pytestmark = pytest.mark.model
@@ -96,3 +97,34 @@ def test_a_whole_reply_goes_in_as_sampled_whatever_whitespace_its_parts_lost(
     question = [{"role": "user", "content": "Why?"}]
     sent = engine.chat_prompt.tokens([*question, whole_reply(reply, reasoning)], open_last=True)
     assert sent == [*engine.tokenize_chat(question), *ids]
+
+
+async def test_a_continuation_is_counted_whole_its_thinking_apart(engine: LlamaEngine) -> None:
+    """The plan a continuation starts with (what the meter shows) counts the
+    reply as it goes on, whole, thinking included, though the template drops
+    the thinking from a reply before a question: exactly the prompt sent, and
+    the reply's thinking so far is the meter's thinking segment at once."""
+    chosen = quiet_settings()
+    chosen.sampling.max_tokens = 14
+    recorded = Recorded(engine, settings=chosen)
+    turn = recorded.turn
+    engine.grammar = THINKING_GRAMMAR
+    try:
+        reply = await recorded.reply_to("Why is the sky blue?")
+        assert reply.thinking and reply.stats is not None and reply.token_ids
+        session = turn.session
+        plan = session.plan(None)
+        assert plan is not None and plan.problem is None
+        sent = engine.chat_prompt.tokens(session.reply_prompt(plan, True), False, open_last=True)
+        assert plan.used == len(sent)
+        assert plan.thinking == reply.stats.thinking_tokens == 14
+        chosen.sampling.max_tokens = 40
+        engine.grammar = REST_OF_THOUGHT
+        assert turn.continue_reply() is None
+        await asyncio.wait_for(turn.stopped(), 120)
+    finally:
+        engine.grammar = None
+    (started,) = [e for e in recorded.events if isinstance(e, TurnStarted) and e.kind == "continue"]
+    assert started.plan.thinking == 14
+    stats = reply.stats
+    assert stats is not None and stats.prompt_tokens == len(sent)
