@@ -71,7 +71,7 @@ from chat.engine.remote.openai import ASSUMED_N_CTX, llama_sampling, openai_samp
 from chat.engine.remote.probs import token_choice
 from chat.engine.token_probs import TOP_N
 from chat.engine.tool_calls.calls import ToolDefinition
-from chat.errors import ServerError, UnknownServerModelError
+from chat.errors import KvchatError, ServerError, UnknownServerModelError
 from chat.settings.schema import SamplingSettings
 
 _COUNT_CACHE = 256
@@ -338,6 +338,21 @@ class LlamaServerEngine(RemoteEngine):
     def _prepare(self, messages: ChatMessages, sampling: SamplingSettings) -> Request:
         return exact_request(self.tokenize_chat(messages), self.info.n_ctx)
 
+    def _prepare_continuation(self, messages: ChatMessages) -> Request:
+        """The prompt the reply was sampled from (the conversation before it,
+        and the generation prompt), then the reply: as its sampled ids when
+        they spell it (a reply that thought is sent whole, `sampled_whole`:
+        then the slot's cache holds all of it), else its text tokenized. So a
+        reply cut inside its thought goes on inside it."""
+        if not messages or messages[-1].get("role") != "assistant":
+            raise KvchatError("Only a reply can be continued.")
+        *history, reply = messages
+        prompt = self.tokenize_chat(history, True)
+        ids = self._sampled_replies([reply]).get(0)
+        if ids is None:
+            ids = [piece.token_id for piece in self._text_pieces(str(reply["content"]), False)]
+        return exact_request([*prompt, *ids], self.info.n_ctx)
+
     def _body(
         self, tokens: list[int], sampling: SamplingSettings, grammar_text: str | None = None
     ) -> dict[str, Any]:
@@ -404,14 +419,14 @@ class LlamaServerEngine(RemoteEngine):
             return None
 
         def tokenize(text: bytes) -> list[int]:
-            closing[:] = self._closing_pieces(text.decode("utf-8"), call.record_probs)
+            closing[:] = self._text_pieces(text.decode("utf-8"), call.record_probs)
             return [piece.token_id for piece in closing]
 
         return ThinkingBudget(reasoning, most, tokenize)
 
-    def _closing_pieces(self, text: str, record_probs: bool) -> list[Piece]:
-        """`text` (a closing marker) as the server tokenizes it, one piece a
-        token (recorded, when probabilities are, as chosen for certain)."""
+    def _text_pieces(self, text: str, record_probs: bool) -> list[Piece]:
+        """`text` (a closing marker, a reply) as the server tokenizes it, one
+        piece a token (recorded, when probabilities are, as chosen for certain)."""
         answer = self._http.post_json(
             "/tokenize",
             {"content": text, "add_special": False, "parse_special": True, "with_pieces": True},

@@ -23,6 +23,7 @@ from tests.engine.test_thinking_controls import (
     no_budget_with_thinking_off,
 )
 from tests.servers import llama_server
+from tests.session.test_thinking_continue import goes_on_inside_the_thought
 from tests.session.test_thinking_reuse import settings
 from tests.session.test_turn import Recorded
 
@@ -51,7 +52,7 @@ def served(
 
 
 def closing_tokens(engine: LlamaServerEngine) -> int:
-    return len(engine._closing_pieces("\n</think>\n\n", False))
+    return len(engine._text_pieces("\n</think>\n\n", False))
 
 
 def test_the_budget_is_honoured_and_so_marked(served: dict[str, LlamaServerEngine]) -> None:
@@ -120,3 +121,27 @@ async def test_earlier_thinking_kept_goes_back_as_sampled_and_is_counted_exactly
     # template's tokens (and the reply's last token, never evaluated).
     least = len(tokens) - len(first) - len(reply.token_ids)
     assert least <= second.stats.prompt_evaluated <= least + 1, second.stats
+
+
+async def test_a_reply_cut_mid_thought_goes_on_inside_it(
+    served: dict[str, LlamaServerEngine],
+) -> None:
+    """Continuing on llama-server: the prompt the reply was sampled from, then
+    the reply as its sampled ids (markers and thinking), which the slot's
+    cache holds: the server evaluates next to nothing, and the model thinks
+    on, closes the block and answers."""
+    engine = served["qwen3"]
+    chosen = settings()
+    chosen.sampling.max_tokens = 14  # cut inside the thought
+    recorded = Recorded(engine, settings=chosen)
+    engine.grammar = THINKING_GRAMMAR
+    try:
+        reply = await recorded.reply_to("Why is the sky blue?")
+        assert reply.thinking and not reply.content and reply.token_ids
+    finally:
+        engine.grammar = None
+    sampled = len(reply.token_ids or ())
+    stats = await goes_on_inside_the_thought(engine, recorded, chosen)
+    prompt = engine.tokenize_chat(QUESTION)
+    assert stats.prompt_tokens == len(prompt) + sampled
+    assert stats.prompt_evaluated <= 2, stats  # the server's own figure
