@@ -23,7 +23,13 @@ from typing import Any
 import llama_cpp
 
 from chat.engine.chat_template import ChatTemplate
-from chat.engine.prompt_tokens import PieceTokenizer, PromptPart, TokenizeParts, tokenize_parts
+from chat.engine.prompt_tokens import (
+    PieceTokenizer,
+    PromptPart,
+    TokenizeParts,
+    spells_whole,
+    tokenize_parts,
+)
 from chat.engine.protocol import ChatMessage, ChatMessages
 from chat.engine.tool_calls.calls import ToolDefinition
 from chat.errors import ChatTemplateError, KvchatError
@@ -184,32 +190,39 @@ class ChatPrompt:
         last = len(messages) - 1
         if messages[last].get("sampled_whole"):
             return self._whole_reply_parts(messages, extra)
-        # Earlier replies go in as the template writes them (their thinking
-        # not kept): the check below compares with its rendering.
-        history: list[Mapping[str, Any]] = [
-            {k: v for k, v in m.items() if k != "sampled_whole"} for m in messages[:last]
-        ]
-        head = [*history, {"role": "assistant", "content": _reply_placeholder(last)}]
+        # Earlier replies go in as the reply's own prompt sent them: as the
+        # template writes them, or whole with their thinking (`sampled_whole`,
+        # the setting `keep_thinking`), so the KV cache still holds them.
+        head = [*messages[:last], {"role": "assistant", "content": _reply_placeholder(last)}]
         # The history before the reply, as a reply's prompt sends it (sampled
         # tokens and all): the text before the placeholder.
         extra = extra or {}
         parts, add_bos = self._prompt_parts(head, False, extra)
         marker = _reply_placeholder(last).encode("utf-8")
         before = _cut_at(parts, marker)
-        shown = self._shown(messages)
+        render = self.formatters[False]
         options = {**self.options, **extra}
-        full = self.formatters[False](messages=shown, **options).prompt.encode("utf-8")
+        full = render(messages=self._shown(messages), **options).prompt.encode("utf-8")
         content = str(messages[last].get("content", "")).encode("utf-8")
-        spelled = b"".join(p if isinstance(p, bytes) else self.spell(p) for p in before or [])
-        if before is None or not full.startswith(spelled + content):
+        # Checked on the template's own text (a reply sent whole is not what
+        # the template writes of it): the reply's text follows the history
+        # unchanged.
+        layout = render(messages=self._shown(head), **options).prompt.encode("utf-8")
+        written = layout.partition(marker)[0]
+        if before is None or not full.startswith(written + content):
             raise KvchatError(
                 "This model's chat template changes a reply's text, so a reply "
                 "cannot be continued with it."
             )
-        ids = self._reply_tokens(messages[last])
+        ids = self._reply_tokens(messages[last], after_opening=False)
         if ids is not None and before and isinstance(before[-1], bytes):
             opening = self.reply_opening
-            if opening is not None and before[-1].endswith(opening):
+            # After the reply's opening, or after the very generation prompt it
+            # was sampled after (Qwen3's with thinking off writes a last reply
+            # after an empty thinking block, as its generation prompt ends).
+            if (opening is not None and before[-1].endswith(opening)) or before == (
+                self._prompt_parts(messages[:last], True, extra)[0]
+            ):
                 return [*before, ids], add_bos
         # As text, with the opening before it, as the whole prompt would tokenize.
         if before and isinstance(before[-1], bytes):
@@ -295,9 +308,7 @@ class ChatPrompt:
         if not all(type(i) is int and 0 <= i < n_vocab for i in ids):
             return None
         spelled, text = self.spell(ids), content.encode("utf-8")
-        if spelled != text and not (
-            message.get("sampled_whole") and _squashed(spelled).endswith(_squashed(text))
-        ):
+        if spelled != text and not (message.get("sampled_whole") and spells_whole(spelled, text)):
             return None
         return list(ids)
 
@@ -365,11 +376,6 @@ class ChatPrompt:
         if token_id < 0:
             return ""
         return bytes(self._llm.detokenize([token_id], special=True)).decode("utf-8", "replace")
-
-
-def _squashed(text: bytes) -> bytes:
-    """`text` without its whitespace."""
-    return b"".join(text.split())
 
 
 _NOT_SHOWN = ("token_ids", "sampled_whole")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
+from typing import AnyStr
 
 TokenizeBytes = Callable[[bytes, bool], list[int]]
 """llama.cpp's tokenizer: (text as UTF-8, add_bos) -> token ids, special tokens parsed."""
@@ -90,3 +91,16 @@ class PieceTokenizer:
     def _marker_id(self, piece: bytes) -> int:
         """The token of the marker a piece after the first starts with."""
         return self._marker_ids[next(m for m in self._longest_first if piece.startswith(m))]
+
+
+def spells_whole(spelled: AnyStr, text: AnyStr) -> bool:
+    """Whether a reply's sampled tokens, which `spelled` is the text of, can
+    stand for the reply sent whole (`ChatMessage.sampled_whole`): they end
+    with its answer `text`, whitespace aside (the parts of a reply that
+    thought are kept without the whitespace that led them)."""
+    return _squashed(spelled).endswith(_squashed(text))
+
+
+def _squashed(text: AnyStr) -> AnyStr:
+    """`text` without its whitespace."""
+    return text[:0].join(text.split())

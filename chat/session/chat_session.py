@@ -107,17 +107,38 @@ class ChatSession:
     # Planning a turn.
 
     def plan(self, new_text: str | None) -> WindowPlan | None:
-        """How a turn sending `new_text` (None: regenerating the last reply) fills
-        the window; None while no model is ready."""
-        if self.budget is None:
+        """How a turn sending `new_text` (None: regenerating the last reply, or
+        continuing it) fills the window; None while no model is ready."""
+        budget = self.budget
+        if budget is None:
             return None
-        return self.budget.plan(
+        plan = budget.plan(
             self.conversation.system_prompt,
             self.conversation.messages,
             new_text,
             self.settings.sampling.max_tokens,
             self.settings.chat.overflow,
         )
+        if new_text is None and plan.problem is None:
+            return self._continued_whole(budget, plan)
+        return plan
+
+    def _continued_whole(self, budget: ContextBudget, plan: WindowPlan) -> WindowPlan:
+        """`plan` for continuing the last reply, when it thought: it goes on
+        whole, its thinking included (`reply_prompt`), whatever the template
+        drops of it. Counted so (as the tokens it was sampled as, when it has
+        them), with its thinking so far apart."""
+        reply = self.last_reply()
+        model = self.model
+        if reply is None or not reply.thinking or model is None or model.reasoning is None:
+            return plan
+        messages = self.conversation.messages
+        system_prompt = self.conversation.system_prompt
+        rendered = budget.message_tokens(system_prompt, reply, messages[0])
+        stats = reply.stats
+        thinking = stats.thinking_tokens if stats else budget.text_tokens(reply.thinking)
+        whole = len(reply.token_ids) if reply.token_ids else rendered + thinking
+        return replace(plan, new=plan.new - rendered + whole, thinking=min(thinking, whole))
 
     def reply_prompt(self, plan: WindowPlan, continuing: bool = False) -> list[dict[str, Any]]:
         """What the reply to the conversation's last message is generated from;

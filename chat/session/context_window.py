@@ -58,6 +58,9 @@ class WindowPlan:
     """Indices of earlier messages outside the window this turn."""
     problem: str | None = None
     """Why this turn cannot be sent (it does not fit), in words; None when it fits."""
+    thinking: int = 0
+    """Of `new`, when a reply that thought is continued: its thinking so far
+    (the meter's thinking segment starts from it)."""
 
     @property
     def used(self) -> int:
@@ -147,12 +150,16 @@ class ContextBudget:
     def attachment_tokens(self, attachment: Attachment) -> int:
         """About what `attachment` adds to a message (its block counted in a
         message of its own: the meter's plan counts the message exactly)."""
-        block = attachment_block(attachment)
-        key = ("\0attachment", "", "", block, (), "", "")
+        return self.text_tokens(attachment_block(attachment))
+
+    def text_tokens(self, text: str) -> int:
+        """About what `text` adds to a message (an attachment's block, a
+        reply's thinking whose tokens were not recorded)."""
+        key = ("\0text", "", "", text, (), "", "")
         return self._cached(
             key,
             lambda: (
-                self._count([{"role": "user", "content": block}], False)
+                self._count([{"role": "user", "content": text}], False)
                 - self._count([{"role": "user", "content": ""}], False)
             ),
         )

@@ -30,7 +30,7 @@ from chat.conversations.attachments import Attachment, prompt_text
 from chat.conversations.conversation import Message
 from chat.engine.protocol import Engine, Finished, PromptProgress
 from chat.errors import KvchatError
-from chat.runtime.background import call_soon, start_thread
+from chat.runtime.background import call_soon, in_thread, start_thread
 from chat.runtime.frame_pacing import FramePacer
 from chat.runtime.model_loader import ModelLoader
 from chat.session.chat_session import ChatSession
@@ -193,6 +193,11 @@ class Turn:
         self._pacer = FramePacer()
         self._waiting: str | None = None
         self._prefill: asyncio.TimerHandle | None = None
+        self._rebatch: asyncio.Future[None] | None = None
+        """The reply being evaluated again in the background (`_ended`)."""
+        self._prefill_after_rebatch = False
+        """A prefill came during the rebatch (the engine was busy with it): it
+        runs once the rebatch ends."""
 
     @property
     def generating(self) -> bool:
@@ -491,7 +496,7 @@ class Turn:
             # While the user reads: the same seed then gives the same next reply
             # (or continuation) whether this conversation stays in memory, is
             # resumed or reopened.
-            start_thread("rebatch", _rebatch_quietly, engine)
+            self._start_rebatch(engine)
         self.listener(TurnEnded(reply, finished, continuing, ended.in_thought))
         self.schedule_prefill()  # for what was typed while the reply streamed
 
@@ -547,9 +552,23 @@ class Turn:
             self._prefill = loop.call_later(PREFILL_PAUSE_S, self.prefill_now)
 
     def _cancel_prefill(self) -> None:
+        self._prefill_after_rebatch = False
         if self._prefill is not None:
             self._prefill.cancel()
             self._prefill = None
+
+    def _start_rebatch(self, engine: Engine) -> None:
+        rebatch = asyncio.ensure_future(in_thread("rebatch", _rebatch_quietly, engine))
+        self._rebatch = rebatch
+        rebatch.add_done_callback(self._rebatched)
+
+    def _rebatched(self, rebatch: asyncio.Future[None]) -> None:
+        if rebatch is not self._rebatch:
+            return
+        self._rebatch = None
+        if self._prefill_after_rebatch:
+            self._prefill_after_rebatch = False
+            self.prefill_now()
 
     def prefill_now(self) -> None:
         """Evaluate ahead, in a thread, what the next reply will evaluate (see
@@ -558,6 +577,10 @@ class Turn:
         self._prefill = None
         engine = self.session.engine
         if engine is None or self.generating:
+            return
+        if self._rebatch is not None:
+            # The engine is busy with it and would do nothing now: after it.
+            self._prefill_after_rebatch = True
             return
         if self.counting():
             return  # planning would count them too; done, the count schedules this again

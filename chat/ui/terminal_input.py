@@ -132,7 +132,14 @@ class RunParser(XTermParser):
     def _sequence_to_key_events(self, sequence: str, alt: bool = False) -> Iterable[Any]:
         if not alt and len(sequence) == 1 and sequence.isprintable():
             return (_Character(sequence),)
-        return super()._sequence_to_key_events(sequence, alt)
+        keys = super()._sequence_to_key_events(sequence, alt)
+        if alt:
+            # A terminal sends Alt+T as ESC t, which Textual reads as "alt+t"
+            # carrying the character "t": a text box then typed the t, and the
+            # key's binding never ran. A key with a modifier types nothing
+            # (as `textual.keys.key_to_character` has it, and as Pilot presses it).
+            return [_without_character(key) for key in keys]
+        return keys
 
     def feed(self, data: str) -> Iterable[Message]:
         return self._runs(self._split_pastes(data))
@@ -192,6 +199,12 @@ class RunParser(XTermParser):
             yield token
         if run:
             yield _run_event(run)
+
+
+def _without_character(key: events.Key) -> events.Key:
+    if "+" in key.key and key.character is not None and key.character.isprintable():
+        return events.Key(key.key, None)
+    return key
 
 
 def _run_event(run: list[str]) -> Message:

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from chat.engine.llama import LlamaEngine, load_engine
-from chat.engine.protocol import Finished, TokenEvent
+from chat.engine.protocol import Engine, Finished, TokenEvent
 from chat.engine.reasoning.markers import THINK, recognise
 from chat.engine.reasoning.splitter import ThinkingSplitter
+from chat.engine.remote.llama_server import LlamaServerEngine
 from chat.settings.schema import ModelSettings, SamplingSettings
 from tests.engine.reasoning_models import (
     DEEPSEEK_R1_TEMPLATE,
@@ -58,7 +59,8 @@ def engines(
         engine.close()
 
 
-def run(engine: LlamaEngine, sampling: SamplingSettings) -> tuple[list[TokenEvent], Finished]:
+def run(engine: Engine, sampling: SamplingSettings) -> tuple[list[TokenEvent], Finished]:
+    """The reply to QUESTION: its token events and its end."""
     events: list[TokenEvent] = []
     finished = None
     for event in engine.stream_reply(QUESTION, sampling, threading.Event()):
@@ -105,12 +107,14 @@ def test_a_template_without_a_switch_keeps_thinking_on(engines: dict[str, LlamaE
     assert engine.tokenize_chat(QUESTION) == before
 
 
-@pytest.mark.model
-@pytest.mark.parametrize("budget", [12, 20])
-def test_a_budget_closes_the_thought_and_the_model_answers(
-    engines: dict[str, LlamaEngine], budget: int
-) -> None:
-    engine = engines["qwen3"]
+def budget_reply(
+    engine: LlamaEngine | LlamaServerEngine, budget: int, closing: int
+) -> tuple[list[TokenEvent], Finished]:
+    """The reply to QUESTION under `budget`, thinking under THINKING_GRAMMAR
+    and answering under ANSWER_GRAMMAR after the close: its events and its
+    end. Checks that it thought up to the budget (`closing`: the closing
+    marker's tokens), less than without one, closed the block once, and
+    answered."""
     engine.grammar, engine.answer_grammar = THINKING_GRAMMAR, ANSWER_GRAMMAR
     try:
         events, finished = run(
@@ -125,15 +129,24 @@ def test_a_budget_closes_the_thought_and_the_model_answers(
     for event in events:
         splitter.feed(event.text, 1)
     splitter.flush()
-    closing = engine.chat_prompt.tokenize_text(b"\n</think>\n\n", False)
     # Thinking stops at the budget (marker tokens count, as the meter counts
     # them); the closing marker's tokens are the reply's too (the blank line
     # after it may count as the answer's), then the answer.
-    assert budget < splitter.thinking_tokens <= budget + len(closing)
+    assert budget < splitter.thinking_tokens <= budget + closing
     assert splitter.answer and splitter.answer[0].isupper()
     assert finished.stats.generated_tokens == len(events)
-    unlimited_thought = unlimited.text.split(THINK.close)[0]
-    assert len(splitter.thinking) < len(unlimited_thought)
+    assert len(splitter.thinking) < len(unlimited.text.split(THINK.close)[0])
+    return events, finished
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("budget", [12, 20])
+def test_a_budget_closes_the_thought_and_the_model_answers(
+    engines: dict[str, LlamaEngine], budget: int
+) -> None:
+    engine = engines["qwen3"]
+    closing = engine.chat_prompt.tokenize_text(b"\n</think>\n\n", False)
+    budget_reply(engine, budget, len(closing))
 
 
 @pytest.mark.model
@@ -141,6 +154,14 @@ def test_a_budget_with_the_block_opened_by_the_prompt(engines: dict[str, LlamaEn
     """DeepSeek-R1's prompt opens the block: the reply is thinking from its
     first token, and the model (no grammar) answers after the closed block."""
     engine = engines["r1"]
+    closing = engine.chat_prompt.tokenize_text(b"\n</think>\n\n", False)
+    budget_in_an_opened_block(engine, len(closing))
+
+
+def budget_in_an_opened_block(engine: Engine, closing: int) -> None:
+    """A budget of 6 with the block opened by the prompt (no grammar):
+    closed after 6 tokens of thought (`closing`: the closing marker's
+    tokens), and the model answers."""
     events, finished = run(
         engine, SamplingSettings(temperature=0.0, max_tokens=40, thinking_budget=6)
     )
@@ -148,15 +169,17 @@ def test_a_budget_with_the_block_opened_by_the_prompt(engines: dict[str, LlamaEn
     for event in events:
         splitter.feed(event.text, 1)
     splitter.flush()
-    closing = engine.chat_prompt.tokenize_text(b"\n</think>\n\n", False)
-    assert 6 < splitter.thinking_tokens <= 6 + len(closing)
+    assert 6 < splitter.thinking_tokens <= 6 + closing
     assert not splitter.in_thinking
-    assert finished.stats.generated_tokens > 6 + len(closing)
+    assert finished.stats.generated_tokens > 6 + closing
 
 
 @pytest.mark.model
 def test_no_budget_where_thinking_is_off(engines: dict[str, LlamaEngine]) -> None:
-    engine = engines["qwen3"]
+    no_budget_with_thinking_off(engines["qwen3"])
+
+
+def no_budget_with_thinking_off(engine: Engine) -> None:
     engine.set_thinking(False)
     try:
         events, _ = run(engine, SamplingSettings(temperature=0.0, max_tokens=10, thinking_budget=2))

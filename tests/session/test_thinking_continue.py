@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from chat.conversations.conversation import ReplyStats
 from chat.engine.llama import LlamaEngine, load_engine
+from chat.engine.remote.llama_server import LlamaServerEngine
 from chat.session.chat_session import whole_reply
-from chat.session.turn import TurnEnded
+from chat.session.turn import TurnEnded, TurnStarted
 from chat.settings.schema import ModelSettings, Settings
 from tests.engine.reasoning_models import THINKING_GRAMMAR, qwen3_model
+from tests.session.test_thinking_reuse import settings as quiet_settings
 from tests.session.test_turn import Recorded
 
 pytestmark = pytest.mark.model
@@ -50,7 +53,7 @@ async def test_a_reply_cut_mid_thought_goes_on_inside_it(engine: LlamaEngine) ->
     reply = cut.reply
     assert cut.in_thought and reply.thinking and not reply.content
     assert reply.stats is not None and reply.stats.finish_reason == "max_tokens"
-    thought, ids = reply.thinking, list(reply.token_ids or ())
+    ids = list(reply.token_ids or ())
     assert ids
     # What the continuation sends: the first prompt, then the reply as sampled.
     session = turn.session
@@ -60,24 +63,34 @@ async def test_a_reply_cut_mid_thought_goes_on_inside_it(engine: LlamaEngine) ->
     sent = engine.chat_prompt.tokens([*question, whole_reply(reply, reasoning)], open_last=True)
     assert sent == [*engine.tokenize_chat(question), *ids]
 
+    stats = await goes_on_inside_the_thought(engine, recorded, settings)
+    assert 14 < stats.thinking_tokens < stats.generated_tokens
+    # The KV cache held the reply: the continuation evaluated next to nothing.
+    assert stats.prompt_evaluated < len(ids), stats
+
+
+async def goes_on_inside_the_thought(
+    engine: LlamaEngine | LlamaServerEngine, recorded: Recorded, settings: Settings
+) -> ReplyStats:
+    """Ctrl+L on the last reply, cut inside its thought: more thought, then
+    the answer, nothing of the thought in the answer. Its stats."""
+    reply = recorded.turn.session.conversation.messages[-1]
+    thought = reply.thinking
     settings.sampling.max_tokens = 120
     engine.grammar = REST_OF_THOUGHT
     try:
-        assert turn.continue_reply() is None
-        await asyncio.wait_for(turn.stopped(), 120)
+        assert recorded.turn.continue_reply() is None
+        await asyncio.wait_for(recorded.turn.stopped(), 120)
     finally:
         engine.grammar = None
     ended = recorded.of(TurnEnded)[-1]
-    assert ended.continued and not ended.in_thought
-    # More thought, then the answer: nothing of the thought in the answer.
+    assert ended.continued and not ended.in_thought and ended.reply is reply
     assert reply.thinking.startswith(thought) and len(reply.thinking) > len(thought)
     assert reply.content and reply.content[0].isupper()
     assert "think>" not in reply.content + reply.thinking
     stats = reply.stats
     assert stats is not None and stats.finish_reason == "done"
-    assert 14 < stats.thinking_tokens < stats.generated_tokens
-    # The KV cache held the reply: the continuation evaluated next to nothing.
-    assert stats.prompt_evaluated < len(ids), stats
+    return stats
 
 
 def test_a_whole_reply_goes_in_as_sampled_whatever_whitespace_its_parts_lost(
@@ -96,3 +109,34 @@ def test_a_whole_reply_goes_in_as_sampled_whatever_whitespace_its_parts_lost(
     question = [{"role": "user", "content": "Why?"}]
     sent = engine.chat_prompt.tokens([*question, whole_reply(reply, reasoning)], open_last=True)
     assert sent == [*engine.tokenize_chat(question), *ids]
+
+
+async def test_a_continuation_is_counted_whole_its_thinking_apart(engine: LlamaEngine) -> None:
+    """The plan a continuation starts with (what the meter shows) counts the
+    reply as it goes on, whole, thinking included, though the template drops
+    the thinking from a reply before a question: exactly the prompt sent, and
+    the reply's thinking so far is the meter's thinking segment at once."""
+    chosen = quiet_settings()
+    chosen.sampling.max_tokens = 14
+    recorded = Recorded(engine, settings=chosen)
+    turn = recorded.turn
+    engine.grammar = THINKING_GRAMMAR
+    try:
+        reply = await recorded.reply_to("Why is the sky blue?")
+        assert reply.thinking and reply.stats is not None and reply.token_ids
+        session = turn.session
+        plan = session.plan(None)
+        assert plan is not None and plan.problem is None
+        sent = engine.chat_prompt.tokens(session.reply_prompt(plan, True), False, open_last=True)
+        assert plan.used == len(sent)
+        assert plan.thinking == reply.stats.thinking_tokens == 14
+        chosen.sampling.max_tokens = 40
+        engine.grammar = REST_OF_THOUGHT
+        assert turn.continue_reply() is None
+        await asyncio.wait_for(turn.stopped(), 120)
+    finally:
+        engine.grammar = None
+    (started,) = [e for e in recorded.events if isinstance(e, TurnStarted) and e.kind == "continue"]
+    assert started.plan.thinking == 14
+    stats = reply.stats
+    assert stats is not None and stats.prompt_tokens == len(sent)

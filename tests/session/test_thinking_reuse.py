@@ -12,7 +12,6 @@ new message is evaluated, and the meter counts that prompt exactly."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -107,14 +106,9 @@ async def test_a_prefill_after_thinking_evaluates_the_next_prompt_ahead(
     assert prompt is not None
     tokens = engine.tokenize_chat(*prompt)
     # A pause in typing while the reply is evaluated again in the background
-    # (temperature 0: `rebatch_reply`) finds the engine busy and does nothing:
-    # the next pause prefills.
-    for _pause in range(30):
-        turn.prefill_now()
-        with contextlib.suppress(TimeoutError):
-            await recorded.until(lambda: engine.cached_prefix(tokens) >= len(tokens) - 1, 2)
-            break
-    assert engine.cached_prefix(tokens) >= len(tokens) - 1
+    # (temperature 0: `rebatch_reply`) prefills once that is done.
+    turn.prefill_now()
+    await recorded.until(lambda: engine.cached_prefix(tokens) >= len(tokens) - 1, 60)
     assert turn.send(NEXT) is None
     await asyncio.wait_for(turn.stopped(), 120)
     second = recorded.of(TurnEnded)[-1].reply
@@ -144,3 +138,56 @@ async def test_keeping_earlier_thinking_evaluates_only_the_new_message(
     assert second.stats is not None and second.stats.prompt_tokens == len(tokens)
     # The last sampled token was never evaluated (sampling stopped after it).
     assert second.stats.prompt_evaluated <= least + 1, second.stats
+
+
+ANSWER_GRAMMAR = "root ::= [A-Z] [a-z ,.]{30,80}"
+"""A reply without thinking (thinking off)."""
+
+
+@pytest.mark.parametrize("thinks", [True, False], ids=["cut-mid-thought", "thinking-off"])
+async def test_a_continuation_keeps_the_earlier_thinking_it_was_sent_with(
+    engine: LlamaEngine, thinks: bool
+) -> None:
+    """With `keep_thinking`, a continuation's prompt holds the earlier replies
+    as the cut reply's own prompt did, thinking included: the KV cache holds
+    all of it, and going on evaluates only the last token sampled. (A
+    random seed: a repeatable reply is evaluated again in batches meanwhile.)"""
+    chosen = settings(keep_thinking=True)
+    chosen.sampling.temperature = 0.7
+    recorded = Recorded(engine, settings=chosen)
+    await thinking_turn(engine, recorded)
+    turn = recorded.turn
+    session = turn.session
+    session.change_sampling(max_tokens=14 if thinks else 6, thinking=thinks)
+    engine.grammar = THINKING_GRAMMAR if thinks else ANSWER_GRAMMAR
+    try:
+        assert turn.send(NEXT) is None
+        await asyncio.wait_for(turn.stopped(), 120)
+        cut = recorded.of(TurnEnded)[-1].reply
+        assert cut.stats is not None and cut.stats.finish_reason == "max_tokens"
+        assert bool(cut.thinking) == thinks and cut.token_ids
+        plan = session.plan(None)
+        assert plan is not None
+        sent = engine.chat_prompt.tokens(session.reply_prompt(plan, True), False, open_last=True)
+        # The cut reply's prompt (the earlier reply whole), then the cut reply.
+        earlier = session.conversation.messages[1]
+        assert earlier.thinking and earlier.token_ids
+        assert contains(sent, earlier.token_ids)
+        cached = engine.cached_prefix(sent)
+        assert len(sent) - cached <= 1
+        session.change_sampling(max_tokens=20)
+        assert turn.continue_reply() is None
+        await asyncio.wait_for(turn.stopped(), 120)
+    finally:
+        engine.grammar = THINKING_GRAMMAR
+        engine.set_thinking(True)
+    ended = recorded.of(TurnEnded)[-1]
+    assert ended.continued
+    stats = ended.reply.stats
+    assert stats is not None and stats.prompt_tokens == len(sent)
+    assert stats.prompt_evaluated == len(sent) - cached
+
+
+def contains(tokens: list[int], run: list[int]) -> bool:
+    """Whether `run` occurs in `tokens`, in one piece."""
+    return any(tokens[i : i + len(run)] == run for i in range(len(tokens) - len(run) + 1))

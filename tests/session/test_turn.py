@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from chat.conversations.conversation import Message
 from chat.conversations.store import Store
 from chat.engine.protocol import Engine
 from chat.models.files import ModelCandidate
@@ -71,6 +72,13 @@ class Recorded:
 
     def text(self) -> str:
         return "".join(event.text for event in self.of(TurnText))
+
+    async def reply_to(self, text: str, timeout: float = 120) -> Message:
+        """Send `text`; its reply, once it has ended."""
+        assert self.turn.send(text) is None
+        await asyncio.wait_for(self.turn.stopped(), timeout)
+        reply: Message = self.of(TurnEnded)[-1].reply
+        return reply
 
 
 async def test_a_message_sent_streams_its_reply_as_events_and_is_saved(tmp_path: Path) -> None:

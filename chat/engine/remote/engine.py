@@ -298,17 +298,13 @@ class RemoteEngine:
     ) -> Iterator[EngineEvent]:
         if tools and not self.info.api_tool_calls:
             raise KvchatError(self.info.no_tools_reason or _NO_SERVER_TOOLS)
-        if continue_last:
-            # A chat API always closes the last message: the model would start a
-            # new reply, not go on with this one.
-            raise KvchatError(
-                "A reply can be continued only with a model loaded in kvchat, not on a "
-                "model server."
-            )
         started = time.perf_counter()
         self._acquire_for_reply()
         try:
-            request = self._prepare(messages, sampling, tools)
+            if continue_last:
+                request = self._prepare_continuation(messages)
+            else:
+                request = self._prepare(messages, sampling, tools)
             yield from self._run(request, sampling, cancel, record_probs, started)
         finally:
             self._lock.release()
@@ -341,6 +337,16 @@ class RemoteEngine:
         if not tools:
             return counted
         return Request(counted.tokens, self._api_messages(messages), tool_definitions(tools))
+
+    def _prepare_continuation(self, messages: ChatMessages) -> Request:
+        """The request that goes on with the last message, a reply cut short.
+        A chat API always closes the last message (the model would start a
+        new reply, not go on with this one): only a kind that takes a prompt
+        of token ids can."""
+        raise KvchatError(
+            f"A reply can be continued only with a model loaded in kvchat or on "
+            f"llama-server, not on {self.info.kind}."
+        )
 
     def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary, None, None]:
         raise NotImplementedError

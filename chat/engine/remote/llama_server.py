@@ -56,7 +56,9 @@ from pathlib import Path
 from typing import Any
 
 from chat.conversations.conversation import FinishReason
+from chat.engine.prompt_tokens import spells_whole
 from chat.engine.protocol import ChatMessages
+from chat.engine.reasoning.budget import ThinkingBudget, forced_choice
 from chat.engine.reasoning.markers import (
     Reasoning,
     find_markers,
@@ -70,6 +72,7 @@ from chat.engine.remote.engine import (
     Request,
     Summary,
     chat_messages,
+    exact_request,
     out_of_bounds_note,
     served_models,
     server_model_info,
@@ -88,7 +91,7 @@ from chat.engine.remote.openai import (
 from chat.engine.remote.probs import token_choice
 from chat.engine.token_probs import TOP_N
 from chat.engine.tool_calls.calls import ToolDefinition
-from chat.errors import ServerError, UnknownServerModelError
+from chat.errors import KvchatError, ServerError, UnknownServerModelError
 from chat.settings.schema import SamplingSettings
 
 _COUNT_CACHE = 256
@@ -105,10 +108,11 @@ _PROBE_TOOL = ToolDefinition("kvchat_probe", "Checks that tools can be rendered.
 
 
 class LlamaServerEngine(RemoteEngine):
-    # Set per model in __init__: "thinking" too when its template has no switch.
-    # Earlier thinking is sent as the template writes it (a reply's sampled
-    # ids go in only where they spell its answer).
-    ignored_settings: frozenset[str] = frozenset({"thinking_budget", "keep_thinking"})
+    # Set per model in __init__: all three thinking settings for a model that
+    # does not think, "thinking" when its template has no switch. The budget
+    # and earlier thinking kept are kvchat's own work here, as for a local
+    # model (`_pieces`, `_spliced`).
+    ignored_settings: frozenset[str] = frozenset()
 
     def __init__(self, http: ServerHttp, props: dict[str, Any], models: Any) -> None:
         super().__init__(http)
@@ -140,14 +144,19 @@ class LlamaServerEngine(RemoteEngine):
         no_tools = self._no_tools_reason(props)
         self.info = replace(self.info, api_tool_calls=no_tools is None, no_tools_reason=no_tools)
         self._reasoning_on = self.info.reasoning
-        if self.info.reasoning is None or self.info.reasoning.switch is None:
-            self.ignored_settings = self.ignored_settings | {"thinking"}
+        if self.info.reasoning is None:
+            self.ignored_settings = frozenset({"thinking", "thinking_budget", "keep_thinking"})
+        elif self.info.reasoning.switch is None:
+            self.ignored_settings = frozenset({"thinking"})
         self.grammar: str | None = None
         """A GBNF grammar replies are sampled under, as the local engine's
         (the tests make the demo model think with one)."""
+        self.answer_grammar: str | None = None
+        """The grammar the answer is sampled under after a thinking budget
+        closed the block (as the local engine's)."""
         self._n_vocab = _vocab_size(models)
         self._counts: OrderedDict[str, list[int]] = OrderedDict()
-        self._spellings: OrderedDict[tuple[str, tuple[int, ...]], bool] = OrderedDict()
+        self._spellings: OrderedDict[tuple[str, tuple[int, ...], bool], bool] = OrderedDict()
         self._counts_lock = threading.Lock()
         self._opening: str | None = None
         self._opening_known = False
@@ -162,9 +171,10 @@ class LlamaServerEngine(RemoteEngine):
         shown = self._api_messages(messages)
         # With tools the chat API renders and tokenizes the text: no ids spliced.
         sampled = {} if tools else self._sampled_replies(messages)
+        whole = sorted(i for i in sampled if messages[i].get("sampled_whole"))
         offered = tool_definitions(tools)
         key = json.dumps(
-            [shown, add_generation_prompt, sorted(sampled.items()), self._template_options()]
+            [shown, add_generation_prompt, sorted(sampled.items()), whole, self._template_options()]
             + ([offered] if offered else [])
         )
         with self._counts_lock:
@@ -173,7 +183,7 @@ class LlamaServerEngine(RemoteEngine):
                 return list(self._counts[key])
         prompt: str | MixedPrompt | None = None
         if sampled:
-            prompt = self._spliced(shown, sampled, add_generation_prompt)
+            prompt = self._spliced(shown, sampled, add_generation_prompt, bool(whole))
         if prompt is None:
             prompt = self._rendered(shown, add_generation_prompt, offered)
         answer = self._http.post_json(
@@ -275,7 +285,9 @@ class LlamaServerEngine(RemoteEngine):
 
     def _sampled_replies(self, messages: ChatMessages) -> dict[int, list[int]]:
         """The replies of `messages` that go in as their sampled ids, by
-        index: those whose ids are this model's and spell their text."""
+        index: those whose ids are this model's and spell their text (or, for
+        a reply sent whole with its thinking, `sampled_whole`, end with it,
+        whitespace aside, as the local engine checks)."""
         sampled = {}
         for index, message in enumerate(messages):
             ids = message.get("token_ids")
@@ -289,21 +301,24 @@ class LlamaServerEngine(RemoteEngine):
                 or not all(type(i) is int and 0 <= i < self._n_vocab for i in ids)
             ):
                 continue
-            if self._spells(list(ids), content):
+            if self._spells(list(ids), content, bool(message.get("sampled_whole"))):
                 sampled[index] = list(ids)
         return sampled
 
-    def _spells(self, ids: list[int], content: str) -> bool:
+    def _spells(self, ids: list[int], content: str, whole: bool = False) -> bool:
         """Whether the server's detokenizer writes `ids` as exactly `content`
-        (special tokens written out, so they never pass for plain text)."""
-        key = (content, tuple(ids))
+        (special tokens written out, so they never pass for plain text); with
+        `whole`, as a text that ends with it, whitespace aside."""
+        key = (content, tuple(ids), whole)
         with self._counts_lock:
             if key in self._spellings:
                 self._spellings.move_to_end(key)
                 return self._spellings[key]
         answer = self._http.post_json("/detokenize", {"tokens": ids}, missing_ok=True)
         spelled = answer.get("content") if isinstance(answer, dict) else None
-        same = spelled == content
+        same = spelled == content or (
+            whole and isinstance(spelled, str) and spells_whole(spelled, content)
+        )
         with self._counts_lock:
             self._spellings[key] = same
             if len(self._spellings) > _SPELLING_CACHE:
@@ -315,11 +330,14 @@ class LlamaServerEngine(RemoteEngine):
         shown: list[dict[str, str]],
         sampled: dict[int, list[int]],
         add_generation_prompt: bool,
+        whole: bool = False,
     ) -> MixedPrompt | None:
         """The prompt with each reply of `sampled` as its ids: the template
         renders a placeholder in each one's place, the text around it goes as
         text. None (the text is sent) when the template does not write those
-        replies' text unchanged right after the generation prompt."""
+        replies' text unchanged right after the generation prompt. `whole`:
+        some go in whole, thinking included, which is not what the template
+        writes of them (it drops their thinking, on purpose)."""
         opening = self._reply_opening()
         if not opening:
             return None
@@ -328,7 +346,7 @@ class LlamaServerEngine(RemoteEngine):
             for i, m in enumerate(shown)
         ]
         layout = self._rendered(marked, add_generation_prompt)
-        text = self._rendered(shown, add_generation_prompt)
+        text = "" if whole else self._rendered(shown, add_generation_prompt)
         parts: MixedPrompt = []
         spelled = ""  # the text the parts stand for
         for i, ids in sampled.items():
@@ -337,7 +355,7 @@ class LlamaServerEngine(RemoteEngine):
                 return None
             parts += [before, *ids]
             spelled += before + shown[i]["content"]
-        if spelled + layout != text:
+        if not whole and spelled + layout != text:
             return None
         if layout:
             parts.append(layout)
@@ -439,8 +457,25 @@ class LlamaServerEngine(RemoteEngine):
     ) -> Request:
         return self._counted_request(messages, tools)
 
-    def _body(self, tokens: list[int], sampling: SamplingSettings) -> dict[str, Any]:
-        grammar = {"grammar": self.grammar} if self.grammar else {}
+    def _prepare_continuation(self, messages: ChatMessages) -> Request:
+        """The prompt the reply was sampled from (the conversation before it,
+        and the generation prompt), then the reply: as its sampled ids when
+        they spell it (a reply that thought is sent whole, `sampled_whole`:
+        then the slot's cache holds all of it), else its text tokenized. So a
+        reply cut inside its thought goes on inside it."""
+        if not messages or messages[-1].get("role") != "assistant":
+            raise KvchatError("Only a reply can be continued.")
+        *history, reply = messages
+        prompt = self.tokenize_chat(history, True)
+        ids = self._sampled_replies([reply]).get(0)
+        if ids is None:
+            ids = [piece.token_id for piece in self._text_pieces(str(reply["content"]), False)]
+        return exact_request([*prompt, *ids], self.info.n_ctx)
+
+    def _body(
+        self, tokens: list[int], sampling: SamplingSettings, grammar_text: str | None = None
+    ) -> dict[str, Any]:
+        grammar = {"grammar": grammar_text} if grammar_text else {}
         return {
             "prompt": tokens,
             "cache_prompt": True,
@@ -453,15 +488,104 @@ class LlamaServerEngine(RemoteEngine):
         }
 
     def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary, None, None]:
+        """The reply; with a thinking budget, the stream is stopped once the
+        thinking reaches it, and the reply goes on in a second request: the
+        prompt, the tokens sampled so far and the closing marker's, which the
+        slot's cache holds but for the last ones (as the local engine does it,
+        chat.engine.reasoning.budget)."""
         if call.request.tools:
             yield from self._chat_pieces(call)
             return
-        body = self._body(call.request.tokens, call.sampling)
+        closing: list[Piece] = []
+        budget = self._thinking_budget(call, closing)
+        if budget is None:
+            yield from self._stream(call.request.tokens, call, self.grammar, Summary())
+            return
+        sampled: list[int] = []
+        first = Summary()
+        stream = self._stream(call.request.tokens, call, self.grammar, first)
+        try:
+            for item in stream:
+                if isinstance(item, Summary):
+                    yield item
+                    return
+                sampled.append(item.token_id)
+                yield item
+                room = call.sampling.max_tokens - len(sampled)
+                if budget.feed(item.text) and len(closing) < room:
+                    break
+                closing.clear()
+            else:
+                return  # cancelled
+        finally:
+            stream.close()
+        yield from closing
+        sampled += [piece.token_id for piece in closing]
+        rest = replace(call.sampling, max_tokens=call.sampling.max_tokens - len(sampled))
+        prompt = [*call.request.tokens, *sampled]
+        for item in self._stream(prompt, call, self.answer_grammar, Summary(), rest):
+            if isinstance(item, Summary):
+                # The prompt's figures are the first request's; the rate is
+                # measured over both (kvchat's own count).
+                item.prompt_tokens = first.prompt_tokens
+                item.prompt_evaluated = first.prompt_evaluated
+                item.decode_tps = None
+            yield item
+
+    def _thinking_budget(self, call: ReplyCall, closing: list[Piece]) -> ThinkingBudget | None:
+        """The budget a reply's thinking runs under (the model thinks, with
+        thinking on); the closing marker's tokens go into `closing`."""
+        reasoning = self.info.reasoning
+        most = call.sampling.thinking_budget
+        if not most or reasoning is None or not reasoning.enabled:
+            return None
+
+        def tokenize(text: bytes) -> list[int]:
+            closing[:] = self._text_pieces(text.decode("utf-8"), call.record_probs)
+            return [piece.token_id for piece in closing]
+
+        return ThinkingBudget(reasoning, most, tokenize)
+
+    def _text_pieces(self, text: str, record_probs: bool) -> list[Piece]:
+        """`text` (a closing marker, a reply) as the server tokenizes it, one
+        piece a token (recorded, when probabilities are, as chosen for certain)."""
+        answer = self._http.post_json(
+            "/tokenize",
+            {"content": text, "add_special": False, "parse_special": True, "with_pieces": True},
+        )
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list):
+            raise ServerError(f"The llama-server at {self._http.url} did not tokenize text.")
+        pieces = []
+        for token in tokens:
+            token_id = token.get("id") if isinstance(token, dict) else token
+            piece = token.get("piece") if isinstance(token, dict) else None
+            if type(token_id) is not int or token_id < 0:
+                raise ServerError(f"The llama-server at {self._http.url} did not tokenize text.")
+            pieces.append(Piece(piece if isinstance(piece, str) else "", token_id, True))
+        if pieces and "".join(piece.text for piece in pieces) != text:
+            # A server without `with_pieces`, or a piece that is not whole UTF-8.
+            pieces = [replace(p, text=text if i == 0 else "") for i, p in enumerate(pieces)]
+        if record_probs:
+            pieces = [replace(p, choice=forced_choice(p.token_id, p.text)) for p in pieces]
+        return pieces
+
+    def _stream(
+        self,
+        prompt: list[int],
+        call: ReplyCall,
+        grammar: str | None,
+        summary: Summary,
+        sampling: SamplingSettings | None = None,
+    ) -> Generator[Piece | Summary, None, None]:
+        """One `/completion` request's stream, its figures read into `summary`
+        as they come (every event carries them)."""
+        sampling = sampling or call.sampling
+        body = self._body(prompt, sampling, grammar)
         body |= {"stream": True, "return_tokens": True, "timings_per_token": True}
         if call.record_probs:
             body["n_probs"] = TOP_N
         url = self._http.url
-        summary = Summary()
         # The end-of-turn token comes as an event of its own with no text; it
         # is not part of the reply. A textless piece is held until the next
         # event says whether it was that one.
@@ -490,7 +614,7 @@ class LlamaServerEngine(RemoteEngine):
                 for i, token_id in enumerate(tokens):
                     choice = None
                     if call.record_probs and isinstance(probs, list) and i < len(probs):
-                        choice = _choice(probs[i], call.sampling)
+                        choice = _choice(probs[i], sampling)
                     known = type(token_id) is int and token_id >= 0
                     text = content if i == 0 else ""  # the text comes with the first id
                     piece = Piece(text, token_id if known else 0, known, choice)

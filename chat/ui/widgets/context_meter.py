@@ -68,10 +68,11 @@ class MeterState:
             n_ctx=plan.n_ctx,
             system=plan.system,
             history=plan.history,
-            new=plan.new,
+            new=plan.new - plan.thinking,
             reply=reply,
             reserved=max(0, plan.reserve - reply),
             left_out=len(plan.left_out),
+            thinking=plan.thinking,
         )
 
     @property

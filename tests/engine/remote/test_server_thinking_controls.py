@@ -4,6 +4,11 @@ pane marks). Against the fake servers (tests/engine/remote/fake_servers.py)."""
 
 from __future__ import annotations
 
+import threading
+
+import pytest
+
+from chat.errors import KvchatError
 from chat.settings.schema import SamplingSettings
 from tests.engine.remote.conftest import HELLO, connect_to, run_reply, start
 from tests.engine.remote.fake_servers import (
@@ -45,3 +50,17 @@ def test_a_generic_openai_server_ignores_both(fake: list[FakeServer]) -> None:
     engine = connect_to(server)
     assert {"thinking", "thinking_budget"} <= engine.ignored_settings
     engine.close()
+
+
+def test_a_chat_api_server_cannot_continue_a_reply(fake: list[FakeServer]) -> None:
+    """Only llama-server takes the reply so far as a prompt of token ids
+    (tests/engine/remote/test_llama_server_thinking.py); a chat API closes
+    the last message, and kvchat says so in a sentence."""
+    for routes in (vllm_routes(), ollama_routes(), openai_routes()):
+        engine = connect_to(start(fake, routes))
+        cut = [*HELLO, {"role": "assistant", "content": "Hel"}]
+        stop = threading.Event()
+        going_on = engine.stream_reply(cut, SamplingSettings(), stop, continue_last=True)
+        with pytest.raises(KvchatError, match="llama-server, not on"):
+            list(going_on)
+        engine.close()
