@@ -23,6 +23,7 @@ from chat.conversations.tree import index_of
 from chat.engine.protocol import ChatMessages, Engine, Finished, ModelInfo
 from chat.engine.reasoning.markers import Reasoning
 from chat.engine.state_cache import StateCache
+from chat.engine.tool_calls.calls import ToolDefinition
 from chat.errors import KvchatError
 from chat.models.files import same_path
 from chat.runtime.model_loader import ModelLoader
@@ -72,6 +73,8 @@ class ChatSession:
         self._outside_window: set[int] = set()
         """id() of the messages outside the window at the last turn."""
         self._system_tokens = 0
+        self.tool_definitions: Callable[[], Sequence[ToolDefinition]] = lambda: ()
+        """The tools the next reply is offered (the turn's): planned with it."""
 
     # The model.
 
@@ -117,6 +120,7 @@ class ChatSession:
             new_text,
             self.settings.sampling.max_tokens,
             self.settings.chat.overflow,
+            self.tool_definitions(),
         )
 
     def reply_prompt(self, plan: WindowPlan, continuing: bool = False) -> list[dict[str, Any]]:

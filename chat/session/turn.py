@@ -24,11 +24,12 @@ import contextvars
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Literal
+from typing import Literal, cast
 
 from chat.conversations.attachments import Attachment, prompt_text
 from chat.conversations.conversation import Message
-from chat.engine.protocol import Engine, Finished, PromptProgress
+from chat.engine.protocol import ChatMessage, Engine, Finished, PromptProgress
+from chat.engine.tool_calls.calls import ToolDefinition
 from chat.errors import KvchatError
 from chat.runtime.background import call_soon, start_thread
 from chat.runtime.frame_pacing import FramePacer
@@ -37,6 +38,8 @@ from chat.session.chat_session import ChatSession
 from chat.session.context_window import WindowPlan
 from chat.session.draft_attachments import DraftAttachments
 from chat.session.reply_stream import ReplyChunk, ReplyEnded, ReplyEvent, ReplyFailed, ReplyStream
+from chat.session.tool_loop import OfferedTool, ToolLoopOutcome
+from chat.session.tool_turn import ConversationTools, ToolTurn, ToolTurnEvent, ToolTurnStopped
 
 PREFILL_PAUSE_S = 0.5
 """After this pause in typing, the message is evaluated ahead (Engine.prefill):
@@ -149,6 +152,7 @@ TurnEvent = (
     | TurnFailed
     | MessageWaiting
     | WaitingOver
+    | ToolTurnEvent
 )
 
 
@@ -193,6 +197,11 @@ class Turn:
         self._pacer = FramePacer()
         self._waiting: str | None = None
         self._prefill: asyncio.TimerHandle | None = None
+        self.tools: ConversationTools | None = None
+        """The conversation's tools (chat.session.tool_turn); None: no tools at all."""
+        self._tool_turn: ToolTurn | None = None
+        self._tool_task: asyncio.Task[None] | None = None
+        session.tool_definitions = self._offered_definitions
 
     @property
     def generating(self) -> bool:
@@ -202,6 +211,8 @@ class Turn:
     @property
     def reply_text(self) -> str | None:
         """The reply being generated, so far (None when none is)."""
+        if self._tool_turn is not None:
+            return self._tool_turn.text
         return self._stream.text if self._stream is not None else None
 
     @property
@@ -411,7 +422,11 @@ class Turn:
 
     def _start_reply(self, plan: WindowPlan, kind: StartKind = "new") -> None:
         reply = self.session.begin_reply(plan)
-        self._stream_reply(reply, plan, kind)
+        offered = self.tools_to_offer()
+        if offered:
+            self._start_tool_reply(reply, plan, kind, offered)
+        else:
+            self._stream_reply(reply, plan, kind)
 
     def _stream_reply(self, reply: Message, plan: WindowPlan, kind: StartKind) -> None:
         engine = self.session.engine
@@ -518,6 +533,9 @@ class Turn:
     def stop(self) -> bool:
         """Esc: end the reply within one token (its end arrives, and is saved,
         as usual). False when no reply is being generated."""
+        if self._tool_turn is not None:
+            self._tool_turn.cancel()
+            return True
         if self._stream is None:
             return False
         self._stream.cancel()
@@ -526,6 +544,9 @@ class Turn:
     def stop_and_save(self) -> None:
         """`stop`, and the reply so far saved now too: on quit, a reply whose
         prompt is still being evaluated does not end before the app does."""
+        if self._tool_turn is not None:
+            self._tool_turn.cancel()
+            self.session.saver.save_progress(self._tool_turn.text, None)
         if self._stream is not None:
             self._stream.cancel()
             self.session.saver.save_progress(self._stream.text, self._stream.thinking or None)
@@ -536,6 +557,85 @@ class Turn:
         self.session.save_all(
             self.reply_text, stream.thinking or None if stream is not None else None
         )
+
+    # A reply with tools (chat.session.tool_turn).
+
+    def tools_to_offer(self) -> list[OfferedTool]:
+        """The tools the next reply is offered: none when the conversation has
+        tools off, no server is ready, or the model cannot call tools (a model
+        server, or a template that does not show the model how)."""
+        tools, engine = self.tools, self.session.engine
+        if tools is None or engine is None or engine.info.tool_calls is None:
+            return []
+        return tools.offered()
+
+    def _offered_definitions(self) -> list[ToolDefinition]:
+        return [offered.definition for offered in self.tools_to_offer()]
+
+    def _start_tool_reply(
+        self, reply: Message, plan: WindowPlan, kind: StartKind, offered: list[OfferedTool]
+    ) -> None:
+        engine, tools = self.session.engine, self.tools
+        assert engine is not None and tools is not None
+        shown = tuple(self.session.conversation.messages)
+        self._reply, self._continuing = reply, False
+        self._idle.clear()
+        self._cancel_prefill()
+        self.listener(TurnStarted(reply, shown, plan, kind))
+        tool_turn = ToolTurn(
+            engine,
+            tools,
+            offered,
+            replace(self.session.settings.sampling),  # the settings pane may change them
+            reply,
+            self.listener,
+            partial(self._tool_text, reply),
+        )
+        self._tool_turn = tool_turn
+        messages = cast("list[ChatMessage]", self.session.reply_prompt(plan))
+        self._tool_task = asyncio.get_running_loop().create_task(
+            self._run_tool_turn(reply, tool_turn, messages), name="tool turn"
+        )
+
+    def _tool_text(self, reply: Message, text: str, tokens: int) -> None:
+        if reply is self._reply:
+            self.listener(TurnText(reply, text, tokens))
+
+    async def _run_tool_turn(
+        self, reply: Message, tool_turn: ToolTurn, messages: Sequence[ChatMessage]
+    ) -> None:
+        try:
+            outcome = await tool_turn.run(messages)
+        except Exception as error:  # a bug or a llama.cpp failure: say so, keep the app alive
+            outcome = ToolLoopOutcome("failed", problem=f"Generation failed: {error}")
+        self._tool_turn = self._tool_task = None
+        self._tool_turn_ended(reply, outcome)
+
+    def _tool_turn_ended(self, reply: Message, outcome: ToolLoopOutcome) -> None:
+        """The reply keeps its answer (the last step's text); the steps before
+        it were drawn as they came."""
+        steps = outcome.steps
+        if not steps:
+            self._failed(reply, ReplyFailed(outcome.problem or "The reply failed."))
+            return
+        if outcome.problem:
+            self.listener(ToolTurnStopped(reply, outcome.problem))
+        last = steps[-1]
+        if len(steps) == 1 and not last.calls:
+            self._ended(reply, ReplyEnded(last.finished))  # it called nothing
+            return
+        stats = last.finished.stats
+        if outcome.end == "cancelled":
+            stats = replace(stats, finish_reason="stopped")
+        # A step that ended with calls said its text before them: it is drawn
+        # above them, not kept as the answer. The sampled ids followed the
+        # calls, which the next prompt does not send: not kept either.
+        text = "" if last.calls else last.finished.text
+        kept = replace(last.finished, text=text, stats=stats, token_ids=None, tool_calls=())
+        self.session.end_reply(reply, kept)
+        self._done()
+        self.listener(TurnEnded(reply, kept))
+        self.schedule_prefill()
 
     # Work done ahead while the user pauses.
 
@@ -559,6 +659,8 @@ class Turn:
         engine = self.session.engine
         if engine is None or self.generating:
             return
+        if self.tools_to_offer():
+            return  # a prefill renders no tools: it would evaluate another prompt
         if self.counting():
             return  # planning would count them too; done, the count schedules this again
         chat = self.session.settings.chat

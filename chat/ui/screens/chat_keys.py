@@ -62,4 +62,11 @@ CHAT_KEYS: list[BindingType] = [
         tooltip="Unfold or fold a reasoning model's thinking",
         show=False,
     ),
+    Binding(
+        "alt+c",
+        "toggle_tool_calls",
+        "Tool calls",
+        tooltip="Unfold or fold a reply's tool calls and their results",
+        show=False,
+    ),
 ]
