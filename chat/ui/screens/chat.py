@@ -46,7 +46,7 @@ from chat.ui.commands import ChatScreenCommands, PresetCommands
 from chat.ui.messages import SwitchModelRequested, TurnUpdate
 from chat.ui.meter_planner import MeterPlanner
 from chat.ui.model_status import ModelStatus
-from chat.ui.screens.chat_keys import CHAT_KEYS
+from chat.ui.screens.chat_keys import CHAT_KEYS, TOOL_CALLS_KEY
 from chat.ui.screens.conversation_flow import ConversationFlow
 from chat.ui.screens.help import HelpScreen
 from chat.ui.screens.tool_flow import ToolFlow
@@ -176,6 +176,9 @@ class ChatScreen(Screen[None]):
 
     async def on_mount(self) -> None:
         self.query_one("#notice").display = False
+        if self.turn.tools is not None and self.turn.tools.configured:
+            key, action, description = TOOL_CALLS_KEY
+            self._bindings.bind(key, action, description, show=False)
         box = self.query_one(PromptBox)
         self.turn.typed = lambda: box.text
         self.query_one(PromptBox).focus()

@@ -62,11 +62,12 @@ CHAT_KEYS: list[BindingType] = [
         tooltip="Unfold or fold a reasoning model's thinking",
         show=False,
     ),
-    Binding(
-        "alt+c",
-        "toggle_tool_calls",
-        "Tool calls",
-        tooltip="Unfold or fold a reply's tool calls and their results",
-        show=False,
-    ),
 ]
+
+TOOL_CALLS_KEY = (
+    "alt+c",
+    "toggle_tool_calls",
+    "Unfold or fold a reply's tool calls and their results",
+)
+"""Bound only when tool servers are configured (`ChatScreen.on_mount`): without
+them no reply calls a tool, and the key would do nothing."""

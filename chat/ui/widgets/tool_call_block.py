@@ -48,11 +48,10 @@ def short_arguments(arguments: object) -> str:
 
 
 def step_figures(step: int, stats: ReplyStats) -> str:
-    """`Step 1 · reused 0 · evaluated 209 · generated 31 · first token 0.31 s`."""
+    """`Step 1 · sent 209 · reused 0 · evaluated 209 · first token 0.31 s`."""
     return (
         f"Step {step} · sent {stats.prompt_tokens:,} · reused {stats.prompt_reused:,} · "
-        f"evaluated {stats.prompt_evaluated:,} · generated {stats.generated_tokens:,} · "
-        f"first token {stats.ttft_s:.2f} s"
+        f"evaluated {stats.prompt_evaluated:,} · first token {stats.ttft_s:.2f} s"
     )
 
 
