@@ -6,7 +6,7 @@ No I/O here: the store persists these, the engine reads them, the UI shows them.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
@@ -107,6 +107,97 @@ class TokenChoice:
         )
 
 
+CallOutcome = Literal["ran", "refused", "failed", "cancelled"]
+CALL_OUTCOMES: tuple[CallOutcome, ...] = ("ran", "refused", "failed", "cancelled")
+"""What came of a call: it ran (its result may still be an error the tool
+reported), the user refused it, it failed (the server died, timed out,
+refused it; no such tool), or the user cancelled it."""
+
+
+@dataclass(frozen=True)
+class ToolCallRecord:
+    """One call a step made, and what came of it."""
+
+    id: str
+    """The call's id, as the reply's `tool_calls` and the result's `tool_call_id` carry it."""
+    name: str
+    """The tool's name as the model wrote it (the name it was offered:
+    `SERVER_TOOL` when two servers have a tool of that name)."""
+    arguments: Mapping[str, Any]
+    """The call's arguments (a JSON object)."""
+    server: str
+    """The tool server it ran on ("" when there was no such tool)."""
+    tool: str
+    """The tool's name on its server."""
+    outcome: CallOutcome
+    result: str
+    """The text the model read: the tool's result (cut, with kvchat's note,
+    when it was too long), or the sentence saying it was refused, failed or
+    was cancelled."""
+    is_error: bool = False
+    """The tool reported an error, or the call failed."""
+    cut: bool = False
+    """The result was cut to the token limit before the model read it."""
+    result_tokens: int = 0
+    """The result's tokens, as the model's tokenizer counted them (0: not counted)."""
+    duration_s: float = 0.0
+    """The call's own time, from the request to its result."""
+
+    def for_template(self) -> dict[str, Any]:
+        """OpenAI's shape of an assistant message's `tool_calls` entry, with
+        the arguments as an object (chat templates write them with `tojson`)."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": dict(self.arguments)},
+        }
+
+    def result_message(self) -> dict[str, Any]:
+        """The `tool` message the model read the result in."""
+        return {
+            "role": "tool",
+            "content": self.result,
+            "tool_call_id": self.id,
+            "name": self.name,
+        }
+
+
+@dataclass(frozen=True)
+class ToolStep:
+    """One intermediate reply of a tool turn and the calls it made."""
+
+    content: str
+    """What the reply said before its call (often "")."""
+    calls: tuple[ToolCallRecord, ...] = ()
+    thinking: str = ""
+    """A reasoning model's thinking in this reply, apart from `content`."""
+    token_ids: tuple[int, ...] | None = None
+    """The tokens the reply was sampled as, when they spell `content` exactly
+    (sent again so, the KV cache then still holds them); None otherwise."""
+    stats: ReplyStats | None = None
+    """How this step's reply was generated (its prompt, reused and evaluated
+    tokens, first-token time)."""
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """The reply's calls in OpenAI's shape (`ToolCallRecord.for_template`)."""
+        return [call.for_template() for call in self.calls]
+
+    def reply_message(self) -> dict[str, Any]:
+        """The assistant message the model wrote: its text and its calls, its
+        thinking as `reasoning_content`, its sampled tokens as `token_ids`."""
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": self.content,
+            "tool_calls": self.tool_calls,
+        }
+        if self.thinking:
+            message["reasoning_content"] = self.thinking
+        if self.token_ids:
+            message["token_ids"] = list(self.token_ids)
+        return message
+
+
 @dataclass
 class Message:
     role: Role
@@ -138,6 +229,18 @@ class Message:
     thinking: str = ""
     """For replies of a reasoning model: its thinking, without the markers;
     `content` is then the answer alone."""
+    tool_steps: tuple[ToolStep, ...] = ()
+    """For a reply that called tools: its steps before the answer, in order,
+    each an intermediate reply and its calls with their results
+    (chat.conversations.tool_steps); `content` is then the final answer."""
+
+    @property
+    def ends_in_answer(self) -> bool:
+        """Whether the model wrote an answer after the reply's tool steps (a
+        reply without steps always has one). A turn stopped during a call, or
+        at its most steps, ends with a result: the model was sent nothing after
+        it, so nothing is sent again."""
+        return not self.tool_steps or bool(self.content or self.thinking or self.token_ids)
 
     @property
     def prompt_content(self) -> str:

@@ -23,13 +23,15 @@ from chat.conversations.conversation import (
     TokenChoice,
 )
 from chat.conversations.token_probs_codec import StoredTokenChoices, encode_token_probs
+from chat.conversations.tool_steps import ToolStep, ToolStepsError, steps_from_json
 from chat.conversations.tree import MessageTree
 from chat.settings.server import public_url, split_credentials
 
 MESSAGE_COLUMNS = (
     "id, role, content, created, token_count, prompt_tokens, prompt_evaluated, "
     "generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s, token_probs, "
-    "writer_pid, interrupted, token_ids, parent_id, thinking, thinking_tokens, first_answer_s"
+    "writer_pid, interrupted, token_ids, parent_id, thinking, thinking_tokens, first_answer_s, "
+    "tool_steps"
 )
 
 STATS_COLUMNS = (
@@ -84,7 +86,7 @@ def message_from_row(row: tuple[Any, ...]) -> Message:
     (id_, role, content, created, token_count, prompt_tokens, prompt_evaluated) = row[:7]
     generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s = row[7:13]
     token_probs, writer_pid, interrupted, token_ids = row[13:17]
-    thinking, thinking_tokens, first_answer_s = row[18:21]
+    thinking, thinking_tokens, first_answer_s, tool_steps = row[18:22]
     stats = None
     if finish_reason is not None:  # a reply with stats always has a finish reason
         stats = ReplyStats(
@@ -113,7 +115,17 @@ def message_from_row(row: tuple[Any, ...]) -> Message:
         state=_reply_state(writer_pid, interrupted),
         token_ids=None if token_ids is None else _token_ids_from_blob(token_ids),
         thinking=thinking,
+        tool_steps=_tool_steps(tool_steps),
     )
+
+
+def _tool_steps(text: str | None) -> tuple[ToolStep, ...]:
+    """A reply's stored tool steps; none (the reply as its answer alone) for a
+    damaged value, as for damaged token ids: the conversation still opens."""
+    try:
+        return steps_from_json(text)
+    except ToolStepsError:
+        return ()
 
 
 def _reply_state(writer_pid: int | None, interrupted: int) -> ReplyState:

@@ -6,7 +6,7 @@ starts, its text while it streams (`save_progress`, called at the cadence the
 reply stream sets, so a killed process loses at most one interval of a reply),
 and the final text with its stats. A reasoning model's reply is written in its
 two parts, the thinking and the answer (`Message.thinking`, `content`), each
-time.
+time, and a tool turn's reply with its steps so far (`Message.tool_steps`).
 
 A write that fails (a full disk, a read-only folder, another kvchat holding the
 database longer than its busy timeout) never stops the chat. It is reported
@@ -43,6 +43,7 @@ from chat.conversations.store import (
     Store,
     StoreError,
 )
+from chat.conversations.tool_steps import ToolStep
 from chat.errors import ConfigError
 from chat.settings.schema import SamplingSettings
 from chat.settings.values import parse_value
@@ -114,7 +115,8 @@ class ConversationSaver:
         self._conversation: Conversation | None = None
         self._settings: ConversationSettings | None = None
         self._reply: Message | None = None
-        self._saved_text = ("", "")  # (answer, thinking)
+        # (answer, thinking, tool steps)
+        self._saved_text: tuple[str, str, tuple[ToolStep, ...]] = ("", "", ())
         # A finished reply whose final text could not be written to its row.
         self._final_unsaved: _FinalReply | None = None
         # A switch of the branch shown not recorded yet (the conversation's id and
@@ -154,7 +156,7 @@ class ConversationSaver:
         if self._reply is not None:
             self._reply.id = None
         self._conflict = None
-        self._saved_text = ("", "")
+        self._saved_text = ("", "", ())
         self.save_messages(conversation, settings)
 
     # -- one turn
@@ -184,15 +186,7 @@ class ConversationSaver:
         final = self._final_unsaved
         if final is not None:
             if final.reply.id is not None:
-                _update_reply(
-                    store,
-                    final.reply,
-                    final.text,
-                    final.thinking,
-                    final.stats,
-                    final.token_ids,
-                    done=True,
-                )
+                _update_reply(store, final, done=True)
             self._final_unsaved = None
         if conversation.id is None:
             conversation.title = conversation.title or conversation.default_title()
@@ -268,22 +262,44 @@ class ConversationSaver:
         self._settings = settings
         self._reply = reply
         # A reply continued is written once it has grown (its row holds it).
-        self._saved_text = ("", reply.thinking)
+        self._saved_text = ("", reply.thinking, reply.tool_steps)
         self.save_progress("")
 
-    def save_progress(self, text: str, thinking: str | None = None) -> None:
+    def save_progress(
+        self,
+        text: str,
+        thinking: str | None = None,
+        *,
+        tool_steps: Sequence[ToolStep] | None = None,
+    ) -> None:
         """Write `text`, the reply so far (a reasoning model's answer so far),
-        and `thinking`, its thinking so far, if they changed since the last
-        write. `thinking` None: the reply's own (`Message.thinking`, "" for a
-        new reply), as for a model that does not think or a continued answer.
-        While writes fail, this waits for `retry`."""
+        `thinking`, its thinking so far, and `tool_steps`, a tool turn's steps
+        so far, if they changed since the last write. `thinking` or
+        `tool_steps` None: the reply's own (`Message.thinking`,
+        `Message.tool_steps`, none for a new reply), as for a model that does
+        not think or a turn without tools. While writes fail, this waits for
+        `retry`."""
         reply = self._reply
         if reply is None or self.failing:
             return
-        parts = (text, reply.thinking if thinking is None else thinking)
+        parts = self._parts(reply, text, thinking, tool_steps)
         if reply.id is not None and parts == self._saved_text:
             return
         self._write_reply(*parts, None)
+
+    @staticmethod
+    def _parts(
+        reply: Message,
+        text: str,
+        thinking: str | None,
+        tool_steps: Sequence[ToolStep] | None,
+    ) -> tuple[str, str, tuple[ToolStep, ...]]:
+        """(answer, thinking, tool steps): the reply's own where None."""
+        return (
+            text,
+            reply.thinking if thinking is None else thinking,
+            reply.tool_steps if tool_steps is None else tuple(tool_steps),
+        )
 
     def finish_reply(
         self,
@@ -292,19 +308,27 @@ class ConversationSaver:
         token_ids: list[int] | None = None,
         *,
         thinking: str | None = None,
+        tool_steps: Sequence[ToolStep] | None = None,
     ) -> None:
         """The final text (the engine's, authoritative; a reasoning model's
         answer, with its `thinking` apart: None keeps the reply's own
-        `Message.thinking`), how it was generated and the token ids sampled. If
-        it cannot be written, the reply (in the conversation by now) is written
-        whole by `retry` or with the next message."""
+        `Message.thinking`; a tool turn's answer, with its `tool_steps`
+        before it: None keeps the reply's own `Message.tool_steps`), how it
+        was generated and the token ids sampled. If it cannot be written, the
+        reply (in the conversation by now) is written whole by `retry` or with
+        the next message."""
         reply = self._reply
         if reply is not None:
             final = _FinalReply(
-                reply, text, reply.thinking if thinking is None else thinking, stats, token_ids
+                reply, *self._parts(reply, text, thinking, tool_steps), stats, token_ids
             )
             written = self._write_reply(
-                final.text, final.thinking, stats, token_ids=token_ids, done=True
+                final.text,
+                final.thinking,
+                final.tool_steps,
+                stats,
+                token_ids=token_ids,
+                done=True,
             )
             if not written and reply.id is not None:
                 # Its row holds older text: written again by `retry` or with the next message.
@@ -318,17 +342,19 @@ class ConversationSaver:
         settings: ConversationSettings,
         reply_text: str | None = None,
         reply_thinking: str | None = None,
+        reply_tool_steps: Sequence[ToolStep] | None = None,
     ) -> None:
         """Try the failed writes again (called on a timer while `failing`).
         `conversation`: the one on screen; `reply_text`: the streaming reply's
-        text so far, if one streams, and `reply_thinking` its thinking so far
-        (None: the reply's own, as in `save_progress`)."""
+        text so far, if one streams, `reply_thinking` its thinking so far and
+        `reply_tool_steps` its tool steps so far (None: the reply's own, as in
+        `save_progress`)."""
         if not self.failing or self.store is None:
             return
         reply = self._reply
         if reply is not None and reply_text is not None:
-            thinking = reply.thinking if reply_thinking is None else reply_thinking
-            self._write_reply(reply_text, thinking, None)
+            parts = self._parts(reply, reply_text, reply_thinking, reply_tool_steps)
+            self._write_reply(*parts, None)
         else:
             # The conversation whose save failed first (the user may have opened another).
             self.save_messages(*(self._unsaved or (conversation, settings)))
@@ -337,6 +363,7 @@ class ConversationSaver:
         self,
         text: str,
         thinking: str,
+        tool_steps: tuple[ToolStep, ...],
         stats: ReplyStats | None,
         *,
         token_ids: list[int] | None = None,
@@ -361,6 +388,7 @@ class ConversationSaver:
                     reply,
                     content=text,
                     thinking=thinking,
+                    tool_steps=tool_steps,
                     stats=stats,
                     state=state,
                     token_ids=token_ids,
@@ -371,11 +399,12 @@ class ConversationSaver:
                 # The reply ends the branch shown now, as the write recorded.
                 self._shown_unsaved = None
             else:
-                _update_reply(self.store, reply, text, thinking, stats, token_ids, done=done)
+                written = _FinalReply(reply, text, thinking, tool_steps, stats, token_ids)
+                _update_reply(self.store, written, done=done)
         except StoreError as error:
             self._failed(conversation, settings, error)
             return False
-        self._saved_text = (text, thinking)
+        self._saved_text = (text, thinking, tool_steps)
         self._worked()
         return True
 
@@ -465,34 +494,31 @@ class ConversationSaver:
 
 @dataclass(frozen=True)
 class _FinalReply:
-    """A reply's final write, kept to write again when it failed."""
+    """A reply's write: what `_update_reply` writes; the final one is kept to
+    write again when it failed."""
 
     reply: Message
     text: str
     thinking: str
+    tool_steps: tuple[ToolStep, ...]
     stats: ReplyStats | None
     token_ids: list[int] | None
 
 
-def _update_reply(
-    store: Store,
-    reply: Message,
-    text: str,
-    thinking: str,
-    stats: ReplyStats | None,
-    token_ids: Sequence[int] | None,
-    *,
-    done: bool,
-) -> None:
-    """Write a saved reply's text (and thinking) so far; the final write
-    (`done`) carries the recorded token probabilities and the sampled tokens too."""
+def _update_reply(store: Store, write: _FinalReply, *, done: bool) -> None:
+    """Write a saved reply's text (its thinking and tool steps) so far; the
+    final write (`done`) carries the recorded token probabilities and the
+    sampled tokens too."""
+    reply = write.reply
     assert reply.id is not None
     store.update_message_content(
         reply.id,
-        text,
-        stats=stats,
+        write.text,
+        stats=write.stats,
         token_probs=reply.token_probs,
-        token_ids=token_ids,
-        thinking=thinking,
+        token_ids=write.token_ids,
+        thinking=write.thinking,
+        # Left as it is when there are none: no search index to update.
+        tool_steps=write.tool_steps or None,
         done=done,
     )

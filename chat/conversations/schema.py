@@ -206,6 +206,19 @@ def _migrate_8(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE messages ADD COLUMN first_answer_s REAL")
 
 
+def _migrate_9(conn: sqlite3.Connection) -> None:
+    # A reply that called tools (issue 30) stays one message: `tool_steps` holds
+    # its steps before the answer as JSON (chat.conversations.tool_steps), NULL
+    # for a reply without (and for every message before this migration);
+    # `content` stays the final answer. `tool_text`: the steps' text that search
+    # finds (the calls' arguments and results), '' for none, with a full-text
+    # index of its own so that the index over `content` is left as it was.
+    conn.execute("ALTER TABLE messages ADD COLUMN tool_steps TEXT")
+    conn.execute("ALTER TABLE messages ADD COLUMN tool_text TEXT NOT NULL DEFAULT ''")
+    if search.fts5_available(conn):
+        search.install_tool_search_index(conn)
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_1,
     _migrate_2,
@@ -215,6 +228,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_6,
     _migrate_7,
     _migrate_8,
+    _migrate_9,
 ]
 """Forward migrations; after running MIGRATIONS[:n], `PRAGMA user_version` is n."""
 

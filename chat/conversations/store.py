@@ -45,6 +45,7 @@ from chat.conversations.message_rows import (
     token_probs_value,
 )
 from chat.conversations.schema import MIGRATIONS, SCHEMA_VERSION, NewerSchemaError, upgrade
+from chat.conversations.tool_steps import ToolStep, search_text, steps_json
 from chat.errors import StoreError
 
 __all__ = [
@@ -72,6 +73,8 @@ _INSERTED_COLUMNS = (
     "writer_pid",
     "interrupted",
     "token_ids",
+    "tool_steps",
+    "tool_text",
 )
 # At the next position, after its parent (one deeper).
 _INSERT_MESSAGE = (
@@ -216,17 +219,23 @@ class Store:
         """
         available = search.fts5_available(self._conn)
         rows = self._conn.execute(
-            "SELECT name FROM sqlite_master WHERE name = 'messages_fts' OR "
+            "SELECT name FROM sqlite_master WHERE name IN ('messages_fts', 'messages_tool_fts') OR "
             "(type = 'trigger' AND name LIKE 'messages\\_fts\\_%' ESCAPE '\\')"
         )
         present = {row[0] for row in rows}
-        complete = present >= {"messages_fts", *search.FTS_TRIGGERS}
-        if available and not complete:
+        indexes = (
+            ("messages_fts", search.FTS_TRIGGERS, search.install_search_index),
+            ("messages_tool_fts", search.TOOL_FTS_TRIGGERS, search.install_tool_search_index),
+        )
+        triggers = {*search.FTS_TRIGGERS, *search.TOOL_FTS_TRIGGERS}
+        if available:
+            for table, its_triggers, install in indexes:
+                if not present >= {table, *its_triggers}:
+                    with self._write() as conn:
+                        install(conn)
+        elif present & triggers:
             with self._write() as conn:
-                search.install_search_index(conn)
-        elif not available and present & set(search.FTS_TRIGGERS):
-            with self._write() as conn:
-                for name in search.FTS_TRIGGERS:
+                for name in triggers:
                     conn.execute(f"DROP TRIGGER IF EXISTS {name}")
         return available
 
@@ -265,6 +274,8 @@ class Store:
                 os.getpid() if message.state == "writing" else None,
                 int(message.state == "interrupted"),
                 token_ids_blob(message.token_ids),
+                steps_json(message.tool_steps),
+                search_text(message.tool_steps),
             )
             cursor = conn.execute(
                 _INSERT_MESSAGE, (conv_id, conv_id, parent_id, parent_id, *values)
@@ -384,14 +395,16 @@ class Store:
         *,
         token_ids: Sequence[int] | None = None,
         thinking: str | None = None,
+        tool_steps: Sequence[ToolStep] | None = None,
         done: bool = False,
     ) -> None:
         """Save a streaming reply's text so far: one UPDATE, committed at once.
 
-        `token_count`, `stats`, `token_probs`, `token_ids` and `thinking` (a
-        reasoning model's thinking so far; `content` is its answer) are left as
-        they are when not given. `done`: the reply's final write; from now on it
-        reads as complete.
+        `token_count`, `stats`, `token_probs`, `token_ids`, `thinking` (a
+        reasoning model's thinking so far; `content` is its answer) and
+        `tool_steps` (a tool turn's steps so far, `Message.tool_steps`;
+        `content` is its answer) are left as they are when not given. `done`:
+        the reply's final write; from now on it reads as complete.
         """
         assignments = ["content = ?", "token_count = COALESCE(?, token_count)"]
         params: list[Any] = [content, token_count]
@@ -407,6 +420,9 @@ class Store:
         if token_ids is not None:
             assignments.append("token_ids = ?")
             params.append(token_ids_blob(token_ids))
+        if tool_steps is not None:
+            assignments.append("tool_steps = ?, tool_text = ?")
+            params += [steps_json(tool_steps), search_text(tool_steps)]
         if done:
             assignments.append("writer_pid = NULL")
         sql = f"UPDATE messages SET {', '.join(assignments)} WHERE id = ?"

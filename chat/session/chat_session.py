@@ -19,6 +19,7 @@ from chat import paths
 from chat.conversations.attachments import Attachment
 from chat.conversations.conversation import Conversation, FinishReason, Message
 from chat.conversations.saver import ConversationSaver, ConversationSettings, restore_sampling
+from chat.conversations.tool_steps import ToolStep
 from chat.conversations.tree import index_of
 from chat.engine.protocol import ChatMessages, Engine, Finished, ModelInfo
 from chat.engine.reasoning.markers import Reasoning
@@ -229,11 +230,19 @@ class ChatSession:
         self.saver.start_reply(self.conversation, self.conversation_settings(), reply)
         return reply
 
-    def end_reply(self, reply: Message, finished: Finished, thinking: str = "") -> None:
+    def end_reply(
+        self,
+        reply: Message,
+        finished: Finished,
+        thinking: str = "",
+        tool_steps: tuple[ToolStep, ...] = (),
+    ) -> None:
         """The reply is complete: it joins the conversation, whole, and is saved.
-        `thinking`: a reasoning model's, apart from the answer (`finished.text`)."""
+        `thinking`: a reasoning model's, apart from the answer (`finished.text`);
+        `tool_steps`: a tool turn's steps before the answer."""
         reply.content, reply.stats = finished.text, finished.stats
         reply.thinking = thinking
+        reply.tool_steps = tool_steps  # saved with it: the saver reads the reply's own
         reply.token_probs = list(finished.choices) or None
         # Sent again as sampled: the KV cache then holds the next prompt's prefix.
         reply.token_ids = list(finished.token_ids) if finished.token_ids is not None else None

@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 
 from chat.conversations.attachments import Attachment, attachment_block
 from chat.conversations.conversation import Conversation, Message, system_messages
+from chat.conversations.tool_steps import steps_json
 from chat.engine.tool_calls.calls import ToolDefinition
 from chat.errors import ChatTemplateError
+from chat.session.tool_history import chat_messages_of
 
 TokenizeChat = Callable[..., list[int]]
 """`Engine.tokenize_chat`: chat messages, whether to open the reply, and
@@ -36,9 +38,9 @@ MAX_RESERVE_SHARE = 0.25
 CACHE_SIZE = 20_000
 
 
-_CountKey = tuple[str, str, str, str, tuple[int, ...], str]
+_CountKey = tuple[str, str, str, str, tuple[int, ...], str, str]
 """What a count depends on: system prompt, first message, role, text, sampled
-tokens, thinking."""
+tokens, thinking, tool steps (as stored)."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ class ContextBudget:
             return 0
         head = system_messages(system_prompt) or [{"role": "user", "content": ""}]
         shown = json.dumps([tool.for_template() for tool in tools], sort_keys=True)
-        key = ("\0tools", system_prompt, shown, "", (), "")
+        key = ("\0tools", system_prompt, shown, "", (), "", "")
         return self._cached(
             key, lambda: len(self.tokenize(head, False, tools=tools)) - self._count(head, False)
         )
@@ -125,19 +127,21 @@ class ContextBudget:
             # A reply is sent as its sampled tokens, which may count differently.
             tuple(message.token_ids or ()),
             message.thinking,
+            # A tool turn is sent as its steps and its answer.
+            steps_json(message.tool_steps) or "",
         )
         count = self._cache.get(key)
         if count is None:
-            if message.thinking:
+            if message.thinking or any(step.thinking for step in message.tool_steps):
                 # Reasoning templates keep a reply's thinking only while no
                 # question follows it (Qwen3's), and one always follows in the
                 # prompts it is sent in: counted as rendered before one.
                 after = [{"role": "user", "content": ""}]
-                sent = message.as_chat_dict(self.keep_thinking)
-                count = self._count([*head, sent, *after], False)
+                sent = chat_messages_of(message, self.keep_thinking)
+                count = self._count([*head, *sent, *after], False)
                 count -= self._count([*head, *after], False)
             else:
-                count = self._count([*head, message.as_chat_dict()], False)
+                count = self._count([*head, *chat_messages_of(message)], False)
                 count -= self._head_tokens(head)
             self._cache[key] = count
         return count
@@ -148,7 +152,7 @@ class ContextBudget:
         nor once per keystroke."""
         if not head:
             return 0
-        key = ("\0head", head[0]["role"], head[0]["content"], "", (), "")
+        key = ("\0head", head[0]["role"], head[0]["content"], "", (), "", "")
         return self._cached(key, lambda: self._count(head, False))
 
     def new_message_tokens(self, system_prompt: str, text: str, anchor: Message | None) -> int:
@@ -161,7 +165,7 @@ class ContextBudget:
         """About what `attachment` adds to a message (its block counted in a
         message of its own: the meter's plan counts the message exactly)."""
         block = attachment_block(attachment)
-        key = ("\0attachment", "", "", block, (), "")
+        key = ("\0attachment", "", "", block, (), "", "")
         return self._cached(
             key,
             lambda: (
@@ -174,7 +178,7 @@ class ContextBudget:
         head = _head(system_prompt, anchor)
         if not head:
             return 0
-        key = ("\0opening", head[0]["role"], head[0]["content"], "", (), "")
+        key = ("\0opening", head[0]["role"], head[0]["content"], "", (), "", "")
         return self._cached(key, lambda: self._count(head, True) - self._head_tokens(head))
 
     def _cached(self, key: _CountKey, compute: Callable[[], int]) -> int:
@@ -332,11 +336,13 @@ def prompt_messages(
 ) -> list[dict[str, str]]:
     """What a turn sends: the system prompt, the earlier messages that fit
     (`plan.included`), and the newest message (by default the conversation's
-    last). `keep_thinking`: see `Message.as_chat_dict`."""
+    last). `keep_thinking`: see `Message.as_chat_dict`. A reply with tool
+    steps is sent as the model saw it: its calls and their results, then its
+    answer (chat.session.tool_history)."""
     newest = newest or conversation.messages[-1]
     return [
         *history_messages(conversation, plan, keep_thinking),
-        newest.as_chat_dict(keep_thinking),
+        *chat_messages_of(newest, keep_thinking),
     ]
 
 
@@ -345,5 +351,5 @@ def history_messages(
 ) -> list[dict[str, str]]:
     """The system prompt and the earlier messages that fit the window."""
     messages = conversation.messages
-    earlier = [messages[i].as_chat_dict(keep_thinking) for i in plan.included]
+    earlier = [sent for i in plan.included for sent in chat_messages_of(messages[i], keep_thinking)]
     return system_messages(conversation.system_prompt) + earlier

@@ -38,6 +38,7 @@ from chat.session.chat_session import ChatSession
 from chat.session.context_window import WindowPlan
 from chat.session.draft_attachments import DraftAttachments
 from chat.session.reply_stream import ReplyChunk, ReplyEnded, ReplyEvent, ReplyFailed, ReplyStream
+from chat.session.tool_history import answer_of, tool_steps_of
 from chat.session.tool_loop import OfferedTool, ToolLoopOutcome
 from chat.session.tool_turn import ConversationTools, ToolTurn, ToolTurnEvent, ToolTurnStopped
 
@@ -627,12 +628,16 @@ class Turn:
         stats = last.finished.stats
         if outcome.end == "cancelled":
             stats = replace(stats, finish_reason="stopped")
-        # A step that ended with calls said its text before them: it is drawn
-        # above them, not kept as the answer. The sampled ids followed the
-        # calls, which the next prompt does not send: not kept either.
-        text = "" if last.calls else last.finished.text
-        kept = replace(last.finished, text=text, stats=stats, token_ids=None, tool_calls=())
-        self.session.end_reply(reply, kept)
+        # The steps are kept before the answer (chat.session.tool_history),
+        # and sent again as the model saw them: the answer's sampled ids
+        # still follow what they followed. A turn that ended with a call's
+        # result has no answer: its last step is kept with its calls.
+        answer = answer_of(outcome)
+        if answer is not None:
+            kept = replace(answer, stats=stats)
+        else:
+            kept = replace(last.finished, text="", stats=stats, token_ids=None, tool_calls=())
+        self.session.end_reply(reply, kept, tool_steps=tool_steps_of(outcome))
         self._done()
         self.listener(TurnEnded(reply, kept))
         self.schedule_prefill()

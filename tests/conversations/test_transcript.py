@@ -184,8 +184,13 @@ def test_a_file_in_the_earlier_format_still_imports() -> None:
         ('["hello"]', "message 1 is not an object"),
         ('[{"content": "x"}]', 'message 1 has no "role"'),
         (
+            '[{"role": "user", "content": "a"}, {"role": "robot", "content": "x"}]',
+            'message 2 has unknown role "robot" (known: system, user, assistant)',
+        ),
+        (
+            # A tool's result is read as part of the reply that called it.
             '[{"role": "user", "content": "a"}, {"role": "tool", "content": "x"}]',
-            'message 2 has unknown role "tool" (known: system, user, assistant)',
+            "message 2 is a tool result that follows no call",
         ),
         ('[{"role": "user", "content": "a"}, {"role": "assistant"}]', 'message 2 has no "content"'),
         ('[{"role": "user", "content": null}]', "message 1's content is not a string"),

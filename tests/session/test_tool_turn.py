@@ -130,6 +130,23 @@ async def test_a_turn_with_tools_asks_runs_the_call_and_answers(tmp_path: Path) 
             ("user", "What does echo say?"),
             ("assistant", "It says hi."),
         ]
+        # Kept with the reply: the step, its call and the result.
+        (kept,) = saved.messages[1].tool_steps
+        (kept_call,) = kept.calls
+        assert (kept.content, kept_call.server, kept_call.tool) == ("Let me look.", "notes", "echo")
+        assert (kept_call.outcome, kept_call.result) == ("ran", "hi")
+        # The next turn sends the turn as the model saw it.
+        engine.tool_calls = {}
+        assert turn.send("Thanks.") is None
+        await asyncio.wait_for(turn.stopped(), 10)
+        third_prompt = engine.calls[2][0]
+        assert [m["role"] for m in third_prompt[-5:]] == [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "user",
+        ]
 
 
 async def test_refused_the_model_reads_that_it_was_refused() -> None:
@@ -336,13 +353,23 @@ async def test_the_real_model_calls_the_real_server_and_answers(
         assert plan is not None and plan.tools == tools_tokens(qwen_engine, recorded, tools) > 0
         assert recorded.turn.send("Please echo hello.") is None
         await asyncio.wait_for(recorded.turn.stopped(), 120)
+        # The next turn (tools still offered; the model answers) sends the
+        # tool turn as the model saw it: the KV cache holds all of it, up to
+        # the answer (which a pinned seed evaluates again, in batches).
+        assert recorded.turn.send("Thanks.") is None
+        await asyncio.wait_for(recorded.turn.stopped(), 120)
+    next_turn = recorded.of(TurnEnded)[-1].reply.stats
+    answer_step = recorded.of(TurnEnded)[0].reply.stats
+    assert next_turn.prompt_reused >= answer_step.prompt_tokens, (next_turn, answer_step)
+    (kept,) = recorded.of(TurnEnded)[0].reply.tool_steps
+    assert [(c.tool, c.outcome) for c in kept.calls] == [("echo", "ran")]
     (request,) = answers.asked
     assert (request.server, request.tool) == ("sdk", "echo")
     (ended_call,) = recorded.of(ToolCallEnded)
     assert ended_call.record.outcome == "ran"
     assert ended_call.record.result == request.arguments["text"]
     (step,) = recorded.of(ToolStepEnded)
-    (ended,) = recorded.of(TurnEnded)
+    ended = recorded.of(TurnEnded)[0]
     assert ended.reply.content and ended.reply.stats.finish_reason == "done"
     # The step after the call evaluated only the call, its result and the
     # template's words around them: the rest came from the KV cache.

@@ -8,12 +8,16 @@ password), sampling settings, and the whole tree (`"tree"`: every message of
 every branch, oldest first, each with an id and its parent's id, its stats,
 sampled tokens and attached files; `"shown"`: the id of the last message of the branch shown).
 A reasoning model's reply carries its thinking apart from its answer, as
-OpenAI-style APIs do (`"reasoning_content"`), in both.
+OpenAI-style APIs do (`"reasoning_content"`), in both. A reply that called
+tools is, in `"messages"`, its steps as OpenAI-style messages (assistant
+messages with `"tool_calls"`, `"tool"` messages with the results) before its
+answer, and in the tree one entry with its steps (`"tool_steps"`).
 Import also takes kvchat's earlier format (one branch with per-message
 metadata), plain OpenAI-style files and bare lists of messages, with the
-thinking under the names servers give it (`json_import.THINKING_FIELDS`).
+thinking under the names servers give it (`json_import.THINKING_FIELDS`),
+and tool calls and results (each tool turn made one reply again).
 Markdown is for people: the branch shown, or every branch one after the
-other; a reply's thinking folded before its answer.
+other; a reply's thinking and each tool call folded before its answer.
 
 Here: `markdown`, `json_export`, `json_import` (no I/O besides
 `read_import_file`; the store saves what `parse_import` returns) and `files`,

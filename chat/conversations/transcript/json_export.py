@@ -9,7 +9,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from chat.conversations.conversation import Conversation, Message, ReplyStats, system_messages
+from chat.conversations.conversation import Conversation, Message, system_messages
+from chat.conversations.tool_steps import ToolStep, stats_dict, steps_data
 from chat.settings.server import public_url, split_credentials
 
 FORMAT_VERSION = 2
@@ -19,28 +20,41 @@ FORMAT_VERSION = 2
 _C1_AND_DEL = re.compile("[\x7f-\x9f]")
 
 
-def _stats_dict(stats: ReplyStats) -> dict[str, Any]:
-    return {
-        "prompt_tokens": stats.prompt_tokens,
-        "prompt_evaluated": stats.prompt_evaluated,
-        "generated_tokens": stats.generated_tokens,
-        "ttft_s": stats.ttft_s,
-        "decode_tps": stats.decode_tps,
-        "finish_reason": stats.finish_reason,
-        "seed": stats.seed,
-        "total_s": stats.total_s,
-        "thinking_tokens": stats.thinking_tokens,
-        "first_answer_s": stats.first_answer_s,
-    }
-
-
-def _message_dict(message: Message) -> dict[str, str]:
+def _message_dicts(message: Message) -> list[dict[str, Any]]:
     """What the model was sent: a message's text, then its attached files; a
-    reply's thinking as OpenAI-style APIs carry it (`reasoning_content`)."""
-    data = {"role": message.role, "content": message.prompt_content}
-    if message.thinking:
-        data["reasoning_content"] = message.thinking
-    return data
+    reply's thinking as OpenAI-style APIs carry it (`reasoning_content`); a
+    reply that called tools as its steps first, each an assistant message
+    with `tool_calls` and a `tool` message per call (OpenAI's shape: the
+    arguments as a JSON string), then its answer (if the turn got to one)."""
+    sent = [message_dict for step in message.tool_steps for message_dict in _step_dicts(step)]
+    if message.ends_in_answer:
+        data = {"role": message.role, "content": message.prompt_content}
+        if message.thinking:
+            data["reasoning_content"] = message.thinking
+        sent.append(data)
+    return sent
+
+
+def _step_dicts(step: ToolStep) -> list[dict[str, Any]]:
+    reply: dict[str, Any] = {"role": "assistant", "content": step.content}
+    if step.thinking:
+        reply["reasoning_content"] = step.thinking
+    reply["tool_calls"] = [
+        {
+            "id": call.id,
+            "type": "function",
+            "function": {
+                "name": call.name,
+                "arguments": json.dumps(dict(call.arguments), ensure_ascii=False),
+            },
+        }
+        for call in step.calls
+    ]
+    results = [
+        {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": call.result}
+        for call in step.calls
+    ]
+    return [reply, *results]
 
 
 def to_json(conv: Conversation, sampling: Mapping[str, Any]) -> str:
@@ -52,7 +66,8 @@ def to_json(conv: Conversation, sampling: Mapping[str, Any]) -> str:
     numbers = {id(message): number for number, message in enumerate(conv.tree, start=1)}
     shown = numbers[id(conv.messages[-1])] if conv.messages else None
     data = {
-        "messages": system_messages(conv.system_prompt) + [_message_dict(m) for m in conv.messages],
+        "messages": system_messages(conv.system_prompt)
+        + [sent for m in conv.messages for sent in _message_dicts(m)],
         "kvchat": {
             "format": FORMAT_VERSION,
             "title": conv.title,
@@ -87,7 +102,7 @@ def _tree_entry(message: Message, numbers: dict[int, int]) -> dict[str, Any]:
         "content": message.content,
         "created": message.created,
         "token_count": message.token_count,
-        "stats": None if message.stats is None else _stats_dict(message.stats),
+        "stats": None if message.stats is None else stats_dict(message.stats),
         # Cut short: kvchat stopped while writing it, or another window was still
         # writing it when this was exported.
         "interrupted": message.state != "complete",
@@ -96,6 +111,9 @@ def _tree_entry(message: Message, numbers: dict[int, int]) -> dict[str, Any]:
         entry["reasoning_content"] = message.thinking
     if message.token_ids is not None:
         entry["token_ids"] = message.token_ids
+    if message.tool_steps:
+        # kvchat's own record of each step (server, outcome, times, ...).
+        entry["tool_steps"] = steps_data(message.tool_steps)
     if message.attachments:
         entry["attachments"] = [{"name": a.name, "text": a.text} for a in message.attachments]
     return entry

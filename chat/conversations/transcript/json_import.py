@@ -8,20 +8,26 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
 from chat.conversations.attachments import Attachment, display_name
 from chat.conversations.conversation import (
     BACKENDS,
-    FINISH_REASONS,
     LOCAL_BACKEND,
     ROLES,
     Conversation,
-    FinishReason,
     Message,
     ReplyStats,
     Role,
+)
+from chat.conversations.tool_steps import (
+    ToolCallRecord,
+    ToolStep,
+    ToolStepsError,
+    stats_from_dict,
+    steps_from_data,
 )
 from chat.conversations.transcript.json_export import FORMAT_VERSION
 from chat.conversations.tree import MessageTree
@@ -89,47 +95,126 @@ def _parse_message(number: int, item: object) -> Message:
     return Message(role=cast(Role, role), content=item["content"], thinking=thinking)
 
 
+def _list_messages(items: list[Any]) -> list[Message]:
+    """OpenAI-style messages, each tool turn (replies with `tool_calls`, the
+    `tool` results, the answer) made one reply with its steps, as kvchat
+    keeps it (`Message.tool_steps`)."""
+    messages: list[Message] = []
+    turn: _ToolTurn | None = None
+    for number, item in enumerate(items, start=1):
+        role = item.get("role") if isinstance(item, dict) else None
+        if role == "tool":
+            if turn is None:
+                raise ImportFormatError(f"message {number} is a tool result that follows no call")
+            turn.add_result(number, item)
+            continue
+        if role == "assistant" and item.get("tool_calls"):
+            turn = turn or _ToolTurn()
+            turn.add_reply(number, item)
+            continue
+        message = _parse_message(number, item)
+        if turn is not None:
+            if message.role == "assistant":
+                message.tool_steps = turn.steps()
+            else:
+                # The turn ended with a result (stopped): no answer after it.
+                messages.append(Message("assistant", "", tool_steps=turn.steps()))
+            turn = None
+        messages.append(message)
+    if turn is not None:
+        messages.append(Message("assistant", "", tool_steps=turn.steps()))
+    return messages
+
+
+class _ToolTurn:
+    """A tool turn being read from OpenAI-style messages: its steps so far,
+    and the calls still without a result (read as cancelled if none comes)."""
+
+    def __init__(self) -> None:
+        self._steps: list[tuple[dict[str, Any], list[ToolCallRecord]]] = []
+
+    def add_reply(self, number: int, item: dict[str, Any]) -> None:
+        content = item.get("content")
+        if content is not None and not isinstance(content, str):
+            raise ImportFormatError(f"message {number}'s content is not a string")
+        calls = item["tool_calls"]
+        if not isinstance(calls, list):
+            raise ImportFormatError(f'message {number} has "tool_calls" that are not a list')
+        reply = {"content": content or "", "thinking": _parse_thinking(number, item)}
+        records = [_parse_call(number, index, call) for index, call in enumerate(calls, 1)]
+        self._steps.append((reply, records))
+
+    def add_result(self, number: int, item: dict[str, Any]) -> None:
+        content = item.get("content")
+        if content is not None and not isinstance(content, str):
+            raise ImportFormatError(f"message {number}'s content is not a string")
+        call_id = item.get("tool_call_id")
+        waiting = [
+            (records, index)
+            for _, records in self._steps
+            for index, record in enumerate(records)
+            if record.outcome == "cancelled" and record.result == ""
+        ]
+        # The call it answers by its id; without one (some servers send
+        # none), the first call still waiting.
+        found = [(r, i) for r, i in waiting if call_id is None or r[i].id == call_id]
+        if not found:
+            raise ImportFormatError(
+                f"message {number} is a tool result for no call waiting for one ({call_id!r})"
+            )
+        records, index = found[0]
+        records[index] = replace(records[index], outcome="ran", result=content or "")
+
+    def steps(self) -> tuple[ToolStep, ...]:
+        return tuple(
+            ToolStep(reply["content"], tuple(records), reply["thinking"])
+            for reply, records in self._steps
+        )
+
+
+def _parse_call(number: int, index: int, call: object) -> ToolCallRecord:
+    """One entry of an assistant message's `tool_calls` (OpenAI's shape: the
+    arguments a JSON string, or an object as chat templates take them)."""
+    where = f"call {index} of message {number}"
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(call, dict) or not isinstance(function, dict):
+        raise ImportFormatError(f'{where} is not an object with a "function"')
+    name = function.get("name")
+    if not isinstance(name, str) or not name:
+        raise ImportFormatError(f"{where} names no tool")
+    arguments = function.get("arguments", {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except (ValueError, RecursionError):
+            raise ImportFormatError(f"the arguments of {where} are not JSON") from None
+    if not isinstance(arguments, dict):
+        raise ImportFormatError(f"the arguments of {where} are not an object")
+    call_id = call.get("id")
+    if call_id is None:
+        call_id = f"{number:05d}{index:04d}"  # nine digits: every template takes that
+    if not isinstance(call_id, str):
+        raise ImportFormatError(f'{where} has an "id" that is not a string')
+    # No result yet: read as cancelled unless a `tool` message answers it.
+    return ToolCallRecord(call_id, name, arguments, "", name, "cancelled", "")
+
+
+def _parse_tool_steps(number: int, value: object) -> tuple[ToolStep, ...]:
+    if value is None:
+        return ()
+    try:
+        return steps_from_data(value)
+    except ToolStepsError as error:
+        raise ImportFormatError(f"message {number}: {error}") from None
+
+
 def _parse_stats(number: int, value: object) -> ReplyStats | None:
     if value is None:
         return None
-    where = f"the stats of message {number}"
-    if not isinstance(value, dict):
-        raise ImportFormatError(f"{where} are not an object")
-    for key in ("prompt_tokens", "prompt_evaluated", "generated_tokens"):
-        if not _is_int(value.get(key)):
-            raise ImportFormatError(f'{where} have no whole number "{key}"')
-    for key in ("ttft_s", "decode_tps"):
-        if not _is_number(value.get(key)):
-            raise ImportFormatError(f'{where} have no number "{key}"')
-    finish = value.get("finish_reason")
-    if finish not in FINISH_REASONS:
-        raise ImportFormatError(f'{where} have an unknown finish reason "{finish}"')
-    seed = value.get("seed")
-    if seed is not None and not _is_int(seed):
-        raise ImportFormatError(f'{where} have a "seed" that is not a whole number')
-    total = value.get("total_s", 0.0)
-    if not _is_number(total):
-        raise ImportFormatError(f'{where} have a "total_s" that is not a number')
-    thinking_tokens = value.get("thinking_tokens", 0)
-    if not _is_int(thinking_tokens) or not 0 <= thinking_tokens <= value["generated_tokens"]:
-        raise ImportFormatError(
-            f'{where} have a "thinking_tokens" that is not a whole number of the tokens generated'
-        )
-    first_answer = value.get("first_answer_s")
-    if first_answer is not None and not _is_number(first_answer):
-        raise ImportFormatError(f'{where} have a "first_answer_s" that is not a number')
-    return ReplyStats(
-        prompt_tokens=value["prompt_tokens"],
-        prompt_evaluated=value["prompt_evaluated"],
-        generated_tokens=value["generated_tokens"],
-        ttft_s=value["ttft_s"],
-        decode_tps=value["decode_tps"],
-        finish_reason=cast(FinishReason, finish),
-        seed=seed,
-        total_s=total,
-        thinking_tokens=thinking_tokens,
-        first_answer_s=first_answer,
-    )
+    try:
+        return stats_from_dict(value, f"the stats of message {number}")
+    except ToolStepsError as error:
+        raise ImportFormatError(str(error)) from None
 
 
 def _apply_message_meta(messages: list[Message], meta: object, first_number: int) -> None:
@@ -228,6 +313,7 @@ def _parse_tree(entries: object, shown_key: object) -> tuple[MessageTree[Message
         _apply_entry(message, entry, number)
         message.token_ids = _parse_token_ids(number, entry.get("token_ids"))
         message.attachments = _parse_attachments(number, entry.get("attachments"))
+        message.tool_steps = _parse_tool_steps(number, entry.get("tool_steps"))
         by_key[key] = message
         tree.add(message)
     if shown_key is None:
@@ -345,7 +431,7 @@ def _conversation_from_list(items: list[Any], meta: dict[str, Any]) -> Conversat
     """One branch: OpenAI-style messages, with kvchat's format-1 metadata if any."""
     if not items:
         raise ImportFormatError("it has no messages")
-    messages = [_parse_message(n, item) for n, item in enumerate(items, start=1)]
+    messages = _list_messages(items)
 
     # kvchat's own files say what the system prompt is; others put it first.
     if "system_prompt" in meta:

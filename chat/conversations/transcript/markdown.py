@@ -1,9 +1,11 @@
 """A conversation as Markdown, for people: a metadata header, then each
 message under its role (the branch shown, or every branch in turn); a
-reasoning model's thinking folded (`<details>`) before its answer."""
+reasoning model's thinking folded (`<details>`) before its answer, and so is
+each tool call of a reply, with its arguments and its result."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Mapping
@@ -12,6 +14,7 @@ from typing import Any
 
 from chat.conversations.attachments import attachment_block
 from chat.conversations.conversation import STATE_NOTES, Conversation, Message, ReplyStats
+from chat.conversations.tool_steps import ToolCallRecord
 from chat.sanitize import show_controls
 from chat.settings.server import public_url, split_credentials
 
@@ -82,8 +85,15 @@ def _messages_markdown(messages: list[Message], heading: str) -> list[str]:
     lines: list[str] = []
     for message in messages:
         lines += [f"{heading} {message.role.capitalize()}", ""]
+        for step in message.tool_steps:
+            if step.thinking:
+                lines += _fold(_thinking_summary(step.stats), step.thinking)
+            if step.content:
+                lines += [step.content, ""]
+            for call in step.calls:
+                lines += _call_fold(call)
         if message.thinking:
-            lines += _thinking_fold(message)
+            lines += _fold(_thinking_summary(message.stats), message.thinking)
         lines += [message.content, ""]
         for attachment in message.attachments:
             lines += [attachment_block(attachment), ""]
@@ -94,16 +104,35 @@ def _messages_markdown(messages: list[Message], heading: str) -> list[str]:
     return lines
 
 
-def _thinking_fold(message: Message) -> list[str]:
-    """The thinking, folded: a `<details>` block that renderers show closed,
-    with the thinking quoted inside. The thinking is the model's, untrusted:
-    it must not end the fold early or swallow the answer after it. Quoted, an
-    unclosed code fence or list ends with the quote; and every `<` that could
-    open markup is written `&lt;` (a `</details>`, a `<!--` that never ends, a
+def _thinking_summary(stats: ReplyStats | None) -> str:
+    if stats is not None and stats.thinking_tokens:
+        return f"Thinking · {stats.thinking_tokens} tokens"
+    return "Thinking"
+
+
+def _call_fold(call: ToolCallRecord) -> list[str]:
+    """A tool call, folded: a one-line summary (the tool, what came of it,
+    its time, its result's size), the arguments and the result inside."""
+    where = f"{call.server}.{call.tool}" if call.server else call.name
+    parts = [f"Tool call: {where}", call.outcome + (", error" if call.is_error else "")]
+    if call.duration_s:
+        parts.append(f"{call.duration_s:.2f} s")
+    if call.result_tokens:
+        parts.append(f"{call.result_tokens} tokens" + (", cut" if call.cut else ""))
+    arguments = json.dumps(dict(call.arguments), ensure_ascii=False, indent=2)
+    text = f"Arguments:\n\n{arguments}\n\nResult:\n\n{call.result}"
+    return _fold(" · ".join(parts), text)
+
+
+def _fold(summary: str, text: str) -> list[str]:
+    """`text` folded: a `<details>` block that renderers show closed, with
+    the text quoted inside. The text is untrusted (the model's thinking, a
+    tool's arguments and result, a tool's name in the summary): it must not
+    end the fold early or swallow what follows. Quoted, an unclosed code
+    fence or list ends with the quote; and every `<` that could open markup
+    is written `&lt;` (a `</details>`, a `<!--` that never ends, a
     `<script>`), which renders as `<` (in code it shows as written)."""
-    summary = "Thinking"
-    if message.stats is not None and message.stats.thinking_tokens:
-        summary += f" · {message.stats.thinking_tokens} tokens"
-    inert = _MARKUP_START.sub("&lt;", message.thinking.strip("\n"))
+    inert = _MARKUP_START.sub("&lt;", text.strip("\n"))
     quoted = [f"> {line}" if line.strip() else ">" for line in inert.split("\n")]
-    return [f"<details><summary>{summary}</summary>", "", *quoted, "", "</details>", ""]
+    title = _MARKUP_START.sub("&lt;", " ".join(summary.split()))
+    return [f"<details><summary>{title}</summary>", "", *quoted, "", "</details>", ""]

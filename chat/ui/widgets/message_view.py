@@ -343,6 +343,8 @@ class AssistantMessageView(MessageView):
     def compose(self) -> ComposeResult:
         yield from super().compose()
         yield self.thinking
+        if self.message.tool_steps:
+            yield ToolSteps(self.message.tool_steps)
         yield _reply_markdown_class()(
             sanitize(self.message.content),
             classes="message-body",

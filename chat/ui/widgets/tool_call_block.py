@@ -11,14 +11,17 @@ drawn as `Content` after `chat.sanitize` (no markup, no escapes, no links).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
 from chat.conversations.conversation import ReplyStats
+from chat.conversations.tool_steps import ToolStep
+from chat.engine.tool_calls.calls import ToolCall
 from chat.sanitize import sanitize, sanitize_line
 from chat.session.tool_loop import CallRecord, PermissionRequest
 from chat.ui.widgets.folded_block import FoldedBlock
@@ -115,6 +118,16 @@ class ToolCallBlock(FoldedBlock):
         return text
 
 
+def _step_lines(step: int, text: str, stats: ReplyStats | None) -> list[Static]:
+    """What a step said before its calls (if anything), and its figures."""
+    lines = []
+    if text.strip():
+        lines.append(Static(Content(sanitize(text.strip())), classes="tool-step-text"))
+    if stats is not None:
+        lines.append(Static(Content(step_figures(step, stats)), classes="tool-step-figures"))
+    return lines
+
+
 class ToolSteps(Vertical):
     """The steps of a tool turn, above the reply's answer."""
 
@@ -132,9 +145,34 @@ class ToolSteps(Vertical):
     }
     """
 
-    def __init__(self) -> None:
+    def __init__(self, kept: Sequence[ToolStep] = ()) -> None:
+        """`kept`: a saved reply's steps, drawn as they were (all folded)."""
         super().__init__()
         self._blocks: dict[str, ToolCallBlock] = {}
+        self._kept = tuple(kept)
+
+    def compose(self) -> ComposeResult:
+        for number, step in enumerate(self._kept, 1):
+            yield from _step_lines(number, step.content, step.stats)
+            for kept in step.calls:
+                call = ToolCall(kept.name, kept.arguments, kept.id)
+                request = PermissionRequest(kept.server, kept.tool, kept.arguments, call)
+                block = ToolCallBlock(request, kept.outcome)
+                block.finish(
+                    CallRecord(
+                        call,
+                        kept.server,
+                        kept.tool,
+                        kept.outcome,
+                        kept.result,
+                        kept.duration_s,
+                        kept.is_error,
+                        kept.cut,
+                        kept.result_tokens,
+                    )
+                )
+                self._blocks[kept.id] = block
+                yield block
 
     @property
     def blocks(self) -> list[ToolCallBlock]:
@@ -142,9 +180,7 @@ class ToolSteps(Vertical):
 
     async def add_step(self, step: int, text: str, stats: ReplyStats) -> None:
         """A step that ended with calls: what it said before them, its figures."""
-        if text.strip():
-            await self.mount(Static(Content(sanitize(text.strip())), classes="tool-step-text"))
-        await self.mount(Static(Content(step_figures(step, stats)), classes="tool-step-figures"))
+        await self.mount_all(_step_lines(step, text, stats))
 
     async def show_call(self, request: PermissionRequest, state: str) -> ToolCallBlock:
         """The call's block, mounted the first time, in `state`."""

@@ -84,6 +84,17 @@ async def test_the_question_shows_the_call_and_run_once_runs_it() -> None:
         assert "Result:\nhi" in str(block.render())
         await pilot.click(block)
         await wait_for(lambda: block.folded, pilot)
+        # Kept: a new conversation, then this one opened again, draws the call.
+        conversation_id = app.chat_screen.conversation.id
+        assert conversation_id is not None
+        await pilot.press("ctrl+n")
+        await wait_for(lambda: not app.query(ToolCallBlock), pilot)
+        assert await app.chat_screen.open_conversation(conversation_id)
+        await wait_for(lambda: app.query(ToolCallBlock), pilot)
+        (kept,) = app.query(ToolCallBlock)
+        assert kept.folded and kept.state == "ran"
+        assert str(kept.render()) == line
+        assert reply_on_screen(app) == "It says hi."
 
 
 async def test_refuse_by_button_and_escape_tell_the_model() -> None:
