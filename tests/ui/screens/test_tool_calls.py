@@ -203,3 +203,13 @@ async def test_esc_on_the_chat_screen_stops_a_running_call() -> None:
         assert servers.cancelled == 1
         assert block.state == "cancelled"
         assert len(engine.calls) == 1
+
+
+async def test_quitting_while_asked_ends_the_turn_and_the_app() -> None:
+    app, _, servers = tool_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await asked(pilot)
+        await pilot.press("ctrl+q")
+        await wait_for(lambda: not app.is_running, pilot)
+    assert servers.called == []
+    assert not app.turn.generating
