@@ -32,6 +32,7 @@ from chat.session.tool_loop import (
     LoopEvent,
     OfferedTool,
     PermissionRequest,
+    Step,
     ToolCaller,
     ToolLoop,
     ToolLoopOutcome,
@@ -195,6 +196,8 @@ class ToolTurn:
         self._flush_at: asyncio.TimerHandle | None = None
         self._step = 1
         self._step_text: list[str] = []
+        self._steps: list[Step] = []
+        """The steps that called so far, with the calls that ended."""
         self.loop = ToolLoop(
             engine,
             tools.caller,
@@ -210,6 +213,20 @@ class ToolTurn:
     def text(self) -> str:
         """The current step's text so far (what the reply would keep now)."""
         return "".join(self._step_text)
+
+    def so_far(self) -> ToolLoopOutcome:
+        """The steps done so far, each with the calls that ended, as the
+        loop's outcome would have them (for `tool_history.tool_steps_of`)."""
+        steps = [step for step in self._steps if step.calls]
+        added: list[ChatMessage] = [
+            {
+                "role": "assistant",
+                "content": step.finished.text,
+                "tool_calls": [call.for_template() for call in step.finished.tool_calls],
+            }
+            for step in steps
+        ]
+        return ToolLoopOutcome("cancelled", steps, added)
 
     def cancel(self) -> None:
         self.loop.cancel()
@@ -235,6 +252,7 @@ class ToolTurn:
         if event.kind == "step" and event.finished is not None:
             finished = event.finished
             if finished.tool_calls:
+                self._steps.append(Step(finished))
                 self._report(ToolStepEnded(self.reply, self._step, finished, finished.text))
                 self._step += 1
                 self._step_text = []
@@ -243,6 +261,9 @@ class ToolTurn:
         elif event.kind == "call" and event.request is not None:
             self._report(ToolCallStarted(self.reply, event.request, self._step - 1))
         elif event.kind == "result" and event.record is not None:
+            if self._steps:
+                last = self._steps[-1]
+                self._steps[-1] = Step(last.finished, (*last.calls, event.record))
             self._report(ToolCallEnded(self.reply, event.record, self._step - 1))
 
     def _flush(self) -> None:

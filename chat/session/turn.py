@@ -40,7 +40,13 @@ from chat.session.draft_attachments import DraftAttachments
 from chat.session.reply_stream import ReplyChunk, ReplyEnded, ReplyEvent, ReplyFailed, ReplyStream
 from chat.session.tool_history import answer_of, tool_steps_of
 from chat.session.tool_loop import OfferedTool, ToolLoopOutcome
-from chat.session.tool_turn import ConversationTools, ToolTurn, ToolTurnEvent, ToolTurnStopped
+from chat.session.tool_turn import (
+    ConversationTools,
+    ToolCallEnded,
+    ToolTurn,
+    ToolTurnEvent,
+    ToolTurnStopped,
+)
 
 PREFILL_PAUSE_S = 0.5
 """After this pause in typing, the message is evaluated ahead (Engine.prefill):
@@ -547,7 +553,7 @@ class Turn:
         prompt is still being evaluated does not end before the app does."""
         if self._tool_turn is not None:
             self._tool_turn.cancel()
-            self.session.saver.save_progress(self._tool_turn.text, None)
+            self._save_tool_progress()
         if self._stream is not None:
             self._stream.cancel()
             self.session.saver.save_progress(self._stream.text, self._stream.thinking or None)
@@ -589,7 +595,7 @@ class Turn:
             offered,
             replace(self.session.settings.sampling),  # the settings pane may change them
             reply,
-            self.listener,
+            self._tool_event,
             partial(self._tool_text, reply),
         )
         self._tool_turn = tool_turn
@@ -597,6 +603,23 @@ class Turn:
         self._tool_task = asyncio.get_running_loop().create_task(
             self._run_tool_turn(reply, tool_turn, messages), name="tool turn"
         )
+
+    def _tool_event(self, event: ToolTurnEvent) -> None:
+        """A step of the tool turn: once a call has ended, the reply's row
+        holds the steps so far (a crash loses none of them)."""
+        if isinstance(event, ToolCallEnded):
+            self._save_tool_progress()
+        self.listener(event)
+
+    def _save_tool_progress(self) -> None:
+        tool_turn = self._tool_turn
+        if tool_turn is not None:
+            # The reply's own steps too: whatever else saves it meanwhile
+            # (`save_all`, a retry) writes them, not none.
+            tool_turn.reply.tool_steps = tool_steps_of(tool_turn.so_far())
+            self.session.saver.save_progress(
+                tool_turn.text, None, tool_steps=tool_turn.reply.tool_steps
+            )
 
     def _tool_text(self, reply: Message, text: str, tokens: int) -> None:
         if reply is self._reply:

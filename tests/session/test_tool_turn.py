@@ -53,6 +53,15 @@ class Answers:
         return self.choice
 
 
+class FirstOnly(Answers):
+    """Answers the first question; the others wait for ever."""
+
+    async def __call__(self, request: PermissionRequest) -> Choice:
+        if self.asked:
+            self.choice = None
+        return await super().__call__(request)
+
+
 def with_tools(
     recorded: Recorded,
     servers: Any,
@@ -200,6 +209,32 @@ async def test_esc_while_asked_stops_the_turn_and_keeps_what_was_done() -> None:
     # Kept: the question and the reply (its text was the step's, shown above the call).
     assert [m.role for m in turn.session.conversation.messages] == ["user", "assistant"]
     assert not turn.stop()
+
+
+async def test_the_steps_so_far_are_saved_as_each_call_ends(tmp_path: Path) -> None:
+    engine = ScriptedToolEngine(
+        [["Look."], ["Again."], ["Done."]], {0: echo_call("a"), 1: echo_call("b")}
+    )
+    answers = FirstOnly(Choice.ONCE)
+    with Store(tmp_path / "c.db") as store:
+        recorded = Recorded(engine, store)
+        with_tools(recorded, FakeToolServers(), answers)
+        turn = recorded.turn
+        assert turn.send("Twice") is None
+        await recorded.until(lambda: len(answers.asked) == 2)  # the second question waits
+        conv_id = turn.session.conversation.id
+        assert conv_id is not None
+        reply_row = store.get_conversation(conv_id).messages[-1]
+        (saved,) = reply_row.tool_steps  # the first step, its call ended
+        assert [(c.arguments, c.result) for c in saved.calls] == [({"text": "a"}, "a")]
+        assert turn.stop()
+        await asyncio.wait_for(turn.stopped(), 10)
+        final = store.get_conversation(conv_id).messages[-1]
+        assert [[c.outcome for c in step.calls] for step in final.tool_steps] == [
+            ["ran"],
+            ["cancelled"],
+        ]
+        assert not final.ends_in_answer
 
 
 async def test_esc_during_a_running_call_cancels_the_call() -> None:
