@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from chat.conversations.conversation import Message
 from chat.engine.protocol import ChatMessage, Engine, Finished
+from chat.engine.reasoning.splitter import ReplyPart, ThinkingSplitter, token_parts
 from chat.engine.tool_calls.calls import ToolDefinition
 from chat.runtime.frame_pacing import FASTEST_FRAME_S
 from chat.session.tool_loop import (
@@ -181,21 +182,27 @@ class ToolTurn:
         sampling: SamplingSettings,
         reply: Message,
         report: Callable[[ToolTurnEvent], object],
-        on_text: Callable[[str, int], object],
+        on_text: Callable[[str, int, str, int], object],
         frame_s: float = FASTEST_FRAME_S,
     ) -> None:
-        """`report` gets each step's events, `on_text` the reply's text (and
-        its tokens, a call's own tokens counted with no text) at most once a
-        frame; both on the event loop `run` is awaited in."""
+        """`report` gets each step's events, `on_text` the reply's text, its
+        tokens (a call's own tokens counted with no text), and a reasoning
+        model's thinking with its tokens, at most once a frame; both on the
+        event loop `run` is awaited in."""
         self.reply = reply
         self._report = report
         self._on_text = on_text
         self._frame_s = frame_s
+        self._reasoning = engine.info.reasoning
+        self._splitter = self._new_splitter()
         self._pending: list[str] = []
+        self._pending_thinking: list[str] = []
         self._pending_tokens = 0
+        self._pending_thinking_tokens = 0
         self._flush_at: asyncio.TimerHandle | None = None
         self._step = 1
         self._step_text: list[str] = []
+        self._step_thinking: list[str] = []
         self._steps: list[Step] = []
         """The steps that called so far, with the calls that ended."""
         self.loop = ToolLoop(
@@ -211,8 +218,31 @@ class ToolTurn:
 
     @property
     def text(self) -> str:
-        """The current step's text so far (what the reply would keep now)."""
+        """The current step's answer so far (the last step's, once the turn
+        ended: the reply's answer)."""
         return "".join(self._step_text)
+
+    @property
+    def thinking(self) -> str:
+        """The current step's thinking so far, apart from its answer."""
+        return "".join(self._step_thinking)
+
+    def _new_splitter(self) -> ThinkingSplitter | None:
+        """Each step is a reply of its own: its thinking comes first."""
+        reasoning = self._reasoning
+        if reasoning is None:
+            return None
+        return ThinkingSplitter(reasoning.markers, reasoning.prompt_opens_block)
+
+    def _take(self, parts: Sequence[ReplyPart]) -> None:
+        for part in parts:
+            if part.kind == "answer":
+                self._pending.append(part.text)
+                self._step_text.append(part.text)
+            else:
+                self._pending_thinking.append(part.text)
+                self._step_thinking.append(part.text)
+                self._pending_thinking_tokens += part.tokens
 
     def so_far(self) -> ToolLoopOutcome:
         """The steps done so far, each with the calls that ended, as the
@@ -241,21 +271,23 @@ class ToolTurn:
         if event.kind == "text" and event.token is not None:
             token = event.token
             if not token.tool_call:  # the call's JSON shows in its own block
-                self._pending.append(token.text)
-                self._step_text.append(token.text)
+                self._take(token_parts(token, self._splitter))
             self._pending_tokens += 1 if token.token_id >= 0 else 0
             if self._flush_at is None:
                 loop = asyncio.get_running_loop()
                 self._flush_at = loop.call_later(self._frame_s, self._flush)
             return
+        if event.kind == "step" and self._splitter is not None:
+            self._take(self._splitter.flush())
         self._flush()
         if event.kind == "step" and event.finished is not None:
             finished = event.finished
             if finished.tool_calls:
                 self._steps.append(Step(finished))
-                self._report(ToolStepEnded(self.reply, self._step, finished, finished.text))
+                self._report(ToolStepEnded(self.reply, self._step, finished, self.text))
                 self._step += 1
-                self._step_text = []
+                self._step_text, self._step_thinking = [], []
+                self._splitter = self._new_splitter()
         elif event.kind == "ask" and event.request is not None:
             self._report(ToolCallAsked(self.reply, event.request))
         elif event.kind == "call" and event.request is not None:
@@ -270,7 +302,9 @@ class ToolTurn:
         if self._flush_at is not None:
             self._flush_at.cancel()
             self._flush_at = None
-        if self._pending or self._pending_tokens:
-            text, tokens = "".join(self._pending), self._pending_tokens
-            self._pending, self._pending_tokens = [], 0
-            self._on_text(text, tokens)
+        if self._pending or self._pending_tokens or self._pending_thinking:
+            text, thinking = "".join(self._pending), "".join(self._pending_thinking)
+            tokens, thinking_tokens = self._pending_tokens, self._pending_thinking_tokens
+            self._pending, self._pending_thinking = [], []
+            self._pending_tokens = self._pending_thinking_tokens = 0
+            self._on_text(text, tokens, thinking, thinking_tokens)

@@ -621,9 +621,11 @@ class Turn:
                 tool_turn.text, None, tool_steps=tool_turn.reply.tool_steps
             )
 
-    def _tool_text(self, reply: Message, text: str, tokens: int) -> None:
+    def _tool_text(
+        self, reply: Message, text: str, tokens: int, thinking: str, thinking_tokens: int
+    ) -> None:
         if reply is self._reply:
-            self.listener(TurnText(reply, text, tokens))
+            self.listener(TurnText(reply, text, tokens, thinking, thinking_tokens))
 
     async def _run_tool_turn(
         self, reply: Message, tool_turn: ToolTurn, messages: Sequence[ChatMessage]
@@ -633,11 +635,13 @@ class Turn:
         except Exception as error:  # a bug or a llama.cpp failure: say so, keep the app alive
             outcome = ToolLoopOutcome("failed", problem=f"Generation failed: {error}")
         self._tool_turn = self._tool_task = None
-        self._tool_turn_ended(reply, outcome)
+        self._tool_turn_ended(reply, outcome, tool_turn.text, tool_turn.thinking)
 
-    def _tool_turn_ended(self, reply: Message, outcome: ToolLoopOutcome) -> None:
-        """The reply keeps its answer (the last step's text); the steps before
-        it were drawn as they came."""
+    def _tool_turn_ended(
+        self, reply: Message, outcome: ToolLoopOutcome, answer_text: str, thinking: str
+    ) -> None:
+        """The reply keeps its answer (the last step's, its thinking apart);
+        the steps before it were drawn as they came."""
         steps = outcome.steps
         if not steps:
             self._failed(reply, ReplyFailed(outcome.problem or "The reply failed."))
@@ -645,8 +649,8 @@ class Turn:
         if outcome.problem:
             self.listener(ToolTurnStopped(reply, outcome.problem))
         last = steps[-1]
-        if len(steps) == 1 and not last.calls:
-            self._ended(reply, ReplyEnded(last.finished))  # it called nothing
+        if len(steps) == 1 and not last.calls:  # it called nothing
+            self._ended(reply, ReplyEnded(replace(last.finished, text=answer_text), thinking))
             return
         stats = last.finished.stats
         if outcome.end == "cancelled":
@@ -657,10 +661,11 @@ class Turn:
         # result has no answer: its last step is kept with its calls.
         answer = answer_of(outcome)
         if answer is not None:
-            kept = replace(answer, stats=stats)
+            kept = replace(answer, text=answer_text, stats=stats)
         else:
             kept = replace(last.finished, text="", stats=stats, token_ids=None, tool_calls=())
-        self.session.end_reply(reply, kept, tool_steps=tool_steps_of(outcome))
+            thinking = ""
+        self.session.end_reply(reply, kept, thinking, tool_steps_of(outcome))
         self._done()
         self.listener(TurnEnded(reply, kept))
         self.schedule_prefill()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from chat.bench.tools import ANSWER
 from chat.conversations.conversation import system_messages
 from chat.conversations.store import Store
 from chat.engine.llama import LlamaEngine, load_engine
+from chat.engine.reasoning.markers import THINK, Reasoning
 from chat.session.tool_loop import CANCELLED, REFUSED, PermissionRequest, ToolLoopSettings
 from chat.session.tool_turn import (
     ConversationTools,
@@ -156,6 +158,28 @@ async def test_a_turn_with_tools_asks_runs_the_call_and_answers(tmp_path: Path) 
             "assistant",
             "user",
         ]
+
+
+async def test_a_reasoning_model_thinks_apart_from_its_answer_in_each_step() -> None:
+    engine = ScriptedToolEngine(
+        [
+            ["<think>", "I", " should", " look.", "</think>", "Let", " me", " look."],
+            ["<think>", "Got", " it.", "</think>", "It", " says", " hi."],
+        ],
+        {0: echo_call("hi")},
+    )
+    engine.info = replace(engine.info, reasoning=Reasoning(THINK, "template"))
+    recorded = Recorded(engine)
+    with_tools(recorded, FakeToolServers(), Answers(Choice.ONCE))
+    assert recorded.turn.send("Echo hi") is None
+    await asyncio.wait_for(recorded.turn.stopped(), 10)
+    (step,) = recorded.of(ToolStepEnded)
+    assert step.text == "Let me look."
+    thought = "".join(event.thinking for event in recorded.of(TurnText))
+    assert "I should look." in thought and "Got it." in thought
+    assert "<think>" not in recorded.text()
+    (ended,) = recorded.of(TurnEnded)
+    assert (ended.reply.content, ended.reply.thinking) == ("It says hi.", "Got it.")
 
 
 async def test_refused_the_model_reads_that_it_was_refused() -> None:
