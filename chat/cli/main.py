@@ -410,7 +410,7 @@ def _run(args: argparse.Namespace) -> int:
 
             server = server_config(settings.server, os.environ)
             assert server is not None
-            run = partial(run_oneshot_on_server, prompt, settings, server)
+            run = partial(run_oneshot_on_server, prompt, settings, server, **extras)
         else:
             model = pick_model(args.model, None if args.model else settings.model.path)
             if model is None:
@@ -429,9 +429,9 @@ def _oneshot_extras(
     the grammar and the tools for `run_oneshot`."""
     if not args.json_schema and not args.allow_tool:
         return {}
-    if on_server:
+    if on_server and args.json_schema:
         raise KvchatError(
-            "--json-schema and --allow-tool work only with a model loaded in kvchat for now, "
+            "--json-schema works only with a model loaded in kvchat for now, "
             "not with a model server."
         )
     if args.json_schema and args.allow_tool:

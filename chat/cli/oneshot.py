@@ -288,16 +288,18 @@ def run_oneshot_on_server(
     as_json: bool,
     out: TextIO,
     show_thinking: bool = True,
+    tools: OneShotTools | None = None,
 ) -> int:
     """Connect to the model server, stream the reply to `out`. Raises
-    `ServerError` (a `KvchatError`) when the server cannot be used."""
+    `ServerError` (a `KvchatError`) when the server cannot be used.
+    `tools`: the turn may call the tools allowed (`--allow-tool`)."""
     from chat.engine import remote
 
     # A plain Python connection: Ctrl+C interrupts it as it should.
     engine = remote.connect(server)
     # The URL as recorded everywhere: without a user name, password or query.
     source = {"server": public_url(server.url), "server_kind": engine.info.kind}
-    return _reply(engine, prompt, settings, source, as_json, out, show_thinking)
+    return _reply(engine, prompt, settings, source, as_json, out, show_thinking, tools)
 
 
 def _tool_turn(

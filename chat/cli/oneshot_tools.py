@@ -79,9 +79,10 @@ def run_tool_turn(
 ) -> ToolLoopOutcome:
     """Start the servers, run the turn's tool loop, stop the servers. The
     calls are told on `err` (default: stderr)."""
-    if engine.info.tool_calls is None:
+    if not engine.info.calls_tools:
         raise KvchatError(
-            f"The model {engine.info.name} cannot call tools: its chat template does not "
+            engine.info.no_tools_reason
+            or f"The model {engine.info.name} cannot call tools: its chat template does not "
             "show it how (no tools in it, or a syntax kvchat does not know)."
         )
     servers = tools.servers()

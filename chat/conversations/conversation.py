@@ -1,4 +1,5 @@
-"""Value types for a chat: messages, reply statistics and conversations.
+"""Value types for a chat: messages, reply statistics, a tool turn's steps
+and conversations.
 
 No I/O here: the store persists these, the engine reads them, the UI shows them.
 """
@@ -107,6 +108,9 @@ class TokenChoice:
         )
 
 
+# A tool turn's steps, kept with its reply (`Message.tool_steps`): their
+# stored form is chat.conversations.tool_steps', and chat.session.tool_history
+# sends them again as the model saw them.
 CallOutcome = Literal["ran", "refused", "failed", "cancelled"]
 CALL_OUTCOMES: tuple[CallOutcome, ...] = ("ran", "refused", "failed", "cancelled")
 """What came of a call: it ran (its result may still be an error the tool

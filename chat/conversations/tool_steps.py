@@ -126,11 +126,9 @@ def steps_json(steps: Sequence[ToolStep]) -> str | None:
     """The stored form of `steps` (None for none: the column stays NULL)."""
     if not steps:
         return None
-    return json.dumps(
-        {"version": STORED_VERSION, "steps": steps_data(steps)},
-        ensure_ascii=False,
-        allow_nan=False,
-    )
+    # Python's JSON (NaN and Infinity allowed), as the exports write stats:
+    # an imported reply's figures are stored as they came.
+    return json.dumps({"version": STORED_VERSION, "steps": steps_data(steps)}, ensure_ascii=False)
 
 
 def steps_from_json(text: str | None) -> tuple[ToolStep, ...]:

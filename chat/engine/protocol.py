@@ -106,6 +106,19 @@ class ModelInfo:
     tool_calls: ToolCallSyntax | None = None
     """How the model writes a tool call (from its chat template and
     vocabulary; chat.engine.tool_calls); None when it was not shown how."""
+    api_tool_calls: bool = False
+    """A model server takes the tools offered and returns the calls through
+    its API (OpenAI's `tools` and `tool_calls`, Ollama's): the server writes
+    and reads the calls, so `tool_calls` stays None."""
+    no_tools_reason: str | None = None
+    """Why this model cannot be offered tools, in one sentence, where that is
+    known (a llama-server without `--jinja`, a model whose template has no
+    tools); None otherwise."""
+
+    @property
+    def calls_tools(self) -> bool:
+        """Whether tools can be offered to this model."""
+        return self.tool_calls is not None or self.api_tool_calls
 
     def device_text(self) -> str:
         if self.server_url is not None:

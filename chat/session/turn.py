@@ -569,10 +569,10 @@ class Turn:
 
     def tools_to_offer(self) -> list[OfferedTool]:
         """The tools the next reply is offered: none when the conversation has
-        tools off, no server is ready, or the model cannot call tools (a model
-        server, or a template that does not show the model how)."""
+        tools off, no server is ready, or the model cannot call tools (its
+        template does not show it how, or its server takes no tools)."""
         tools, engine = self.tools, self.session.engine
-        if tools is None or engine is None or engine.info.tool_calls is None:
+        if tools is None or engine is None or not engine.info.calls_tools:
             return []
         return tools.offered()
 

@@ -89,7 +89,7 @@ def test_a_bad_schema_file_is_one_sentence_before_any_model_loads(
         (("-p", "x", "--allow-tool", "time"), "SERVER.TOOL"),
         (("-p", "x", "--allow-tool", "nope.tool"), "names the tool server 'nope'"),
         (("-p", "x", "--allow-tool", "a.b", "--json-schema", "s.json"), "cannot go together"),
-        (("-p", "x", "--allow-tool", "a.b", "--server", "http://127.0.0.1:9"), "model server"),
+        (("-p", "x", "--json-schema", "s.json", "--server", "http://127.0.0.1:9"), "model server"),
     ],
 )
 def test_option_mistakes_are_one_sentence(

@@ -250,3 +250,14 @@ def test_damaged_tool_steps_in_a_kvchat_file_are_refused() -> None:
     data["kvchat"]["tree"][1]["tool_steps"][0]["calls"][0]["outcome"] = "boom"
     with pytest.raises(ImportFormatError, match='message 2: tool step 1, call 1 has an "outcome"'):
         parse_import(json.dumps(data))
+
+
+def test_a_steps_figures_that_are_not_finite_import_and_are_kept(tmp_path: Path) -> None:
+    """JSON as Python writes it (`Infinity`): stored and read back as it came."""
+    data = json.loads(to_json(conversation(), {}))
+    data["kvchat"]["tree"][1]["tool_steps"][0]["stats"]["decode_tps"] = float("inf")
+    imported, sampling = parse_import(json.dumps(data))
+    with Store(tmp_path / "c.db") as store:
+        conv_id = store.import_conversation(imported, sampling)
+        step = store.get_conversation(conv_id).messages[1].tool_steps[0]
+    assert step.stats is not None and step.stats.decode_tps == float("inf")

@@ -7,10 +7,13 @@ engine's own grammar (made from the tools' schemas) takes over.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from chat.bench.tools import QWEN25_TEMPLATE as BENCH_QWEN25_TEMPLATE
+from chat.conversations.conversation import ReplyStats
+from chat.engine.kv_state import common_prefix
 from chat.engine.tool_calls.calls import ToolDefinition
 from tests.engine.template_models import with_chat_template
 
@@ -68,3 +71,22 @@ def mistral_model(demo_model: Path, folder: Path) -> Path:
 
 def schema_of(tool_name: str) -> dict[str, Any]:
     return dict(next(t for t in TOOLS if t.name == tool_name).parameters)
+
+
+def assert_step_after_a_call_reuses_the_cache(
+    engine: Any,
+    question: Sequence[Any],
+    added: Sequence[Any],
+    definitions: Sequence[ToolDefinition],
+    step: ReplyStats,
+) -> tuple[list[int], list[int]]:
+    """The step after a call (`step`, whose prompt is `question` and the
+    call and result `added`) was counted exactly, and evaluated no more than
+    what its prompt has beyond the first step's: that one stayed in the KV
+    cache. Returns both prompts."""
+    prompt1 = engine.tokenize_chat(question, tools=definitions)
+    prompt2 = engine.tokenize_chat([*question, *added], tools=definitions)
+    assert common_prefix(prompt1, prompt2) == len(prompt1)
+    assert step.prompt_tokens == len(prompt2)
+    assert step.prompt_evaluated <= len(prompt2) - len(prompt1)
+    return prompt1, prompt2

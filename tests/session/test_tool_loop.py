@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from chat.bench.tools import StepGrammars
-from chat.engine.kv_state import common_prefix
 from chat.engine.llama import LlamaEngine, load_engine
 from chat.engine.tool_calls.calls import ToolDefinition
 from chat.session.tool_loop import (
@@ -28,7 +27,11 @@ from chat.session.tool_loop import (
 )
 from chat.settings.schema import ModelSettings, SamplingSettings
 from chat.tools.permissions import Choice, Grant, Permissions
-from tests.engine.tool_models import OPENS_HERMES_CALL, qwen25_model
+from tests.engine.tool_models import (
+    OPENS_HERMES_CALL,
+    assert_step_after_a_call_reuses_the_cache,
+    qwen25_model,
+)
 from tests.tools.conftest import running, sdk_server, wait_for_file
 
 GREEDY = SamplingSettings(temperature=0.0, max_tokens=80, seed=1)
@@ -119,12 +122,9 @@ async def test_a_turn_asks_calls_reads_the_result_and_answers(
     assert permissions.allowed("sdk", "echo") is None  # once is once
     # The step after the call evaluates only the call and its result: the
     # first prompt is still in the KV cache.
-    definitions = [ECHO.definition]
-    prompt1 = engine.tokenize_chat(QUESTION, tools=definitions)
-    prompt2 = engine.tokenize_chat([*QUESTION, *outcome.added[:2]], tools=definitions)
-    assert common_prefix(prompt1, prompt2) == len(prompt1)
-    assert second.finished.stats.prompt_tokens == len(prompt2)
-    assert second.finished.stats.prompt_evaluated <= len(prompt2) - len(prompt1)
+    prompt1, _ = assert_step_after_a_call_reuses_the_cache(
+        engine, QUESTION, outcome.added[:2], [ECHO.definition], second.finished.stats
+    )
     assert first.finished.stats.prompt_evaluated >= len(prompt1) - 1  # ~all of it, the first time
 
 

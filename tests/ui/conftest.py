@@ -252,3 +252,8 @@ def server_app(url: str, resume: int | None = None) -> ChatApp:
     settings.sampling.max_tokens = 24
     settings.sampling.seed = 3
     return ChatApp(Launch(settings, ModelCandidate.for_server(ServerConfig(url)), resume=resume))
+
+
+def pages_settled(view: Widget) -> bool:
+    """No page of the conversation view is being mounted or set aside."""
+    return not any(worker.node is view and not worker.is_finished for worker in view.app.workers)

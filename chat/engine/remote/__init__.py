@@ -20,6 +20,10 @@ Contract used by the rest of kvchat (settings, CLI, loader):
 - `ModelInfo` says where the window comes from (`n_ctx_source`, `n_ctx_known`)
   and whether counts are exact (`count_exact`: llama-server and vLLM count
   with the server's tokenizer; Ollama and generic servers are estimated).
+- Tools go through the server's API (`ModelInfo.api_tool_calls`); a server
+  that cannot take them says why in `ModelInfo.no_tools_reason`, and a reply
+  asked with tools then raises `KvchatError` with that sentence, before any
+  request (docs/tools.md, "How a model server calls a tool").
 
 Modules: `http` (requests, streamed lines, faults), `detect` (which kind),
 `engine` (what every kind shares), one module per kind, `estimate` and

@@ -4,7 +4,12 @@ methods of `Engine` answered for a cache the server owns.
 
 A kind (llama-server, vLLM, Ollama, OpenAI) supplies `_prepare` (the request
 for a conversation, tokenized or estimated) and `_pieces` (the server's stream
-as `Piece`s, then one `Summary`).
+as `Piece`s, then one `Summary`, which carries the tools the reply called).
+
+Tools go through the server's API: the definitions in the request, the calls
+read from the stream (`Summary.tool_calls`, then `Finished.tool_calls`), and
+earlier calls and results in the history as `tool_calls` and `tool` messages
+(`chat_messages`). A kind that cannot says why in `ModelInfo.no_tools_reason`.
 
 How a reply that fails part-way ends: when the connection drops (or the server
 sends something broken) *after* text has come, the events already yielded
@@ -16,6 +21,7 @@ Before any text, the `ServerError` is raised (there is nothing to keep).
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import threading
 import time
@@ -29,7 +35,7 @@ from chat.engine.kv_state import KvState, StateIdentity
 from chat.engine.protocol import ChatMessages, EngineEvent, Finished, ModelInfo, TokenEvent
 from chat.engine.remote.http import ServerHttp
 from chat.engine.reply_text import ReplyText
-from chat.engine.tool_calls.calls import ToolDefinition
+from chat.engine.tool_calls.calls import ToolCall, ToolDefinition
 from chat.errors import (
     EngineBusyError,
     EngineClosedError,
@@ -51,9 +57,7 @@ PLACEHOLDER_TOKEN_ID = 0
 """Stands for a token whose id the server does not report (see `Piece`)."""
 
 
-_NO_SERVER_TOOLS = (
-    "Tool calls work only with a model loaded in kvchat for now, not with a model server."
-)
+_NO_SERVER_TOOLS = "This model server cannot call tools."
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,10 @@ class Summary:
     seed: int | None = None
     clean_ids: bool = True
     """False when the sampled ids may not spell the text (a stop word cut it)."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The tools the reply called, as the server read them from its output."""
+    tool_call_error: str | None = None
+    """Why a call the server reported cannot be used, in one sentence."""
 
 
 @dataclass(frozen=True)
@@ -90,8 +98,11 @@ class Request:
     them, sent), and whatever the kind sends instead or besides."""
 
     tokens: list[int]
-    messages: list[dict[str, str]] = field(default_factory=list)
-    """Role and content of each message, for servers that take messages."""
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    """Each message as a chat API takes it (`chat_messages`), for servers
+    that take messages."""
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    """The tools offered, in OpenAI's shape (`ToolDefinition.for_template`)."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +126,8 @@ def server_model_info(
     n_ctx_train: int | None = None,
     n_ctx_known: bool = True,
     count_exact: bool = True,
+    api_tool_calls: bool = False,
+    no_tools_reason: str | None = None,
 ) -> ModelInfo:
     """What the status bar and the meter show of a served model: its window
     (and where that figure came from); no layers or GPU figures of ours. The
@@ -133,6 +146,8 @@ def server_model_info(
         n_ctx_source=n_ctx_source,
         n_ctx_known=n_ctx_known,
         count_exact=count_exact,
+        api_tool_calls=api_tool_calls,
+        no_tools_reason=no_tools_reason,
     )
 
 
@@ -166,9 +181,42 @@ def exact_request(tokens: list[int], n_ctx: int) -> Request:
     return Request(tokens)
 
 
-def chat_messages(messages: ChatMessages) -> list[dict[str, str]]:
-    """Role and content only: what a server's chat template is given."""
-    return [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
+def chat_messages(messages: ChatMessages, arguments_as_text: bool = True) -> list[dict[str, Any]]:
+    """What a server's chat template is given: role and content, a reply's
+    tool calls (`tool_calls`, OpenAI's shape: the arguments a JSON string, or
+    the object itself when not `arguments_as_text`, as Ollama takes them) and
+    a result's call id and tool name."""
+    shown: list[dict[str, Any]] = []
+    for message in messages:
+        item: dict[str, Any] = {"role": str(message["role"]), "content": str(message["content"])}
+        calls = message.get("tool_calls")
+        if isinstance(calls, (list, tuple)) and calls:
+            item["tool_calls"] = [_api_call(call, arguments_as_text) for call in calls]
+        if item["role"] == "tool":
+            for key in ("tool_call_id", "name"):
+                value = message.get(key)
+                if isinstance(value, str):
+                    item[key] = value
+        shown.append(item)
+    return shown
+
+
+def tool_definitions(tools: Sequence[ToolDefinition]) -> list[dict[str, Any]]:
+    """The tools offered as chat APIs take them (OpenAI's shape)."""
+    return [tool.for_template() for tool in tools]
+
+
+def _api_call(call: Any, arguments_as_text: bool) -> dict[str, Any]:
+    """One call of a reply (`ToolCall.for_template`'s shape) as an API takes it."""
+    function = call.get("function", {}) if isinstance(call, dict) else {}
+    arguments = function.get("arguments", {})
+    if arguments_as_text and not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    return {
+        "id": str(call.get("id", "")),
+        "type": "function",
+        "function": {"name": str(function.get("name", "")), "arguments": arguments},
+    }
 
 
 def served_models(models: Any) -> list[dict[str, Any]]:
@@ -213,6 +261,10 @@ class RemoteEngine:
 
     def __init__(self, http: ServerHttp) -> None:
         self._http = http
+        self.tool_choice: str = "auto"
+        """What the server is asked to do with the tools offered (OpenAI's
+        `tool_choice`): "auto" lets the model choose; "required" makes it
+        call one (the tests ask for it: the demo model never calls alone)."""
         self.thinking = True
         """Whether a reasoning model thinks (`set_thinking`); each kind of
         server asks for it its own way, or cannot (then `ignored_settings`
@@ -244,8 +296,8 @@ class RemoteEngine:
         continue_last: bool = False,
         tools: Sequence[ToolDefinition] = (),
     ) -> Iterator[EngineEvent]:
-        if tools:
-            raise KvchatError(_NO_SERVER_TOOLS)
+        if tools and not self.info.api_tool_calls:
+            raise KvchatError(self.info.no_tools_reason or _NO_SERVER_TOOLS)
         if continue_last:
             # A chat API always closes the last message: the model would start a
             # new reply, not go on with this one.
@@ -256,7 +308,7 @@ class RemoteEngine:
         started = time.perf_counter()
         self._acquire_for_reply()
         try:
-            request = self._prepare(messages, sampling)
+            request = self._prepare(messages, sampling, tools)
             yield from self._run(request, sampling, cancel, record_probs, started)
         finally:
             self._lock.release()
@@ -272,8 +324,23 @@ class RemoteEngine:
             self._lock.release()
             raise EngineClosedError("The server connection was closed.")
 
-    def _prepare(self, messages: ChatMessages, sampling: SamplingSettings) -> Request:
+    def _prepare(
+        self, messages: ChatMessages, sampling: SamplingSettings, tools: Sequence[ToolDefinition]
+    ) -> Request:
         raise NotImplementedError
+
+    def _api_messages(self, messages: ChatMessages) -> list[dict[str, Any]]:
+        """The messages as this kind's chat API takes them."""
+        return chat_messages(messages)
+
+    def _counted_request(self, messages: ChatMessages, tools: Sequence[ToolDefinition]) -> Request:
+        """The prompt counted by the server's own tokenizer (refused here when
+        it cannot fit); with tools, the messages and the tools besides, for
+        the server's chat API, which reads the calls."""
+        counted = exact_request(self.tokenize_chat(messages, tools=tools), self.info.n_ctx)
+        if not tools:
+            return counted
+        return Request(counted.tokens, self._api_messages(messages), tool_definitions(tools))
 
     def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary, None, None]:
         raise NotImplementedError
@@ -366,7 +433,15 @@ class RemoteEngine:
         spelled = "".join(raw_text) == reply.text
         token_ids = tuple(ids) if ids_known and summary.clean_ids and spelled else None
         self._reply_done(request, summary)
-        yield Finished(reply.text, stats, tuple(choices), token_ids, error)
+        yield Finished(
+            reply.text,
+            stats,
+            tuple(choices),
+            token_ids,
+            error,
+            tool_calls=summary.tool_calls,
+            tool_call_error=summary.tool_call_error,
+        )
 
     def _finish_reason(
         self,

@@ -13,6 +13,7 @@ are placeholders (`PLACEHOLDER_TOKEN_ID`), never sent anywhere.
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ from chat.engine.remote.engine import (
     RemoteEngine,
     Request,
     Summary,
-    chat_messages,
+    tool_definitions,
 )
 from chat.engine.tool_calls.calls import ToolDefinition
 from chat.settings.schema import SamplingSettings
@@ -51,25 +52,46 @@ class TokenEstimate:
         """Reported prompt tokens over the raw estimate, at the last reply."""
         return self._ratio
 
-    def raw(self, messages: ChatMessages, add_generation_prompt: bool = True) -> float:
+    def raw(
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        tools: Sequence[object] = (),
+    ) -> float:
+        """`tools`: the definitions offered, as they are sent (their JSON is
+        counted like text, as templates write it); a reply's calls likewise."""
         chars = sum(len(str(m.get("content", ""))) for m in messages)
+        chars += sum(
+            len(json.dumps(m["tool_calls"], default=str)) for m in messages if m.get("tool_calls")
+        )
+        chars += len(json.dumps(list(tools), default=str)) if tools else 0
         markers = TOKENS_PER_MESSAGE * len(messages)
         opening = REPLY_OPENING_TOKENS if add_generation_prompt else 0
         return chars / CHARS_PER_TOKEN + markers + opening
 
-    def count(self, messages: ChatMessages, add_generation_prompt: bool = True) -> int:
+    def count(
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        tools: Sequence[object] = (),
+    ) -> int:
         if not messages:
             return 0
-        return max(1, math.ceil(self.raw(messages, add_generation_prompt) * self._ratio))
+        return max(1, math.ceil(self.raw(messages, add_generation_prompt, tools) * self._ratio))
 
-    def tokens(self, messages: ChatMessages, add_generation_prompt: bool = True) -> list[int]:
+    def tokens(
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        tools: Sequence[object] = (),
+    ) -> list[int]:
         """Placeholder ids, as many as the estimate."""
-        return [PLACEHOLDER_TOKEN_ID] * self.count(messages, add_generation_prompt)
+        return [PLACEHOLDER_TOKEN_ID] * self.count(messages, add_generation_prompt, tools)
 
-    def learn(self, messages: ChatMessages, reported: int) -> None:
+    def learn(self, messages: ChatMessages, reported: int, tools: Sequence[object] = ()) -> None:
         """The server counted `reported` prompt tokens for `messages` (sent
-        with the generation prompt)."""
-        raw = self.raw(messages, True)
+        with the generation prompt, and `tools`)."""
+        raw = self.raw(messages, True, tools)
         if reported > 0 and raw > 0:
             low, high = _RATIO_LIMITS
             with self._lock:
@@ -90,12 +112,15 @@ class EstimatingEngine(RemoteEngine):
         add_generation_prompt: bool = True,
         tools: Sequence[ToolDefinition] = (),
     ) -> list[int]:
-        return self.estimate.tokens(messages, add_generation_prompt)
+        return self.estimate.tokens(messages, add_generation_prompt, tool_definitions(tools))
 
-    def _prepare(self, messages: ChatMessages, sampling: SamplingSettings) -> Request:
+    def _prepare(
+        self, messages: ChatMessages, sampling: SamplingSettings, tools: Sequence[ToolDefinition]
+    ) -> Request:
         # No refusal here on an estimate: the server knows whether it fits.
-        return Request(self.tokenize_chat(messages), chat_messages(messages))
+        tokens = self.tokenize_chat(messages, tools=tools)
+        return Request(tokens, self._api_messages(messages), tool_definitions(tools))
 
     def _reply_done(self, request: Request, summary: Summary) -> None:
         if summary.prompt_tokens is not None:
-            self.estimate.learn(request.messages, summary.prompt_tokens)
+            self.estimate.learn(request.messages, summary.prompt_tokens, request.tools)

@@ -30,6 +30,19 @@ row) and the template writes that text unchanged right after the generation
 prompt. `/tokenize` takes the prompt as a mix of text pieces and ids (each
 text piece tokenized on its own), so the count the meter shows and the ids
 sent are the same list.
+
+Tools go through llama-server's chat API, which needs `--jinja` (the default
+in recent builds; `--no-jinja` turns it off): the conversation, with the
+calls and results in it, and the `tools` go to `/v1/chat/completions`, whose
+stream carries the calls as OpenAI's `tool_calls` deltas (the server reads
+them from the model's output with the parser it picked for the template, and
+with `tool_choice` "required" samples a call under a grammar of the tools'
+schemas). `/apply-template` renders the same messages and tools with the same
+template, so the count is still the server's own. The chat API tokenizes the
+rendered text: earlier replies go in as text there, not as their sampled
+ids. Whether tools can go at all is asked when connecting: `/props` says
+whether the template renders tools (`chat_template_caps.supports_tools`), and
+an `/apply-template` with a tool fails without `--jinja`.
 """
 
 from __future__ import annotations
@@ -57,15 +70,21 @@ from chat.engine.remote.engine import (
     Request,
     Summary,
     chat_messages,
-    exact_request,
     out_of_bounds_note,
     served_models,
     server_model_info,
     shown_names,
+    tool_definitions,
     window_size,
 )
 from chat.engine.remote.http import ServerHttp, json_number, parse_json_line, sse_data
-from chat.engine.remote.openai import ASSUMED_N_CTX, llama_sampling, openai_sampling
+from chat.engine.remote.openai import (
+    ASSUMED_N_CTX,
+    chat_pieces,
+    llama_sampling,
+    openai_sampling,
+    tools_body,
+)
 from chat.engine.remote.probs import token_choice
 from chat.engine.token_probs import TOP_N
 from chat.engine.tool_calls.calls import ToolDefinition
@@ -82,6 +101,7 @@ _NEXT_MESSAGE = "\ue000kvchat next message\ue001"
 MixedPrompt = list[str | int]
 """A prompt as `/tokenize` and `/completion` take it: text pieces and token ids."""
 _STOP_TYPES: dict[str, FinishReason] = {"eos": "done", "word": "done", "limit": "max_tokens"}
+_PROBE_TOOL = ToolDefinition("kvchat_probe", "Checks that tools can be rendered.")
 
 
 class LlamaServerEngine(RemoteEngine):
@@ -117,6 +137,8 @@ class LlamaServerEngine(RemoteEngine):
         # Replies come from /completion as the model wrote them, markers and
         # all: the thinking is told from the answer as for a local model.
         self.info = replace(self.info, reasoning=self._reasoning(props))
+        no_tools = self._no_tools_reason(props)
+        self.info = replace(self.info, api_tool_calls=no_tools is None, no_tools_reason=no_tools)
         self._reasoning_on = self.info.reasoning
         if self.info.reasoning is None or self.info.reasoning.switch is None:
             self.ignored_settings = self.ignored_settings | {"thinking"}
@@ -129,6 +151,7 @@ class LlamaServerEngine(RemoteEngine):
         self._counts_lock = threading.Lock()
         self._opening: str | None = None
         self._opening_known = False
+        self._defused: OrderedDict[str, str] = OrderedDict()
 
     def tokenize_chat(
         self,
@@ -136,10 +159,13 @@ class LlamaServerEngine(RemoteEngine):
         add_generation_prompt: bool = True,
         tools: Sequence[ToolDefinition] = (),
     ) -> list[int]:
-        shown = chat_messages(messages)
-        sampled = self._sampled_replies(messages)
+        shown = self._api_messages(messages)
+        # With tools the chat API renders and tokenizes the text: no ids spliced.
+        sampled = {} if tools else self._sampled_replies(messages)
+        offered = tool_definitions(tools)
         key = json.dumps(
             [shown, add_generation_prompt, sorted(sampled.items()), self._template_options()]
+            + ([offered] if offered else [])
         )
         with self._counts_lock:
             if key in self._counts:
@@ -149,7 +175,7 @@ class LlamaServerEngine(RemoteEngine):
         if sampled:
             prompt = self._spliced(shown, sampled, add_generation_prompt)
         if prompt is None:
-            prompt = self._rendered(shown, add_generation_prompt)
+            prompt = self._rendered(shown, add_generation_prompt, offered)
         answer = self._http.post_json(
             "/tokenize", {"content": prompt, "add_special": True, "parse_special": True}
         )
@@ -162,10 +188,90 @@ class LlamaServerEngine(RemoteEngine):
                 self._counts.popitem(last=False)
         return list(tokens)
 
-    def _rendered(self, shown: list[dict[str, str]], add_generation_prompt: bool) -> str:
+    def _api_messages(self, messages: ChatMessages) -> list[dict[str, Any]]:
+        """The messages as the template gets them, each tool's result defused."""
+        shown = chat_messages(messages)
+        for item in shown:
+            if item["role"] == "tool":
+                item["content"] = self._defuse(item["content"])
+        return shown
+
+    def _defuse(self, text: str) -> str:
+        """A tool's result (a stranger's text) with a zero-width space after
+        the first character of each piece the server's tokenizer reads as a
+        special token (`<|im_end|>`), as the local engine does: the server
+        tokenizes the rendered prompt with special tokens parsed, and the
+        result must not close its message and write another."""
+        with self._counts_lock:
+            if text in self._defused:
+                self._defused.move_to_end(text)
+                return self._defused[text]
+        # A piece is special when, tokenized as plain text, it is not itself:
+        # asked only of the pieces the plain tokenization of the whole lacks.
+        pieces = self._tokens(text, parse_special=True, with_pieces=True)
+        ordinary = {t for t in self._tokens(text, parse_special=False) if type(t) is int}
+        specials = set()
+        for piece in pieces:
+            if not isinstance(piece, dict) or piece.get("id") in ordinary:
+                continue
+            piece_text = piece.get("piece")
+            if (
+                isinstance(piece_text, str)
+                and len(piece_text) > 1
+                and self._tokens(piece_text, parse_special=False) != [piece["id"]]
+            ):
+                specials.add(piece_text)
+        defused = text
+        for special in sorted(specials, key=len, reverse=True):
+            defused = defused.replace(special, special[0] + "\u200b" + special[1:])
+        with self._counts_lock:
+            self._defused[text] = defused
+            if len(self._defused) > _SPELLING_CACHE:
+                self._defused.popitem(last=False)
+        return defused
+
+    def _tokens(self, text: str, *, parse_special: bool, with_pieces: bool = False) -> list[Any]:
+        """`/tokenize` of `text` alone (no BOS): ids, or {id, piece} entries."""
+        answer = self._http.post_json(
+            "/tokenize",
+            {"content": text, "parse_special": parse_special, "with_pieces": with_pieces},
+        )
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list):
+            raise ServerError(f"The llama-server at {self._http.url} did not tokenize a result.")
+        return tokens
+
+    def _rendered(
+        self,
+        shown: list[dict[str, Any]],
+        add_generation_prompt: bool,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> str:
         if not add_generation_prompt and shown and shown[-1]["role"] == "assistant":
-            return self._render_finished_reply(shown)
-        return self._render(shown, add_generation_prompt)
+            return self._render_finished_reply(shown, tools)
+        return self._render(shown, add_generation_prompt, tools)
+
+    def _no_tools_reason(self, props: dict[str, Any]) -> str | None:
+        """Why this server cannot take tools, in a sentence; None when it can:
+        its template renders them (as `/props` reports) and it renders with
+        Jinja (an `/apply-template` with a tool fails without `--jinja`)."""
+        url = self._http.url
+        caps = props.get("chat_template_caps")
+        if isinstance(caps, dict) and caps.get("supports_tools") is False:
+            return (
+                f"The model at {url} cannot call tools: its chat template, as llama-server "
+                "reports it, does not render tools."
+            )
+        try:
+            self._render([{"role": "user", "content": "x"}], True, tool_definitions([_PROBE_TOOL]))
+        except ServerError as error:
+            if "jinja" in str(error):
+                return (
+                    f"The llama-server at {url} cannot pass tools to the model: it was started "
+                    "without --jinja (restart it with --jinja)."
+                )
+            return f"The llama-server at {url} cannot render tools: {error}"
+        return None
 
     def _sampled_replies(self, messages: ChatMessages) -> dict[int, list[int]]:
         """The replies of `messages` that go in as their sampled ids, by
@@ -284,9 +390,16 @@ class LlamaServerEngine(RemoteEngine):
         reasoning = self.info.reasoning
         return reasoning.options if reasoning is not None else {}
 
-    def _render(self, shown: list[dict[str, str]], add_generation_prompt: bool) -> str:
+    def _render(
+        self,
+        shown: list[dict[str, Any]],
+        add_generation_prompt: bool,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> str:
         options = self._template_options()
-        kwargs = {"chat_template_kwargs": options} if options else {}
+        kwargs: dict[str, Any] = {"chat_template_kwargs": options} if options else {}
+        if tools:
+            kwargs["tools"] = tools
         rendered = self._http.post_json(
             "/apply-template",
             {"messages": shown, "add_generation_prompt": add_generation_prompt, **kwargs},
@@ -296,17 +409,20 @@ class LlamaServerEngine(RemoteEngine):
             raise ServerError(f"The llama-server at {self._http.url} did not render the chat.")
         return prompt
 
-    def _render_finished_reply(self, shown: list[dict[str, str]]) -> str:
+    def _render_finished_reply(
+        self, shown: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> str:
         """`shown`, ending with a finished reply, rendered as the next prompt
         will hold it. llama-server renders a last reply as one to continue
         (open, without its end-of-turn marker), so a user message is added
         and cut off again: after the reply's text, up to and including the
         end-of-turn token and the whitespace after it (`<|im_end|>\n`).
         Without an end-of-turn token to find, the open rendering is used."""
-        opened = self._render(shown, False)
+        opened = self._render(shown, False, tools)
         if not self._eos:
             return opened
-        followed = self._render([*shown, {"role": "user", "content": _NEXT_MESSAGE}], False)
+        next_message = {"role": "user", "content": _NEXT_MESSAGE}
+        followed = self._render([*shown, next_message], False, tools)
         before_next = followed.find(_NEXT_MESSAGE)
         reply = shown[-1]["content"]
         reply_end = followed.rfind(reply, 0, before_next) + len(reply) if reply else len(opened)
@@ -318,8 +434,10 @@ class LlamaServerEngine(RemoteEngine):
             end += 1
         return followed[:end]
 
-    def _prepare(self, messages: ChatMessages, sampling: SamplingSettings) -> Request:
-        return exact_request(self.tokenize_chat(messages), self.info.n_ctx)
+    def _prepare(
+        self, messages: ChatMessages, sampling: SamplingSettings, tools: Sequence[ToolDefinition]
+    ) -> Request:
+        return self._counted_request(messages, tools)
 
     def _body(self, tokens: list[int], sampling: SamplingSettings) -> dict[str, Any]:
         grammar = {"grammar": self.grammar} if self.grammar else {}
@@ -335,6 +453,9 @@ class LlamaServerEngine(RemoteEngine):
         }
 
     def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary, None, None]:
+        if call.request.tools:
+            yield from self._chat_pieces(call)
+            return
         body = self._body(call.request.tokens, call.sampling)
         body |= {"stream": True, "return_tokens": True, "timings_per_token": True}
         if call.record_probs:
@@ -384,6 +505,29 @@ class LlamaServerEngine(RemoteEngine):
             yield held
         if not call.cancel.is_set():
             raise ServerError(f"The llama-server at {url} ended the reply without its figures.")
+
+    def _chat_pieces(self, call: ReplyCall) -> Generator[Piece | Summary, None, None]:
+        """A reply that may call a tool, from the chat API: the same sampling
+        as `/completion`'s, the messages and tools instead of the ids. The
+        thinking stays in the text with its markers (`reasoning_format`
+        "none"), as `/completion` gives it, for the same splitter."""
+        body = self._body([], call.sampling)
+        del body["prompt"]
+        body.pop("grammar", None)  # llama-server refuses a grammar beside tools
+        options = self._template_options()
+        body |= {
+            "messages": call.request.messages,
+            **tools_body(call.request, self.tool_choice),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "timings_per_token": True,
+            "reasoning_format": "none",
+            **({"chat_template_kwargs": options} if options else {}),
+        }
+        summary = Summary(clean_ids=False)
+        yield from chat_pieces(
+            self._http, "/v1/chat/completions", body, call, summary, _read_timings
+        )
 
     def prefill(
         self, messages: ChatMessages, add_generation_prompt: bool = True, exact: bool = False

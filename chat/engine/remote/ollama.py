@@ -11,6 +11,13 @@ Ollama does not tokenize for clients: counts are estimated and corrected by
 each reply's `prompt_eval_count` (the prompt's tokens, as its docs define it;
 how many of them were reused is not reported, so a reply counts as fully
 evaluated). Its figures: `eval_count` tokens in `eval_duration` ns.
+
+Tools: `/api/chat` takes `tools` (OpenAI's shape) and sends a reply's calls
+whole in `message.tool_calls` (`{"function": {"name", "arguments": {...}}}`,
+the arguments an object); a call goes back the same way, its result as a
+`tool` message naming the tool (`tool_name`) and the call (`tool_call_id`).
+`/api/show` lists a model's `capabilities`: one without "tools" is not
+offered any (Ollama would refuse the request).
 """
 
 from __future__ import annotations
@@ -19,19 +26,29 @@ from collections.abc import Generator
 from typing import Any
 
 from chat.conversations.conversation import FinishReason
+from chat.engine.protocol import ChatMessages
 from chat.engine.remote.engine import (
     Piece,
     ReplyCall,
     Summary,
+    chat_messages,
     server_model_info,
     window_size,
 )
 from chat.engine.remote.estimate import EstimatingEngine, TokenEstimate
 from chat.engine.remote.http import ServerHttp, parse_json_line
-from chat.engine.remote.openai import choose_model, llama_sampling, openai_sampling
+from chat.engine.remote.openai import (
+    choose_model,
+    llama_sampling,
+    openai_sampling,
+    tool_call,
+    tools_body,
+)
 from chat.engine.remote.probs import token_choice
 from chat.engine.token_probs import TOP_N
+from chat.engine.tool_calls.calls import ToolCall
 from chat.errors import ServerError
+from chat.sanitize import sanitize_line
 from chat.settings.schema import SamplingSettings
 
 DEFAULT_NUM_CTX = 4096
@@ -100,6 +117,13 @@ class OllamaEngine(EstimatingEngine):
             n_ctx = min(trained or DEFAULT_NUM_CTX, DEFAULT_NUM_CTX)
             source = "num_ctx asked for by kvchat (the model sets none)"
             self._num_ctx = n_ctx
+        capabilities = show.get("capabilities")
+        no_tools = None
+        if isinstance(capabilities, list) and "tools" not in capabilities:
+            no_tools = (
+                f"The model {sanitize_line(self.model)[:80]} on the Ollama server at {http.url} "
+                "cannot call tools (Ollama does not list tools among its capabilities)."
+            )
         self.info = server_model_info(
             http,
             self.model,
@@ -108,6 +132,8 @@ class OllamaEngine(EstimatingEngine):
             source,
             n_ctx_train=trained,
             count_exact=False,
+            api_tool_calls=no_tools is None,
+            no_tools_reason=no_tools,
         )
         self.estimate = TokenEstimate()
 
@@ -117,25 +143,39 @@ class OllamaEngine(EstimatingEngine):
             options["num_ctx"] = self._num_ctx
         return options
 
+    def _api_messages(self, messages: ChatMessages) -> list[dict[str, Any]]:
+        return ollama_messages(messages)
+
     def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary, None, None]:
         body: dict[str, Any] = {
             "model": self.model,
             "messages": call.request.messages,
             "stream": True,
             "options": self._options(call.sampling),
+            **tools_body(call.request, self.tool_choice),
         }
+        body.pop("tool_choice", None)  # Ollama has none: the model chooses
         if not self.thinking:
             # Only when off: `think` on, for a model that cannot think, is an error.
             body["think"] = False
         if call.record_probs:
             body |= {"logprobs": True, "top_logprobs": TOP_N}
         url = self._http.url
+        calls: list[ToolCall] = []
+        call_error: str | None = None
         with self._http.stream("/api/chat", body, call.cancel) as lines:
             for line in lines:
                 if not line.strip():
                     continue
                 event = parse_json_line(line, url)
                 message = event.get("message")
+                found = message.get("tool_calls") if isinstance(message, dict) else None
+                for entry in found if isinstance(found, list) else []:
+                    read = _tool_call(entry)
+                    if isinstance(read, str):
+                        call_error = read
+                    else:
+                        calls.append(read)
                 thinking = message.get("thinking") if isinstance(message, dict) else None
                 if isinstance(thinking, str) and thinking:
                     yield Piece(thinking, thinking=True)
@@ -147,10 +187,32 @@ class OllamaEngine(EstimatingEngine):
                     for i, choice in enumerate(steps):
                         yield Piece(text if i == 0 else "", choice=choice)
                 if event.get("done") is True:
-                    yield _summary(event)
+                    summary = _summary(event)
+                    if call_error is None:
+                        summary.tool_calls = tuple(calls)
+                    summary.tool_call_error = call_error
+                    yield summary
                     return
         if not call.cancel.is_set():
             raise ServerError(f"The Ollama server at {url} ended the reply unfinished.")
+
+
+def ollama_messages(messages: ChatMessages) -> list[dict[str, Any]]:
+    """The messages as `/api/chat` takes them: a call's arguments as an
+    object, a result naming its tool as `tool_name`."""
+    shown = chat_messages(messages, arguments_as_text=False)
+    for item in shown:
+        if item["role"] == "tool" and "name" in item:
+            item["tool_name"] = item.pop("name")
+    return shown
+
+
+def _tool_call(entry: Any) -> ToolCall | str:
+    function = entry.get("function") if isinstance(entry, dict) else None
+    if not isinstance(function, dict):
+        return "The model called a tool without naming it."
+    assert isinstance(entry, dict)
+    return tool_call(function.get("name"), function.get("arguments", {}), entry.get("id", ""))
 
 
 def _summary(event: dict[str, Any]) -> Summary:

@@ -15,6 +15,13 @@ streamed completions here carry no ids, and splicing ids into the prompt
 needs the rendered text around each reply, which `/tokenize` does not give.
 Not built without a vLLM to test it against (docs/servers.md says what this
 costs).
+
+Tools: counted by `/tokenize` with the `tools` (its chat template renders
+them), and a reply that may call one is asked of `/v1/chat/completions` with
+the same messages and `tools`: vLLM reads the calls from the model's output
+only there (with its `--tool-call-parser`) and streams them as OpenAI's
+`tool_calls` deltas. A vLLM started without `--enable-auto-tool-choice`
+refuses such a request; its answer is turned into a sentence saying so.
 """
 
 from __future__ import annotations
@@ -30,16 +37,18 @@ from chat.engine.remote.engine import (
     Request,
     Summary,
     chat_messages,
-    exact_request,
     served_models,
     server_model_info,
+    tool_definitions,
 )
 from chat.engine.remote.http import ServerHttp, json_number
 from chat.engine.remote.openai import (
+    chat_pieces,
     choose_model,
     finish_of,
     openai_sampling,
     stream_choices,
+    tools_body,
     usage_summary,
     window,
 )
@@ -70,6 +79,9 @@ class VllmEngine(RemoteEngine):
             n_ctx,
             source,
             n_ctx_known=known,
+            # Whether vLLM runs with --enable-auto-tool-choice is not said:
+            # a server without it refuses the first request with tools.
+            api_tool_calls=True,
         )
 
     def tokenize_chat(
@@ -85,9 +97,8 @@ class VllmEngine(RemoteEngine):
                 "messages": chat_messages(messages),
                 "add_generation_prompt": add_generation_prompt,
                 "add_special_tokens": False,
-                # The prompt is rendered here: thinking is turned off in the
-                # template itself (a template without the switch ignores it).
-                **({} if self.thinking else {"chat_template_kwargs": {"enable_thinking": False}}),
+                **self._template_options(),
+                **({"tools": tool_definitions(tools)} if tools else {}),
             },
         )
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
@@ -95,8 +106,15 @@ class VllmEngine(RemoteEngine):
             raise ServerError(f"The vLLM server at {self._http.url} did not tokenize the chat.")
         return tokens
 
-    def _prepare(self, messages: ChatMessages, sampling: SamplingSettings) -> Request:
-        return exact_request(self.tokenize_chat(messages), self.info.n_ctx)
+    def _template_options(self) -> dict[str, Any]:
+        # The prompt is rendered by the server: thinking is turned off in the
+        # template itself (a template without the switch ignores it).
+        return {} if self.thinking else {"chat_template_kwargs": {"enable_thinking": False}}
+
+    def _prepare(
+        self, messages: ChatMessages, sampling: SamplingSettings, tools: Sequence[ToolDefinition]
+    ) -> Request:
+        return self._counted_request(messages, tools)
 
     def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary, None, None]:
         body: dict[str, Any] = {
@@ -110,6 +128,9 @@ class VllmEngine(RemoteEngine):
             "min_p": call.sampling.min_p,
             "repetition_penalty": call.sampling.repeat_penalty,
         }
+        if call.request.tools:
+            yield from self._chat_pieces(call, body)
+            return
         if call.record_probs:
             body["logprobs"] = TOP_N
         summary = Summary(clean_ids=False)
@@ -132,6 +153,30 @@ class VllmEngine(RemoteEngine):
             yield summary
         elif not call.cancel.is_set():
             raise ServerError(f"The vLLM server at {self._http.url} ended the reply unfinished.")
+
+    def _chat_pieces(
+        self, call: ReplyCall, body: dict[str, Any]
+    ) -> Generator[Piece | Summary, None, None]:
+        """A reply that may call a tool: the chat API, with the messages
+        counted and the tools."""
+        del body["prompt"]
+        body |= {
+            "messages": call.request.messages,
+            **tools_body(call.request, self.tool_choice),
+            **self._template_options(),
+        }
+        try:
+            yield from chat_pieces(
+                self._http, "/v1/chat/completions", body, call, Summary(clean_ids=False)
+            )
+        except ServerError as error:
+            if "enable-auto-tool-choice" not in str(error):
+                raise
+            raise ServerError(
+                f"The vLLM server at {self._http.url} cannot call tools: it was started "
+                "without --enable-auto-tool-choice (start it with that and the "
+                "--tool-call-parser of its model)."
+            ) from None
 
 
 def _completion_logprobs(

@@ -42,6 +42,36 @@ class KvchatScreen(Screen[ResultType]):
         return super().dismiss(result)
 
 
+class ListScreen(KvchatScreen[ResultType]):
+    """A full screen that lists things: a title, filter boxes, a table and a
+    status line, laid out alike wherever kvchat lists something (saved
+    conversations, models). Its widgets carry the classes below."""
+
+    DEFAULT_CSS = """
+    ListScreen {
+        layout: vertical;
+    }
+    ListScreen .list-title {
+        padding: 0 1;
+        text-style: bold;
+        color: $primary;
+    }
+    ListScreen .list-filter {
+        margin: 0 1;
+    }
+    ListScreen .list-table {
+        height: 1fr;
+        margin: 0 1;
+    }
+    ListScreen .list-status {
+        /* Wraps on a narrow terminal rather than cutting its hints off. */
+        height: auto;
+        padding: 0 1;
+        color: $text-muted;
+    }
+    """
+
+
 class Dialog(ModalScreen[ResultType]):
     """A modal dialog that answers once."""
 

@@ -22,7 +22,7 @@ from textual.widgets import DataTable, Footer, Input, Label, Static
 from chat.conversations.store import ConversationSummary, Store
 from chat.errors import KvchatError
 from chat.sanitize import sanitize
-from chat.ui.screens.base import KvchatScreen
+from chat.ui.screens.base import ListScreen
 from chat.ui.screens.dialogs import ConfirmScreen, RenameScreen
 
 OpenChoice = int | str | None
@@ -80,33 +80,9 @@ class ConversationTable(DataTable[Text]):
             screen.delete_highlighted()
 
 
-class ConversationsScreen(KvchatScreen[OpenChoice]):
+class ConversationsScreen(ListScreen[OpenChoice]):
     PAGE = 200
     FILTER_DEBOUNCE_S = 0.15
-
-    DEFAULT_CSS = """
-    ConversationsScreen {
-        layout: vertical;
-    }
-    #conversations-title {
-        padding: 0 1;
-        text-style: bold;
-        color: $primary;
-    }
-    #conversations-filter {
-        margin: 0 1;
-    }
-    #conversations-table {
-        height: 1fr;
-        margin: 0 1;
-    }
-    #conversations-count {
-        /* Wraps on a narrow terminal rather than cutting its hints off. */
-        height: auto;
-        padding: 0 1;
-        color: $text-muted;
-    }
-    """
 
     BINDINGS = [
         Binding("escape", "close", "Back"),
@@ -132,10 +108,16 @@ class ConversationsScreen(KvchatScreen[OpenChoice]):
         self._filter_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
-        yield Label("Saved conversations", id="conversations-title")
-        yield Input(placeholder="Filter by title or message text", id="conversations-filter")
-        yield ConversationTable(id="conversations-table", cursor_type="row", zebra_stripes=True)
-        yield Static("", id="conversations-count", markup=False)
+        yield Label("Saved conversations", id="conversations-title", classes="list-title")
+        yield Input(
+            placeholder="Filter by title or message text",
+            id="conversations-filter",
+            classes="list-filter",
+        )
+        yield ConversationTable(
+            id="conversations-table", classes="list-table", cursor_type="row", zebra_stripes=True
+        )
+        yield Static("", id="conversations-count", classes="list-status", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:

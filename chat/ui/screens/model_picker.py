@@ -25,7 +25,7 @@ from chat.models.table import ModelRow, budgets_text, human_bytes
 from chat.runtime.background import in_thread
 from chat.sanitize import sanitize
 from chat.settings.schema import ModelSettings
-from chat.ui.screens.base import KvchatScreen
+from chat.ui.screens.base import ListScreen
 from chat.ui.untrusted import shown
 
 
@@ -41,28 +41,8 @@ FILTER_HINT = "Filter by name, quantization or where it was found"
 PULL_HINT = "Hugging Face repo (org/repo or org/repo:Q4_K_M) or a .gguf URL; Enter downloads"
 
 
-class ModelPickerScreen(KvchatScreen[Path | None]):
+class ModelPickerScreen(ListScreen[Path | None]):
     DEFAULT_CSS = """
-    ModelPickerScreen {
-        layout: vertical;
-    }
-    #models-title {
-        padding: 0 1;
-        text-style: bold;
-        color: $primary;
-    }
-    #models-filter, #models-pull {
-        margin: 0 1;
-    }
-    #models-table {
-        height: 1fr;
-        margin: 0 1;
-    }
-    #models-status {
-        height: auto;
-        padding: 0 1;
-        color: $text-muted;
-    }
     #models-progress {
         margin: 0 1;
     }
@@ -83,17 +63,22 @@ class ModelPickerScreen(KvchatScreen[Path | None]):
         self._cancel_download: threading.Event | None = None
 
     def compose(self) -> ComposeResult:
-        yield Label("Models", id="models-title")
+        yield Label("Models", id="models-title", classes="list-title")
         yield Input(
-            placeholder="Filter by name, quantization or where it was found", id="models-filter"
+            placeholder="Filter by name, quantization or where it was found",
+            id="models-filter",
+            classes="list-filter",
         )
         yield Input(
             placeholder=PULL_HINT,
             id="models-pull",
+            classes="list-filter",
         )
-        yield DataTable(id="models-table", cursor_type="row", zebra_stripes=True)
+        yield DataTable(
+            id="models-table", classes="list-table", cursor_type="row", zebra_stripes=True
+        )
         yield ProgressBar(id="models-progress", show_eta=False)
-        yield Static("Looking for models…", id="models-status", markup=False)
+        yield Static("Looking for models…", id="models-status", classes="list-status", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:

@@ -15,6 +15,12 @@ a page around the match, with the messages below it waiting in `_later`
 bottom goes back to the newest). Anything that adds to the conversation (a
 message sent, a reply started, another branch) first shows the newest again.
 
+Scrolling up works the same way in reverse: each page mounted above puts the
+views that begin more than `KEEP_SCREENS` screenfuls below what the user sees
+back in `_later`, so the mounted views stay a few screenfuls however far up the
+user goes (every mounted view is laid out again on each change, so a page cost
+more with each one kept).
+
 The same goes for a conversation that grows long as the user chats: when a
 reply starts, views that end more than `KEEP_SCREENS` screenfuls above the
 bottom go back to `_earlier`. Each delivery of a streamed reply that adds a
@@ -116,7 +122,8 @@ class ConversationView(VerticalScroll):
     KEEP_SCREENS = 2
     """When a reply starts, the views within this many screenfuls of the bottom
     stay mounted (a screenful above what the user sees, so `_fill_above` has
-    nothing to do); older ones are unmounted."""
+    nothing to do); older ones are unmounted. Scrolling up, the views more than
+    this many screenfuls below what the user sees are unmounted."""
 
     @dataclass
     class PageShown(TextualMessage):
@@ -254,6 +261,12 @@ class ConversationView(VerticalScroll):
         async with self._earlier_lock:
             if not self._later:
                 return
+            if self._held_views():
+                # Rebuilding would unmount what the user holds (a selected
+                # message, selected text they may copy yet): bring the newer
+                # messages back below it instead.
+                await self._mount_later(len(self._later))
+                return
             system = next(iter(self.query(SystemMessageView)), None)
             messages = self._earlier_and_shown_and_later()
         await self.show_messages(system.message if system else None, messages)
@@ -268,21 +281,25 @@ class ConversationView(VerticalScroll):
     async def _show_later(self) -> None:
         try:
             async with self._earlier_lock:
-                if not self._later:
-                    return
-                batch = self._later[: self.PAGE]
-                del self._later[: self.PAGE]
-                marker = self.query_one(LaterMessages)
-                views = [view_for(message) for message in batch]
-                # Below what the user sees: nothing on screen moves.
-                await self.mount_all(views, before=marker)
-                if self._later:
-                    marker.show_count(len(self._later))
-                else:
-                    await marker.remove()
-                self.post_message(self.PageShown(views))
+                await self._mount_later(self.PAGE)
         finally:
             self._mounting_later = False
+
+    async def _mount_later(self, count: int) -> None:
+        """Mount the next `count` newer messages below the newest one shown."""
+        if not self._later:
+            return
+        batch = self._later[:count]
+        del self._later[:count]
+        marker = self.query_one(LaterMessages)
+        views = [view_for(message) for message in batch]
+        # Below what the user sees: nothing on screen moves.
+        await self.mount_all(views, before=marker)
+        if self._later:
+            marker.show_count(len(self._later))
+        else:
+            await marker.remove()
+        self.post_message(self.PageShown(views))
 
     async def _mount_earlier(self) -> None:
         if not self._earlier:
@@ -290,25 +307,76 @@ class ConversationView(VerticalScroll):
         batch = self._earlier[-self.PAGE :]
         del self._earlier[-self.PAGE :]
         marker = self.query_one(EarlierMessages)
-        height_before = self.virtual_size.height
+        shown = self.message_views_without_system()
+        oldest = shown[0] if shown else None
+        oldest_y = oldest.virtual_region.y if oldest is not None else 0
+        # Set aside in the same refresh as the mount: each refresh lays out
+        # every mounted view again, so one is cheaper than two.
+        far_below = self._far_below(shown)
         views = [view_for(message) for message in batch]
         await self.mount_all(views, after=marker)
         if self._earlier:
             marker.show_count(len(self._earlier))
         else:
             await marker.remove()
+        if far_below:
+            await self._set_aside_below(far_below)
         self.post_message(self.PageShown(views))
 
         def keep_position() -> None:
             # The new views pushed the content down: scroll by as much, so that
             # what the user was reading stays where it was. (At the bottom the
             # anchor already keeps the newest message in view.)
-            if self.scroll_y < self.max_scroll_y:
-                grown = self.virtual_size.height - height_before
+            if self.scroll_y < self.max_scroll_y and oldest is not None and oldest.is_attached:
+                grown = oldest.virtual_region.y - oldest_y
                 self.scroll_to(y=self.scroll_y + grown, animate=False, immediate=True)
             self._fill_above()
 
         self.call_after_refresh(keep_position)
+
+    def _far_below(self, shown: list[MessageView]) -> list[MessageView]:
+        """The newest of the `shown` views that begin more than KEEP_SCREENS
+        screenfuls below what the user sees (none at the bottom). A view
+        streaming a reply, a selected one, one holding selected text, and the
+        ones above them stay."""
+        height = self.size.height
+        if not height or self.scroll_y >= self.max_scroll_y:
+            return []
+        keep_to = self.scroll_y + (1 + self.KEEP_SCREENS) * height
+        held = self._held_views()
+        gone: list[MessageView] = []
+        for view in reversed(shown):
+            region = view.virtual_region
+            if not region or region.y < keep_to or view in held or view.has_class("streaming"):
+                break
+            gone.append(view)
+        gone.reverse()
+        return gone
+
+    async def _set_aside_below(self, gone: list[MessageView]) -> None:
+        """Unmount `gone` (the newest views), their messages back in `_later`."""
+        self._later[:0] = [view.message for view in gone]
+        markers = self.query(LaterMessages)
+        if markers:
+            marker = markers.first()
+        else:
+            marker = LaterMessages(markup=False)
+            await self.mount(marker, after=gone[-1])
+        marker.show_count(len(self._later))
+        # Pinned to the bottom, the view would follow the newest shown down.
+        self.anchor(False)
+        await self.remove_children(gone)
+
+    def _held_views(self) -> set[MessageView]:
+        """The views the user holds: the selected message, and those holding
+        selected text (which may be copied yet)."""
+        holding_text = {
+            view
+            for widget in self.screen.selections
+            for view in widget.ancestors_with_self
+            if isinstance(view, MessageView)
+        }
+        return holding_text | {view for view in self.message_views() if view.has_class("selected")}
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
@@ -370,17 +438,10 @@ class ConversationView(VerticalScroll):
         regions = [view.virtual_region for view in views]
         bottom = max((region.bottom for region in regions if region), default=0)
         keep_from = bottom - self.KEEP_SCREENS * height
-        holding_text = {
-            view for widget in self.screen.selections for view in widget.ancestors_with_self
-        }
+        held = self._held_views()
         gone: list[MessageView] = []
         for view, region in zip(views, regions, strict=True):
-            if (
-                not region
-                or region.bottom > keep_from
-                or view.has_class("selected")
-                or view in holding_text
-            ):
+            if not region or region.bottom > keep_from or view in held:
                 break
             gone.append(view)
         if not gone:

@@ -277,9 +277,13 @@ def ollama_routes(
     done_reason: str = "stop",
     logprobs: bool = False,
     thinking: list[str] | None = None,
+    capabilities: list[str] | None = None,
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> dict[tuple[str, str], Route]:
     """`thinking`: streamed first, in `message.thinking` (Ollama's field when
-    the request's `think` is on)."""
+    the request's `think` is on). `capabilities`: what `/api/show` lists (not
+    listed when None, as older Ollama). `tool_calls`: sent whole in one
+    message after the words, as Ollama sends a reply's calls."""
 
     def show(body: Any) -> Reply:
         if body["model"] != OLLAMA_MODEL:
@@ -294,6 +298,7 @@ def ollama_routes(
                 "template": "{{ .Prompt }}",
                 "details": {"family": "llama", "parameter_size": "3.2B"},
                 "model_info": {"general.architecture": "llama", "llama.context_length": 131072},
+                **({} if capabilities is None else {"capabilities": capabilities}),
             }
         )
 
@@ -320,6 +325,10 @@ def ollama_routes(
                         ],
                     }
                 ]
+            lines.append(json.dumps(event).encode())
+        if tool_calls:
+            message = {"role": "assistant", "content": "", "tool_calls": tool_calls}
+            event = {"model": OLLAMA_MODEL, "message": message, "done": False}
             lines.append(json.dumps(event).encode())
         final = {
             "model": OLLAMA_MODEL,
@@ -474,6 +483,44 @@ def llama_server_routes(
     if models is not None:
         routes[("GET", "/v1/models")] = lambda _: Reply(body=models)
     return routes
+
+
+def tool_calls_chat(
+    text: str, calls: list[tuple[str, str, list[str]]], prompt_tokens: int = 30
+) -> Route:
+    """A chat completions stream (OpenAI's, as vLLM and llama-server send it)
+    whose reply says `text`, then calls tools: (id, name, the arguments' JSON
+    in pieces), each call's pieces in deltas of their own, by `index`."""
+
+    def chat(body: Any) -> Stream:
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            return {"id": "c1", "object": "chat.completion.chunk", "choices": [choice]}
+
+        events = [chunk({"role": "assistant", "content": text})]
+        for index, (call_id, name, pieces) in enumerate(calls):
+            first = {"name": name, "arguments": ""}
+            events.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {"index": index, "id": call_id, "type": "function", "function": first}
+                        ]
+                    }
+                )
+            )
+            for piece in pieces:
+                events.append(
+                    chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+                )
+        events.append(chunk({}, "tool_calls" if calls else "stop"))
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 9, "total_tokens": 39}
+        events.append(
+            {"id": "c1", "object": "chat.completion.chunk", "choices": [], "usage": usage}
+        )
+        return Stream(sse(events))
+
+    return chat
 
 
 def slow_words(count: int) -> list[str]:

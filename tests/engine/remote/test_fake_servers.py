@@ -14,7 +14,6 @@ from chat.engine.remote import ServerConfig, connect
 from chat.engine.remote.estimate import TokenEstimate
 from chat.engine.remote.http import MAX_LINE_BYTES
 from chat.errors import (
-    KvchatError,
     ServerAuthError,
     ServerError,
     ServerUnreachableError,
@@ -312,20 +311,4 @@ def test_http_status_error_says_what_the_server_said(fake: list[FakeServer]) -> 
     engine = connect_to(start(fake, routes))
     with pytest.raises(ServerError, match="maximum context length"):
         run_reply(engine)
-    engine.close()
-
-
-# -- tools ---------------------------------------------------------------------------------
-
-
-def test_a_model_server_refuses_tools_in_one_sentence(fake: list[FakeServer]) -> None:
-    from chat.engine.tool_calls.calls import ToolDefinition
-
-    server = start(fake, openai_routes())
-    engine = connect_to(server)
-    assert engine.info.tool_calls is None
-    tools = [ToolDefinition("add")]
-    with pytest.raises(KvchatError, match="only with a model loaded in kvchat"):
-        next(iter(engine.stream_reply(HELLO, SamplingSettings(), threading.Event(), tools=tools)))
-    assert not any(seen.path.endswith("/chat/completions") for seen in server.seen)
     engine.close()

@@ -25,7 +25,7 @@ from chat.ui.widgets.prompt_box import PromptBox
 from chat.ui.widgets.status_bar import StatusBar
 from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine
-from tests.ui.conftest import MODEL, make_app, ready, rendered, reply_on_screen, send
+from tests.ui.conftest import MODEL, make_app, pages_settled, ready, rendered, reply_on_screen, send
 
 
 async def test_type_send_and_see_streamed_reply() -> None:
@@ -440,9 +440,17 @@ async def test_a_long_chat_keeps_only_the_newest_messages_mounted() -> None:
         first = await view.reveal(screen.conversation.messages[0])
         assert first is not None and first.message.content == "part 0"
         await pilot.pause()
-        shown = [v.message for v in app.query(MessageView) if v.message.role != "system"]
-        assert shown == screen.conversation.messages
         assert not app.query(EarlierMessages)
+        # The newest views, far below by now, may have gone aside: the mounted
+        # ones and those aside are the conversation, in order.
+        await wait_for(lambda: pages_settled(view), pilot)
+        shown = [v.message for v in app.query(MessageView) if v.message.role != "system"]
+        assert shown[0] is screen.conversation.messages[0]
+        assert len(shown) + view.later_count == len(screen.conversation.messages)
+        # Showing the newest again (as sending does) brings them back.
+        await view.show_latest()
+        shown = [v.message for v in app.query(MessageView) if v.message.role != "system"]
+        assert shown[-1] is screen.conversation.messages[-1] and view.later_count == 0
 
 
 async def test_text_selected_far_up_stays_mounted_when_a_reply_starts() -> None:

@@ -16,7 +16,7 @@ from chat.ui.widgets.conversation_view import ConversationView, LaterMessages
 from chat.ui.widgets.message_view import MessageView
 from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine
-from tests.ui.conftest import make_app, ready, send
+from tests.ui.conftest import make_app, pages_settled, ready, send
 from tests.ui.widgets.test_find import counter, find, in_sight
 
 TURNS = 200
@@ -36,14 +36,20 @@ def mounted(view: ConversationView) -> list[Message]:
     return [v.message for v in view.message_views() if v.message.role != "system"]
 
 
-async def jumped_to_the_first(pilot: Pilot[Any]) -> tuple[ChatScreen, ConversationView]:
-    app = pilot.app
-    screen = await ready(app, pilot)  # type: ignore[arg-type]
+async def opened(pilot: Pilot[Any]) -> tuple[ChatScreen, ConversationView, Conversation]:
+    """The very long conversation open, its newest page shown."""
+    screen = await ready(pilot.app, pilot)  # type: ignore[arg-type]
     conversation = very_long_conversation()
     assert await screen.open_conversation(conversation)
     view = screen.query_one(ConversationView)
-    first = conversation.messages[0]
     await wait_for(lambda: view.earlier_count > 0, pilot)
+    return screen, view, conversation
+
+
+async def jumped_to_the_first(pilot: Pilot[Any]) -> tuple[ChatScreen, ConversationView]:
+    app = pilot.app
+    screen, view, conversation = await opened(pilot)
+    first = conversation.messages[0]
     await find(pilot, "needle")
     assert counter(app) == "1 of 1"  # type: ignore[arg-type]
 
@@ -114,3 +120,29 @@ async def test_sending_after_the_jump_shows_the_newest_and_the_reply() -> None:
         reply = next(v for v in view.message_views() if v.message is messages[-1])
         assert isinstance(reply, MessageView)
         await wait_for(lambda: in_sight(view, reply), pilot)
+
+
+async def test_scrolling_far_up_keeps_only_a_few_screenfuls_mounted() -> None:
+    # Each page mounted above puts the views far below back aside, so the
+    # mounted views stay a few screenfuls however far up the user goes.
+    app = make_app(ScriptedEngine())
+    async with app.run_test(size=(80, 24)) as pilot:
+        _, view, conversation = await opened(pilot)
+        start = view.earlier_count
+        most = 0
+        while start - view.earlier_count < 100:
+            view.scroll_page_up(animate=False)
+            await pilot.pause()
+            await wait_for(lambda: pages_settled(view), pilot)
+            most = max(most, len(mounted(view)))
+        assert most <= 4 * ConversationView.FIRST_PAGE, most
+        shown = mounted(view)
+        assert view.later_count > 0
+        assert len(shown) + view.earlier_count + view.later_count == 2 * TURNS
+        everything = conversation.messages
+        first = everything.index(shown[0])
+        assert shown == everything[first : first + len(shown)]
+        # Sending a message shows the newest again.
+        await send(pilot, "One more question")
+        await wait_for(lambda: any(m.content == "One more question" for m in mounted(view)), pilot)
+        assert view.later_count == 0
