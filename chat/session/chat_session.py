@@ -19,10 +19,12 @@ from chat import paths
 from chat.conversations.attachments import Attachment
 from chat.conversations.conversation import Conversation, FinishReason, Message
 from chat.conversations.saver import ConversationSaver, ConversationSettings, restore_sampling
+from chat.conversations.tool_steps import ToolStep
 from chat.conversations.tree import index_of
 from chat.engine.protocol import ChatMessages, Engine, Finished, ModelInfo
 from chat.engine.reasoning.markers import Reasoning
 from chat.engine.state_cache import StateCache
+from chat.engine.tool_calls.calls import ToolDefinition
 from chat.errors import KvchatError
 from chat.models.files import same_path
 from chat.runtime.model_loader import ModelLoader
@@ -72,6 +74,8 @@ class ChatSession:
         self._outside_window: set[int] = set()
         """id() of the messages outside the window at the last turn."""
         self._system_tokens = 0
+        self.tool_definitions: Callable[[], Sequence[ToolDefinition]] = lambda: ()
+        """The tools the next reply is offered (the turn's): planned with it."""
 
     # The model.
 
@@ -118,6 +122,7 @@ class ChatSession:
             new_text,
             self.settings.sampling.max_tokens,
             self.settings.chat.overflow,
+            self.tool_definitions(),
         )
         if new_text is None and plan.problem is None:
             return self._continued_whole(budget, plan)
@@ -246,11 +251,19 @@ class ChatSession:
         self.saver.start_reply(self.conversation, self.conversation_settings(), reply)
         return reply
 
-    def end_reply(self, reply: Message, finished: Finished, thinking: str = "") -> None:
+    def end_reply(
+        self,
+        reply: Message,
+        finished: Finished,
+        thinking: str = "",
+        tool_steps: tuple[ToolStep, ...] = (),
+    ) -> None:
         """The reply is complete: it joins the conversation, whole, and is saved.
-        `thinking`: a reasoning model's, apart from the answer (`finished.text`)."""
+        `thinking`: a reasoning model's, apart from the answer (`finished.text`);
+        `tool_steps`: a tool turn's steps before the answer."""
         reply.content, reply.stats = finished.text, finished.stats
         reply.thinking = thinking
+        reply.tool_steps = tool_steps  # saved with it: the saver reads the reply's own
         reply.token_probs = list(finished.choices) or None
         # Sent again as sampled: the KV cache then holds the next prompt's prefix.
         reply.token_ids = list(finished.token_ids) if finished.token_ids is not None else None

@@ -15,6 +15,7 @@ pass over the whole history.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,11 +23,13 @@ from dataclasses import dataclass, field
 from chat.conversations.attachments import Attachment, attachment_block
 from chat.conversations.conversation import Conversation, Message, system_messages
 from chat.conversations.tool_steps import steps_json
+from chat.engine.tool_calls.calls import ToolDefinition
 from chat.errors import ChatTemplateError
 from chat.session.tool_history import chat_messages_of
 
-TokenizeChat = Callable[[Sequence[dict[str, str]], bool], list[int]]
-"""`Engine.tokenize_chat`: chat messages, and whether to open the reply."""
+TokenizeChat = Callable[..., list[int]]
+"""`Engine.tokenize_chat`: chat messages, whether to open the reply, and
+(`tools=`) the tool definitions offered."""
 
 # Room kept free for the reply: max tokens, but never more than this share of
 # the window, so that a small window still leaves room for the conversation.
@@ -61,6 +64,8 @@ class WindowPlan:
     thinking: int = 0
     """Of `new`, when a reply that thought is continued: its thinking so far
     (the meter's thinking segment starts from it)."""
+    tools: int = 0
+    """Of `system`: the tool definitions offered, as the template renders them."""
 
     @property
     def used(self) -> int:
@@ -95,6 +100,18 @@ class ContextBudget:
 
     def system_tokens(self, system_prompt: str) -> int:
         return self._head_tokens(system_messages(system_prompt))
+
+    def tools_tokens(self, system_prompt: str, tools: Sequence[ToolDefinition]) -> int:
+        """What offering `tools` adds to the prompt, as the template renders
+        them (counted once per system prompt and set of tools)."""
+        if not tools:
+            return 0
+        head = system_messages(system_prompt) or [{"role": "user", "content": ""}]
+        shown = json.dumps([tool.for_template() for tool in tools], sort_keys=True)
+        key = ("\0tools", system_prompt, shown, "", (), "", "")
+        return self._cached(
+            key, lambda: len(self.tokenize(head, False, tools=tools)) - self._count(head, False)
+        )
 
     def message_tokens(self, system_prompt: str, message: Message, anchor: Message | None) -> int:
         """Tokens `message` adds after the system prompt (or after `anchor`,
@@ -209,13 +226,15 @@ class ContextBudget:
         new_text: str | None,
         max_tokens: int,
         policy: str,
+        tools: Sequence[ToolDefinition] = (),
     ) -> WindowPlan:
         """Which earlier messages to send with `new_text` (None: regenerate the
-        reply to the last message). When the turn cannot fit, `problem` says
-        why, and the caller refuses to send it (a chat template that fails on
-        this conversation is such a problem: the text stays, the app goes on)."""
+        reply to the last message), `tools` offered. When the turn cannot fit,
+        `problem` says why, and the caller refuses to send it (a chat template
+        that fails on this conversation is such a problem: the text stays, the
+        app goes on)."""
         try:
-            return self._plan(system_prompt, messages, new_text, max_tokens, policy)
+            return self._plan(system_prompt, messages, new_text, max_tokens, policy, tools)
         except ChatTemplateError as error:
             return WindowPlan(self.n_ctx, 0, 0, 0, 0, (), (), str(error))
 
@@ -226,10 +245,12 @@ class ContextBudget:
         new_text: str | None,
         max_tokens: int,
         policy: str,
+        tools: Sequence[ToolDefinition] = (),
     ) -> WindowPlan:
         counts = self.count_messages(system_prompt, messages)
         anchor = messages[0] if messages else None
-        system = self.system_tokens(system_prompt)
+        tools_tokens = self.tools_tokens(system_prompt, tools)
+        system = self.system_tokens(system_prompt) + tools_tokens
         if new_text is not None:
             new = self.new_message_tokens(system_prompt, new_text, anchor)
             earlier = list(range(len(messages)))
@@ -260,7 +281,15 @@ class ContextBudget:
         sent = set(included)
         left_out = tuple(i for i in earlier if i not in sent)
         return WindowPlan(
-            self.n_ctx, system, history, new, reserve, tuple(included), left_out, problem
+            self.n_ctx,
+            system,
+            history,
+            new,
+            reserve,
+            tuple(included),
+            left_out,
+            problem,
+            tools_tokens,
         )
 
 

@@ -24,11 +24,12 @@ import contextvars
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Literal
+from typing import Literal, cast
 
 from chat.conversations.attachments import Attachment, prompt_text
 from chat.conversations.conversation import Message
-from chat.engine.protocol import Engine, Finished, PromptProgress
+from chat.engine.protocol import ChatMessage, Engine, Finished, PromptProgress
+from chat.engine.tool_calls.calls import ToolDefinition
 from chat.errors import KvchatError
 from chat.runtime.background import call_soon, in_thread, start_thread
 from chat.runtime.frame_pacing import FramePacer
@@ -37,6 +38,15 @@ from chat.session.chat_session import ChatSession
 from chat.session.context_window import WindowPlan
 from chat.session.draft_attachments import DraftAttachments
 from chat.session.reply_stream import ReplyChunk, ReplyEnded, ReplyEvent, ReplyFailed, ReplyStream
+from chat.session.tool_history import answer_of, tool_steps_of
+from chat.session.tool_loop import OfferedTool, ToolLoopOutcome
+from chat.session.tool_turn import (
+    ConversationTools,
+    ToolCallEnded,
+    ToolTurn,
+    ToolTurnEvent,
+    ToolTurnStopped,
+)
 
 PREFILL_PAUSE_S = 0.5
 """After this pause in typing, the message is evaluated ahead (Engine.prefill):
@@ -149,6 +159,7 @@ TurnEvent = (
     | TurnFailed
     | MessageWaiting
     | WaitingOver
+    | ToolTurnEvent
 )
 
 
@@ -198,6 +209,11 @@ class Turn:
         self._prefill_after_rebatch = False
         """A prefill came during the rebatch (the engine was busy with it): it
         runs once the rebatch ends."""
+        self.tools: ConversationTools | None = None
+        """The conversation's tools (chat.session.tool_turn); None: no tools at all."""
+        self._tool_turn: ToolTurn | None = None
+        self._tool_task: asyncio.Task[None] | None = None
+        session.tool_definitions = self._offered_definitions
 
     @property
     def generating(self) -> bool:
@@ -207,6 +223,8 @@ class Turn:
     @property
     def reply_text(self) -> str | None:
         """The reply being generated, so far (None when none is)."""
+        if self._tool_turn is not None:
+            return self._tool_turn.text
         return self._stream.text if self._stream is not None else None
 
     @property
@@ -416,7 +434,11 @@ class Turn:
 
     def _start_reply(self, plan: WindowPlan, kind: StartKind = "new") -> None:
         reply = self.session.begin_reply(plan)
-        self._stream_reply(reply, plan, kind)
+        offered = self.tools_to_offer()
+        if offered:
+            self._start_tool_reply(reply, plan, kind, offered)
+        else:
+            self._stream_reply(reply, plan, kind)
 
     def _stream_reply(self, reply: Message, plan: WindowPlan, kind: StartKind) -> None:
         engine = self.session.engine
@@ -523,6 +545,9 @@ class Turn:
     def stop(self) -> bool:
         """Esc: end the reply within one token (its end arrives, and is saved,
         as usual). False when no reply is being generated."""
+        if self._tool_turn is not None:
+            self._tool_turn.cancel()
+            return True
         if self._stream is None:
             return False
         self._stream.cancel()
@@ -531,6 +556,9 @@ class Turn:
     def stop_and_save(self) -> None:
         """`stop`, and the reply so far saved now too: on quit, a reply whose
         prompt is still being evaluated does not end before the app does."""
+        if self._tool_turn is not None:
+            self._tool_turn.cancel()
+            self._save_tool_progress()
         if self._stream is not None:
             self._stream.cancel()
             self.session.saver.save_progress(self._stream.text, self._stream.thinking or None)
@@ -541,6 +569,111 @@ class Turn:
         self.session.save_all(
             self.reply_text, stream.thinking or None if stream is not None else None
         )
+
+    # A reply with tools (chat.session.tool_turn).
+
+    def tools_to_offer(self) -> list[OfferedTool]:
+        """The tools the next reply is offered: none when the conversation has
+        tools off, no server is ready, or the model cannot call tools (its
+        template does not show it how, or its server takes no tools)."""
+        tools, engine = self.tools, self.session.engine
+        if tools is None or engine is None or not engine.info.calls_tools:
+            return []
+        return tools.offered()
+
+    def _offered_definitions(self) -> list[ToolDefinition]:
+        return [offered.definition for offered in self.tools_to_offer()]
+
+    def _start_tool_reply(
+        self, reply: Message, plan: WindowPlan, kind: StartKind, offered: list[OfferedTool]
+    ) -> None:
+        engine, tools = self.session.engine, self.tools
+        assert engine is not None and tools is not None
+        shown = tuple(self.session.conversation.messages)
+        self._reply, self._continuing = reply, False
+        self._idle.clear()
+        self._cancel_prefill()
+        self.listener(TurnStarted(reply, shown, plan, kind))
+        tool_turn = ToolTurn(
+            engine,
+            tools,
+            offered,
+            replace(self.session.settings.sampling),  # the settings pane may change them
+            reply,
+            self._tool_event,
+            partial(self._tool_text, reply),
+        )
+        self._tool_turn = tool_turn
+        messages = cast("list[ChatMessage]", self.session.reply_prompt(plan))
+        self._tool_task = asyncio.get_running_loop().create_task(
+            self._run_tool_turn(reply, tool_turn, messages), name="tool turn"
+        )
+
+    def _tool_event(self, event: ToolTurnEvent) -> None:
+        """A step of the tool turn: once a call has ended, the reply's row
+        holds the steps so far (a crash loses none of them)."""
+        if isinstance(event, ToolCallEnded):
+            self._save_tool_progress()
+        self.listener(event)
+
+    def _save_tool_progress(self) -> None:
+        tool_turn = self._tool_turn
+        if tool_turn is not None:
+            # The reply's own steps too: whatever else saves it meanwhile
+            # (`save_all`, a retry) writes them, not none.
+            tool_turn.reply.tool_steps = tool_steps_of(tool_turn.so_far())
+            self.session.saver.save_progress(
+                tool_turn.text, None, tool_steps=tool_turn.reply.tool_steps
+            )
+
+    def _tool_text(
+        self, reply: Message, text: str, tokens: int, thinking: str, thinking_tokens: int
+    ) -> None:
+        if reply is self._reply:
+            self.listener(TurnText(reply, text, tokens, thinking, thinking_tokens))
+
+    async def _run_tool_turn(
+        self, reply: Message, tool_turn: ToolTurn, messages: Sequence[ChatMessage]
+    ) -> None:
+        try:
+            outcome = await tool_turn.run(messages)
+        except Exception as error:  # a bug or a llama.cpp failure: say so, keep the app alive
+            outcome = ToolLoopOutcome("failed", problem=f"Generation failed: {error}")
+        self._tool_turn = self._tool_task = None
+        self._tool_turn_ended(reply, outcome, tool_turn.text, tool_turn.thinking)
+
+    def _tool_turn_ended(
+        self, reply: Message, outcome: ToolLoopOutcome, answer_text: str, thinking: str
+    ) -> None:
+        """The reply keeps its answer (the last step's, its thinking apart);
+        the steps before it were drawn as they came."""
+        steps = outcome.steps
+        if not steps:
+            self._failed(reply, ReplyFailed(outcome.problem or "The reply failed."))
+            return
+        if outcome.problem:
+            self.listener(ToolTurnStopped(reply, outcome.problem))
+        last = steps[-1]
+        if len(steps) == 1 and not last.calls:  # it called nothing
+            self._ended(reply, ReplyEnded(replace(last.finished, text=answer_text), thinking))
+            return
+        stats = last.finished.stats
+        if outcome.end == "cancelled":
+            stats = replace(stats, finish_reason="stopped")
+        # The steps are kept before the answer (chat.session.tool_history),
+        # and sent again as the model saw them: the answer's sampled ids
+        # still follow what they followed. A turn that ended with a call's
+        # result has no answer: its last step is kept with its calls.
+        answer = answer_of(outcome)
+        if answer is not None:
+            kept = replace(answer, text=answer_text, stats=stats)
+        else:
+            kept = replace(last.finished, text="", stats=stats, token_ids=None, tool_calls=())
+            thinking = ""
+        self.session.end_reply(reply, kept, thinking, tool_steps_of(outcome))
+        self._done()
+        self.listener(TurnEnded(reply, kept))
+        self.schedule_prefill()
 
     # Work done ahead while the user pauses.
 
@@ -582,6 +715,8 @@ class Turn:
             # The engine is busy with it and would do nothing now: after it.
             self._prefill_after_rebatch = True
             return
+        if self.tools_to_offer():
+            return  # a prefill renders no tools: it would evaluate another prompt
         if self.counting():
             return  # planning would count them too; done, the count schedules this again
         chat = self.session.settings.chat

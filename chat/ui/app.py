@@ -48,6 +48,8 @@ from chat.runtime.model_loader import (
 from chat.safe_files import shown_path
 from chat.sanitize import sanitize, sanitize_line
 from chat.session.chat_session import ChatSession
+from chat.session.tool_loop import ToolLoopSettings
+from chat.session.tool_turn import ConversationTools
 from chat.session.turn import Turn
 from chat.settings.config_file import update_config
 from chat.settings.presets import load_presets
@@ -56,6 +58,8 @@ from chat.settings.schema import Settings
 from chat.settings.user_files import FileProblem, problem_notices
 from chat.tools.config import ServerConfig as ToolServerConfig
 from chat.tools.manager import ToolServers
+from chat.tools.permissions import Permissions
+from chat.tools.permissions import default_file as default_permissions_file
 from chat.tools.status import ServerState as ToolServerState
 from chat.tools.status import ServerStatus as ToolServerStatus
 from chat.ui.commands import ThemeCommands
@@ -164,6 +168,12 @@ class ChatApp(App[None]):
             self.conversations.changed_elsewhere,
         )
         self.turn = Turn(session, self.models)
+        self.tool_servers = ToolServers(launch.tool_servers, on_change=self._tool_server_changed)
+        """Started once the first frame is drawn; none are when none is configured."""
+        permissions = Permissions.from_config(launch.tool_servers, file=default_permissions_file())
+        self.turn.tools = ConversationTools(
+            self.tool_servers, permissions, ToolLoopSettings.from_settings(self.settings.tools)
+        )
         self.chat_screen = ChatScreen(self.turn, self.models, self.conversations, presets)
         self.conversations.show_on(self.chat_screen, self.turn)
         self.settings_flow = SettingsFlow(
@@ -179,13 +189,13 @@ class ChatApp(App[None]):
         self.database = launch.database if launch.database is not None else paths.database_file()
         self.store: Store | None = None
         self._startup_problems = list(launch.startup_problems)
+        if permissions.problem is not None:
+            self._startup_problems.append(permissions.problem)
         self._log_problem_told: str | None = None
         """The last llama.cpp log problem told (`_tell_log_problem`)."""
         self._theme_problems: list[FileProblem] = []
         self._quit_by: float | None = None
         """When quitting must be done waiting (see QUIT_WAIT_S); None: not quitting."""
-        self.tool_servers = ToolServers(launch.tool_servers, on_change=self._tool_server_changed)
-        """Started once the first frame is drawn; none are when none is configured."""
         self._typed_ahead: list[events.Key | TypedText] | None = []
         """What was typed while kvchat starts, held until the model has started
         loading (see on_event); None once it has been handed over."""
@@ -596,9 +606,12 @@ class ChatApp(App[None]):
         )
 
     def _tool_server_changed(self, status: ToolServerStatus) -> None:
-        """A tool server that fails is named in one sentence; the chat goes on."""
+        """A tool server that fails is named in one sentence; the chat goes on.
+        The tools a reply is offered may have changed: the meter counts them."""
         if status.state is ToolServerState.FAILED and status.problem:
             self.notify(status.problem, title="Tool server", severity="warning", timeout=15)
+        if self.chat_screen.is_mounted:
+            self.chat_screen.tools_changed()
 
     async def _close_tool_servers(self) -> None:
         with contextlib.suppress(asyncio.TimeoutError):

@@ -219,6 +219,26 @@ CHAT_SCREEN_ACTIONS = (
         )
         for budget in BUDGETS
     ),
+    ScreenAction(
+        "Tools",
+        "The tool servers (MCP), their state and tools, on or off for this conversation; "
+        "the tools always allowed, to take back",
+        "tools_pane",
+        other_names=("Tool servers", "MCP servers", "Tool permissions"),
+    ),
+    ScreenAction(
+        "Turn tools on or off",
+        "The model is offered the tool servers' tools in this conversation, or none",
+        "switch_tools",
+        other_names=("Tools on or off", "Disable tools", "Enable tools"),
+    ),
+    ScreenAction(
+        "Show or hide tool calls",
+        "alt+c: unfold or fold a reply's tool calls and their results (the selected "
+        "reply's, else the newest)",
+        "toggle_tool_calls",
+        other_names=("Tool results", "Unfold tool calls"),
+    ),
 )
 
 

@@ -18,6 +18,15 @@ from textual.screen import Screen
 from textual.signal import Signal
 
 from chat.conversations.conversation import Message
+from chat.session.tool_loop import PermissionRequest
+from chat.session.tool_turn import (
+    ToolCallAsked,
+    ToolCallEnded,
+    ToolCallStarted,
+    ToolStepEnded,
+    ToolTurnEvent,
+    ToolTurnStopped,
+)
 from chat.session.turn import (
     MessageWaiting,
     Refused,
@@ -97,6 +106,8 @@ class TurnDrawer:
             await self._show_waiting(event.text)
         elif isinstance(event, WaitingOver):
             await self._waiting_over(event)
+        else:
+            await self._show_tool_event(event)
 
     def _is_drawing(self, reply: Message) -> bool:
         return self._reply_view is not None and self._reply_view.message is reply
@@ -214,6 +225,34 @@ class TurnDrawer:
         engine = self._turn.session.engine
         if engine is not None:
             status.show_model(engine.info)
+
+    async def _show_tool_event(self, event: ToolTurnEvent) -> None:
+        """A step of a tool turn: its text moved above its calls, a call's
+        block as it is asked, runs and ends."""
+        if isinstance(event, ToolTurnStopped):
+            self._screen.notify(
+                event.problem, title="Tools", severity="warning", timeout=12, markup=False
+            )
+            return
+        view = self._reply_view
+        if view is None or view.message is not event.reply:
+            return
+        steps = await view.tool_steps()
+        if isinstance(event, ToolStepEnded):
+            await view.restart_body()
+            await steps.add_step(event.step, event.text, event.finished.stats)
+        elif isinstance(event, ToolCallAsked):
+            await steps.show_call(event.request, "asked")
+        elif isinstance(event, ToolCallStarted):
+            await steps.show_call(event.request, "running")
+        elif isinstance(event, ToolCallEnded):
+            record = event.record
+            request = PermissionRequest(
+                record.server, record.tool, record.call.arguments, record.call
+            )
+            await steps.finish_call(record, request)
+            # The result is part of the prompt from the next step on.
+            self._screen.query_one(ContextMeter).add_reply_tokens(record.result_tokens)
 
     async def _show_waiting(self, text: str) -> None:
         """A message sent while the model loads, shown until the model is ready."""

@@ -46,9 +46,10 @@ from chat.ui.commands import ChatScreenCommands, PresetCommands
 from chat.ui.messages import SwitchModelRequested, TurnUpdate
 from chat.ui.meter_planner import MeterPlanner
 from chat.ui.model_status import ModelStatus
-from chat.ui.screens.chat_keys import CHAT_KEYS
+from chat.ui.screens.chat_keys import CHAT_KEYS, TOOL_CALLS_KEY
 from chat.ui.screens.conversation_flow import ConversationFlow
 from chat.ui.screens.help import HelpScreen
+from chat.ui.screens.tool_flow import ToolFlow
 from chat.ui.turn_drawer import TurnDrawer, tell
 from chat.ui.widgets.context_meter import ContextMeter
 from chat.ui.widgets.conversation_view import ConversationView
@@ -98,6 +99,8 @@ class ChatScreen(Screen[None]):
         self._models = models
         self._find_bar: FindBar | None = None
         """Mounted the first time Ctrl+F opens it."""
+        self.tool_flow = ToolFlow(self, turn.tools) if turn.tools is not None else None
+        """The question before a call, the calls' blocks, the tools pane."""
 
     @property
     def session(self) -> ChatSession:
@@ -173,6 +176,9 @@ class ChatScreen(Screen[None]):
 
     async def on_mount(self) -> None:
         self.query_one("#notice").display = False
+        if self.turn.tools is not None and self.turn.tools.configured:
+            key, action, description = TOOL_CALLS_KEY
+            self._bindings.bind(key, action, description, show=False)
         box = self.query_one(PromptBox)
         self.turn.typed = lambda: box.text
         self.query_one(PromptBox).focus()
@@ -376,6 +382,7 @@ class ChatScreen(Screen[None]):
 
     async def show_new_conversation(self) -> None:
         """An empty conversation (its system prompt alone)."""
+        self._reset_tools()
         self.query_one(StatusBar).show_preset(self.conversation.preset)
         await self.query_one(ConversationView).clear()
         await self._show_system_prompt()
@@ -386,6 +393,7 @@ class ChatScreen(Screen[None]):
 
     async def show_opened_conversation(self) -> None:
         """A conversation opened from the store (or the browser)."""
+        self._reset_tools()
         self.query_one(StatusBar).show_preset(self.conversation.preset)
         await self._show_all()
         self._mark_branches(self.query_one(ConversationView).message_views())
@@ -476,6 +484,44 @@ class ChatScreen(Screen[None]):
     def action_thinking_budget(self, budget: int) -> None:
         self.notify(set_thinking_budget(self.session, budget), timeout=6)
         self.recount_meter()
+
+    # Tools (chat.ui.tool_flow).
+
+    def _reset_tools(self) -> None:
+        """Another conversation: its tools as a new one's (on when configured)."""
+        if self.turn.tools is not None:
+            self.turn.tools.reset()
+
+    def tools_changed(self) -> None:
+        """A tool server started, failed or stopped, or a switch changed: the
+        meter counts what the next reply is offered; the tools pane, if open,
+        shows it."""
+        self.refresh_meter()
+        from chat.ui.screens.tools import ToolsScreen
+
+        for screen in self.app.screen_stack:
+            if isinstance(screen, ToolsScreen):
+                screen.show_servers()
+
+    def action_tools_pane(self) -> None:
+        """The palette: the tools pane (chat.ui.screens.tools)."""
+        if self.turn.tools is None:
+            return
+        from chat.ui.screens.tools import ToolsScreen
+
+        self.app.push_screen(ToolsScreen(self.turn.tools, self.tools_changed))
+
+    def action_toggle_tool_calls(self) -> None:
+        """alt+c: unfold or fold the tool calls of the selected reply, else of
+        the newest that called a tool."""
+        if self.tool_flow is not None:
+            self.tool_flow.toggle_calls()
+
+    def action_switch_tools(self) -> None:
+        """The palette: tools on or off for this conversation."""
+        if self.tool_flow is not None:
+            self.notify(self.tool_flow.switch(), timeout=6)
+            self.tools_changed()  # the tool definitions are part of the prompt
 
     # Finding, tokens, help, models.
 

@@ -63,3 +63,11 @@ CHAT_KEYS: list[BindingType] = [
         show=False,
     ),
 ]
+
+TOOL_CALLS_KEY = (
+    "alt+c",
+    "toggle_tool_calls",
+    "Unfold or fold a reply's tool calls and their results",
+)
+"""Bound only when tool servers are configured (`ChatScreen.on_mount`): without
+them no reply calls a tool, and the key would do nothing."""

@@ -24,6 +24,7 @@ from textual.widgets import Static
 from chat.conversations.conversation import STATE_NOTES, Message, ReplyStats
 from chat.sanitize import sanitize
 from chat.ui.widgets.thinking_block import ThinkingBlock
+from chat.ui.widgets.tool_call_block import ToolSteps
 from chat.wording import counted
 
 if TYPE_CHECKING:
@@ -342,6 +343,8 @@ class AssistantMessageView(MessageView):
     def compose(self) -> ComposeResult:
         yield from super().compose()
         yield self.thinking
+        if self.message.tool_steps:
+            yield ToolSteps(self.message.tool_steps)
         yield _reply_markdown_class()(
             sanitize(self.message.content),
             classes="message-body",
@@ -367,6 +370,23 @@ class AssistantMessageView(MessageView):
             if block.thinking_now:
                 block.answer_began()
             await self._stream.write(text)
+
+    async def tool_steps(self) -> ToolSteps:
+        """The reply's tool steps, mounted above the answer on first need."""
+        found = self.query(ToolSteps)
+        if found:
+            return found.first()
+        steps = ToolSteps()
+        await self.mount(steps, before=self.body)
+        return steps
+
+    async def restart_body(self) -> None:
+        """A tool step ended: its text is shown above its calls (`ToolSteps`),
+        and the next step's text streams into an empty answer."""
+        if self._stream is not None:
+            await _stop_stream(self._stream)
+        await self.body.update("")
+        self._stream = self.body.get_stream(self.body)
 
     async def finish(self, text: str, stats: ReplyStats | None, thinking: str = "") -> None:
         """Stop streaming and render the final text once, in full."""

@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import time
 
-from textual import events
-from textual.content import Content
-from textual.reactive import reactive
-from textual.widgets import Static
-
 from chat.sanitize import sanitize
+from chat.ui.widgets.folded_block import FoldedBlock
 from chat.wording import counted
 
 
-class ThinkingBlock(Static):
+class ThinkingBlock(FoldedBlock):
     DEFAULT_CSS = """
     ThinkingBlock {
         height: auto;
@@ -35,8 +31,6 @@ class ThinkingBlock(Static):
         display: block;
     }
     """
-
-    folded: reactive[bool] = reactive(True)
 
     def __init__(self, thinking: str, tokens: int, seconds: float | None, *, folded: bool) -> None:
         super().__init__("", markup=False)
@@ -95,19 +89,5 @@ class ThinkingBlock(Static):
             parts.append(f"{seconds:.1f} s")
         return " · ".join(parts)
 
-    def watch_folded(self) -> None:
-        self._draw()
-
-    def on_mount(self) -> None:
-        self._draw()
-
-    def _draw(self) -> None:
-        mark = "▸" if self.folded else "▾"
-        line = f"{mark} {self.summary()}"
-        if not self.folded and self._parts:
-            line += "\n" + sanitize(self.text)
-        self.update(Content(line))
-
-    def on_click(self, event: events.Click) -> None:
-        event.stop()
-        self.folded = not self.folded
+    def unfolded_text(self) -> str:
+        return sanitize(self.text)

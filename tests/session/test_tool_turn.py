@@ -1,0 +1,438 @@
+"""A turn with tools (chat.session.tool_turn through chat.session.turn), no
+Textual: the reply runs the tool loop when tools are on and the model can
+call them, reports each step, stops at any step, keeps what was done; the
+plan counts the tool definitions. With the scripted model and servers, and
+with the real parts: the demo model behind Qwen 2.5's template and the
+tests' SDK-written MCP server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chat.bench.tools import ANSWER
+from chat.conversations.conversation import system_messages
+from chat.conversations.store import Store
+from chat.engine.llama import LlamaEngine, load_engine
+from chat.engine.reasoning.markers import THINK, Reasoning
+from chat.session.tool_loop import CANCELLED, REFUSED, PermissionRequest, ToolLoopSettings
+from chat.session.tool_turn import (
+    ConversationTools,
+    ToolCallAsked,
+    ToolCallEnded,
+    ToolCallStarted,
+    ToolStepEnded,
+    ToolTurnStopped,
+)
+from chat.session.turn import TurnEnded, TurnStarted, TurnText
+from chat.settings.schema import ModelSettings, Settings
+from chat.tools.permissions import Choice, Grant, Permissions
+from chat.tools.status import ServerState
+from tests.engine.tool_models import OPENS_HERMES_CALL, qwen25_model
+from tests.fakes import ScriptedEngine
+from tests.session.test_turn import Recorded
+from tests.tool_fakes import FakeToolServers, ScriptedToolEngine, echo_call
+from tests.tools.conftest import running, sdk_server
+
+
+class Answers:
+    """The permission question, answered with `choice` (None: never)."""
+
+    def __init__(self, choice: Choice | None) -> None:
+        self.choice = choice
+        self.asked: list[PermissionRequest] = []
+
+    async def __call__(self, request: PermissionRequest) -> Choice:
+        self.asked.append(request)
+        if self.choice is None:
+            await asyncio.Event().wait()
+        assert self.choice is not None
+        return self.choice
+
+
+class FirstOnly(Answers):
+    """Answers the first question; the others wait for ever."""
+
+    async def __call__(self, request: PermissionRequest) -> Choice:
+        if self.asked:
+            self.choice = None
+        return await super().__call__(request)
+
+
+def with_tools(
+    recorded: Recorded,
+    servers: Any,
+    answers: Answers,
+    permissions: Permissions | None = None,
+    settings: ToolLoopSettings | None = None,
+) -> ConversationTools:
+    tools = ConversationTools(
+        servers, permissions or Permissions(None), settings or ToolLoopSettings(), answers
+    )
+    recorded.turn.tools = tools
+    return tools
+
+
+def tools_tokens(engine: Any, recorded: Recorded, tools: ConversationTools) -> int:
+    """What the tools add to a prompt, counted on its own: the system prompt
+    with and without them."""
+    head = system_messages(recorded.turn.session.conversation.system_prompt)
+    head = head or [{"role": "user", "content": ""}]
+    with_them = engine.tokenize_chat(head, False, tools=tools.definitions())
+    return len(with_them) - len(engine.tokenize_chat(head, False))
+
+
+def calling_engine(**options: Any) -> ScriptedToolEngine:
+    """Says "Let me look.", calls echo("hi"), then answers "It says hi."."""
+    return ScriptedToolEngine(
+        [["Let", " me", " look."], ["It", " says", " hi."]], {0: echo_call("hi")}, **options
+    )
+
+
+async def test_a_turn_with_tools_asks_runs_the_call_and_answers(tmp_path: Path) -> None:
+    engine = calling_engine()
+    servers = FakeToolServers()
+    answers = Answers(Choice.ONCE)
+    with Store(tmp_path / "c.db") as store:
+        recorded = Recorded(engine, store)
+        with_tools(recorded, servers, answers)
+        turn = recorded.turn
+        assert turn.send("What does echo say?") is None
+        await asyncio.wait_for(turn.stopped(), 10)
+        assert engine.offered == [["echo"], ["echo"]]
+        (request,) = answers.asked
+        assert (request.server, request.tool, dict(request.arguments)) == (
+            "notes",
+            "echo",
+            {"text": "hi"},
+        )
+        assert servers.called == [("notes", "echo", {"text": "hi"})]
+        # The second reply reads the call and its result.
+        second_prompt = engine.calls[1][0]
+        assert [m["role"] for m in second_prompt[-3:]] == ["user", "assistant", "tool"]
+        assert second_prompt[-1]["content"] == "hi"
+        kinds = [type(e).__name__ for e in recorded.events if not isinstance(e, TurnText)]
+        assert kinds == [
+            "TurnStarted",
+            "ToolStepEnded",
+            "ToolCallAsked",
+            "ToolCallStarted",
+            "ToolCallEnded",
+            "TurnEnded",
+        ]
+        (step,) = recorded.of(ToolStepEnded)
+        assert (step.step, step.text) == (1, "Let me look.")
+        (ended_call,) = recorded.of(ToolCallEnded)
+        assert (ended_call.record.outcome, ended_call.record.result) == ("ran", "hi")
+        # The text came as it streamed: the first step's, then the answer's.
+        assert recorded.text() == "Let me look.It says hi."
+        (ended,) = recorded.of(TurnEnded)
+        assert ended.reply.content == "It says hi."
+        assert ended.reply.stats.finish_reason == "done"
+        conv_id = turn.session.conversation.id
+        assert conv_id is not None
+        saved = store.get_conversation(conv_id)
+        assert [(m.role, m.content) for m in saved.messages] == [
+            ("user", "What does echo say?"),
+            ("assistant", "It says hi."),
+        ]
+        # Kept with the reply: the step, its call and the result.
+        (kept,) = saved.messages[1].tool_steps
+        (kept_call,) = kept.calls
+        assert (kept.content, kept_call.server, kept_call.tool) == ("Let me look.", "notes", "echo")
+        assert (kept_call.outcome, kept_call.result) == ("ran", "hi")
+        # The next turn sends the turn as the model saw it.
+        engine.tool_calls = {}
+        assert turn.send("Thanks.") is None
+        await asyncio.wait_for(turn.stopped(), 10)
+        third_prompt = engine.calls[2][0]
+        assert [m["role"] for m in third_prompt[-5:]] == [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "user",
+        ]
+
+
+async def test_a_reasoning_model_thinks_apart_from_its_answer_in_each_step() -> None:
+    engine = ScriptedToolEngine(
+        [
+            ["<think>", "I", " should", " look.", "</think>", "Let", " me", " look."],
+            ["<think>", "Got", " it.", "</think>", "It", " says", " hi."],
+        ],
+        {0: echo_call("hi")},
+    )
+    engine.info = replace(engine.info, reasoning=Reasoning(THINK, "template"))
+    recorded = Recorded(engine)
+    with_tools(recorded, FakeToolServers(), Answers(Choice.ONCE))
+    assert recorded.turn.send("Echo hi") is None
+    await asyncio.wait_for(recorded.turn.stopped(), 10)
+    (step,) = recorded.of(ToolStepEnded)
+    assert step.text == "Let me look."
+    thought = "".join(event.thinking for event in recorded.of(TurnText))
+    assert "I should look." in thought and "Got it." in thought
+    assert "<think>" not in recorded.text()
+    (ended,) = recorded.of(TurnEnded)
+    assert (ended.reply.content, ended.reply.thinking) == ("It says hi.", "Got it.")
+
+
+async def test_refused_the_model_reads_that_it_was_refused() -> None:
+    engine = calling_engine()
+    servers = FakeToolServers()
+    recorded = Recorded(engine)
+    with_tools(recorded, servers, Answers(Choice.REFUSE))
+    assert recorded.turn.send("Echo hi") is None
+    await asyncio.wait_for(recorded.turn.stopped(), 10)
+    assert servers.called == []
+    assert engine.calls[1][0][-1]["content"] == REFUSED
+    (ended_call,) = recorded.of(ToolCallEnded)
+    assert ended_call.record.outcome == "refused"
+    assert recorded.of(TurnEnded)[0].reply.content == "It says hi."
+
+
+async def test_always_for_the_tool_is_saved_and_not_asked_again(tmp_path: Path) -> None:
+    engine = ScriptedToolEngine(
+        [["Look."], ["Done."], ["Again."], ["Done."]], {0: echo_call("a"), 2: echo_call("b")}
+    )
+    answers = Answers(Choice.TOOL)
+    permissions = Permissions(tmp_path / "permissions.json")
+    recorded = Recorded(engine)
+    with_tools(recorded, FakeToolServers(), answers, permissions)
+    turn = recorded.turn
+    assert turn.send("One") is None
+    await asyncio.wait_for(turn.stopped(), 10)
+    assert turn.send("Two") is None
+    await asyncio.wait_for(turn.stopped(), 10)
+    assert len(answers.asked) == 1  # the second call ran without a question
+    assert Permissions(tmp_path / "permissions.json").lasting() == [Grant("notes", "echo")]
+    assert [e.record.outcome for e in recorded.of(ToolCallEnded)] == ["ran", "ran"]
+
+
+async def test_esc_while_asked_stops_the_turn_and_keeps_what_was_done() -> None:
+    engine = calling_engine()
+    servers = FakeToolServers()
+    recorded = Recorded(engine)
+    with_tools(recorded, servers, Answers(None))
+    turn = recorded.turn
+    assert turn.send("Echo hi") is None
+    await recorded.until(lambda: recorded.of(ToolCallAsked))
+    assert turn.generating
+    assert turn.stop()
+    await asyncio.wait_for(turn.stopped(), 10)
+    assert servers.called == [] and len(engine.calls) == 1
+    (ended_call,) = recorded.of(ToolCallEnded)
+    assert (ended_call.record.outcome, ended_call.record.result) == ("cancelled", CANCELLED)
+    (ended,) = recorded.of(TurnEnded)
+    assert ended.reply.stats.finish_reason == "stopped"
+    # Kept: the question and the reply (its text was the step's, shown above the call).
+    assert [m.role for m in turn.session.conversation.messages] == ["user", "assistant"]
+    assert not turn.stop()
+
+
+async def test_the_steps_so_far_are_saved_as_each_call_ends(tmp_path: Path) -> None:
+    engine = ScriptedToolEngine(
+        [["Look."], ["Again."], ["Done."]], {0: echo_call("a"), 1: echo_call("b")}
+    )
+    answers = FirstOnly(Choice.ONCE)
+    with Store(tmp_path / "c.db") as store:
+        recorded = Recorded(engine, store)
+        with_tools(recorded, FakeToolServers(), answers)
+        turn = recorded.turn
+        assert turn.send("Twice") is None
+        await recorded.until(lambda: len(answers.asked) == 2)  # the second question waits
+        conv_id = turn.session.conversation.id
+        assert conv_id is not None
+        reply_row = store.get_conversation(conv_id).messages[-1]
+        (saved,) = reply_row.tool_steps  # the first step, its call ended
+        assert [(c.arguments, c.result) for c in saved.calls] == [({"text": "a"}, "a")]
+        assert turn.stop()
+        await asyncio.wait_for(turn.stopped(), 10)
+        final = store.get_conversation(conv_id).messages[-1]
+        assert [[c.outcome for c in step.calls] for step in final.tool_steps] == [
+            ["ran"],
+            ["cancelled"],
+        ]
+        assert not final.ends_in_answer
+
+
+async def test_esc_during_a_running_call_cancels_the_call() -> None:
+    engine = calling_engine()
+    servers = FakeToolServers()
+    servers.hold = True
+    recorded = Recorded(engine)
+    with_tools(recorded, servers, Answers(None), Permissions(None, [Grant("notes")]))
+    turn = recorded.turn
+    assert turn.send("Echo hi") is None
+    await recorded.until(lambda: recorded.of(ToolCallStarted))
+    assert not recorded.of(ToolCallAsked)  # allowed beforehand: no question
+    assert turn.stop()
+    await asyncio.wait_for(turn.stopped(), 10)
+    assert servers.cancelled == 1
+    (ended_call,) = recorded.of(ToolCallEnded)
+    assert ended_call.record.outcome == "cancelled"
+    assert recorded.of(TurnEnded)[0].reply.stats.finish_reason == "stopped"
+
+
+async def test_esc_in_a_later_step_keeps_its_text() -> None:
+    engine = ScriptedToolEngine([["Look."], ["slow "] * 40], {0: echo_call("hi")}, hold_after=3)
+    recorded = Recorded(engine)
+    with_tools(recorded, FakeToolServers(), Answers(Choice.ONCE))
+    turn = recorded.turn
+    assert turn.send("Echo hi") is None
+    await recorded.until(lambda: len(engine.calls) == 2 and engine.holding.is_set())
+    assert turn.stop()
+    await asyncio.wait_for(turn.stopped(), 10)
+    (ended,) = recorded.of(TurnEnded)
+    assert ended.reply.content == "slow " * 4
+    assert ended.reply.stats.finish_reason == "stopped"
+
+
+async def test_the_most_steps_end_the_turn_with_a_sentence() -> None:
+    engine = ScriptedToolEngine([["Look."]], {n: echo_call(str(n)) for n in range(5)})
+    recorded = Recorded(engine)
+    with_tools(
+        recorded,
+        FakeToolServers(),
+        Answers(Choice.ONCE),
+        settings=ToolLoopSettings(max_steps=2),
+    )
+    assert recorded.turn.send("Loop") is None
+    await asyncio.wait_for(recorded.turn.stopped(), 10)
+    assert len(engine.calls) == 2
+    (stopped,) = recorded.of(ToolTurnStopped)
+    assert "2 steps" in stopped.problem
+    assert recorded.of(TurnEnded)
+
+
+async def test_tools_off_a_server_not_ready_or_a_model_that_cannot_call_reply_plainly() -> None:
+    engine = calling_engine()
+    servers = FakeToolServers()
+    recorded = Recorded(engine)
+    tools = with_tools(recorded, servers, Answers(Choice.ONCE))
+    tools.on = False
+    assert recorded.turn.send("Hi") is None
+    await asyncio.wait_for(recorded.turn.stopped(), 10)
+    tools.on = True
+    servers.set_state("notes", ServerState.STARTING)
+    assert recorded.turn.send("Hi") is None
+    await asyncio.wait_for(recorded.turn.stopped(), 10)
+    assert engine.offered == [[], []]
+    assert not recorded.of(ToolStepEnded)
+    plain = Recorded(ScriptedEngine())
+    with_tools(plain, FakeToolServers(), Answers(Choice.ONCE))
+    assert plain.turn.tools_to_offer() == []  # not shown how to call
+
+
+async def test_a_tool_or_server_turned_off_is_not_offered() -> None:
+    engine = calling_engine()
+    servers = FakeToolServers({"notes": ["echo", "other"], "web": ["echo"]})
+    recorded = Recorded(engine)
+    tools = with_tools(recorded, servers, Answers(Choice.ONCE))
+    names = lambda: sorted(o.definition.name for o in recorded.turn.tools_to_offer())  # noqa: E731
+    assert names() == ["notes_echo", "other", "web_echo"]
+    tools.servers_off.add("web")
+    assert names() == ["echo", "other"]
+    tools.tools_off.add(("notes", "other"))
+    assert names() == ["echo"]
+    tools.reset()
+    assert tools.on and names() == ["notes_echo", "other", "web_echo"]
+
+
+async def test_the_plan_counts_the_tool_definitions_in_the_system_part() -> None:
+    engine = calling_engine()
+    recorded = Recorded(engine)
+    tools = with_tools(recorded, FakeToolServers(), Answers(Choice.ONCE))
+    with_tools_plan = recorded.turn.plan("Hello")
+    tools.on = False
+    without = recorded.turn.plan("Hello")
+    assert with_tools_plan is not None and without is not None
+    tools.on = True
+    expected = tools_tokens(engine, recorded, tools)
+    assert with_tools_plan.tools == expected > 0
+    assert without.tools == 0
+    assert with_tools_plan.system == without.system + expected
+    assert with_tools_plan.new == without.new
+
+
+# -- the real parts ---------------------------------------------------------------------
+
+
+class StepGrammars:
+    """The real engine, each model reply under the next grammar: the demo
+    model writes a call's opener while they last (kvchat's own grammar then
+    writes the call), then answers."""
+
+    def __init__(self, engine: LlamaEngine, grammars: list[str]) -> None:
+        self._engine = engine
+        self.grammars = list(grammars)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    def stream_reply(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        self._engine.grammar = self.grammars.pop(0) if self.grammars else ANSWER
+        try:
+            yield from self._engine.stream_reply(*args, **kwargs)
+        finally:
+            self._engine.grammar = None
+
+
+@pytest.fixture(scope="module")
+def qwen_engine(
+    demo_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LlamaEngine]:
+    folder = tmp_path_factory.mktemp("tool-turn")
+    loaded = load_engine(qwen25_model(demo_model, folder), ModelSettings(n_ctx=4096), folder / "l")
+    yield loaded
+    loaded.close()
+
+
+async def test_the_real_model_calls_the_real_server_and_answers(
+    qwen_engine: LlamaEngine, tmp_path: Path
+) -> None:
+    settings = Settings()
+    settings.sampling.temperature = 0.0
+    settings.sampling.max_tokens = 80
+    settings.sampling.seed = 1
+    settings.chat.prefill = False
+    engine = StepGrammars(qwen_engine, [OPENS_HERMES_CALL])
+    recorded = Recorded(engine, settings=settings)  # type: ignore[arg-type]
+    answers = Answers(Choice.ONCE)
+    async with running([sdk_server()], tmp_path) as servers:
+        tools = ConversationTools(servers, Permissions(None), ToolLoopSettings(), answers)
+        tools.tools_off |= {("sdk", name) for name in ("environment", "big", "wait", "crash")}
+        recorded.turn.tools = tools
+        plan = recorded.turn.plan("Please echo hello.")
+        assert plan is not None and plan.tools == tools_tokens(qwen_engine, recorded, tools) > 0
+        assert recorded.turn.send("Please echo hello.") is None
+        await asyncio.wait_for(recorded.turn.stopped(), 120)
+        # The next turn (tools still offered; the model answers) sends the
+        # tool turn as the model saw it: the KV cache holds all of it, up to
+        # the answer (which a pinned seed evaluates again, in batches).
+        assert recorded.turn.send("Thanks.") is None
+        await asyncio.wait_for(recorded.turn.stopped(), 120)
+    next_turn = recorded.of(TurnEnded)[-1].reply.stats
+    answer_step = recorded.of(TurnEnded)[0].reply.stats
+    assert next_turn.prompt_reused >= answer_step.prompt_tokens, (next_turn, answer_step)
+    (kept,) = recorded.of(TurnEnded)[0].reply.tool_steps
+    assert [(c.tool, c.outcome) for c in kept.calls] == [("echo", "ran")]
+    (request,) = answers.asked
+    assert (request.server, request.tool) == ("sdk", "echo")
+    (ended_call,) = recorded.of(ToolCallEnded)
+    assert ended_call.record.outcome == "ran"
+    assert ended_call.record.result == request.arguments["text"]
+    (step,) = recorded.of(ToolStepEnded)
+    ended = recorded.of(TurnEnded)[0]
+    assert ended.reply.content and ended.reply.stats.finish_reason == "done"
+    # The step after the call evaluated only the call, its result and the
+    # template's words around them: the rest came from the KV cache.
+    first, last = step.finished.stats, ended.reply.stats
+    assert last.prompt_reused >= first.prompt_tokens - 2
+    assert last.prompt_evaluated < first.prompt_evaluated
+    assert isinstance(recorded.events[0], TurnStarted)

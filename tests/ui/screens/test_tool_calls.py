@@ -1,0 +1,215 @@
+"""Tools on the chat screen (issue 30 points 2, 3, 5): the question before a
+call with the tool, its server and its whole arguments, the four answers by
+key and button; each call a folded block of its own, unfolded by alt+c and a
+click; the tools pane and the palette. The scripted model and scripted
+servers (tests/tool_fakes.py); the real ones are in
+tests/session/test_tool_turn.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.pilot import Pilot
+from textual.widgets import Button, OptionList, Static
+
+from chat.engine.tool_calls.calls import ToolCall
+from chat.settings.schema import Settings
+from chat.tools.permissions import Grant
+from chat.ui.app import ChatApp, Launch
+from chat.ui.screens.tool_permission import ToolPermissionScreen
+from chat.ui.screens.tools import ToolsScreen
+from chat.ui.widgets.tool_call_block import ToolCallBlock, ToolSteps
+from tests.conftest import turn_done, wait_for
+from tests.fakes import scripted_factory
+from tests.tool_fakes import FakeToolServers, ScriptedToolEngine, echo_call
+from tests.ui.conftest import MODEL, app_notices, on_top, ready, reply_on_screen, run_command, send
+
+
+def tool_app(
+    calls: dict[int, ToolCall] | None = None,
+    replies: list[list[str]] | None = None,
+    servers: FakeToolServers | None = None,
+) -> tuple[ChatApp, ScriptedToolEngine, FakeToolServers]:
+    """The app over a model that says "Let me look.", calls echo("hi"), then
+    answers "It says hi.", with scripted servers in place of mcp.json's."""
+    engine = ScriptedToolEngine(
+        replies or [["Let", " me", " look."], ["It", " says", " hi."]],
+        calls if calls is not None else {0: echo_call("hi")},
+    )
+    settings = Settings()
+    settings.chat.system_prompt = ""
+    app = ChatApp(Launch(settings, MODEL), engine_factory=scripted_factory(engine))
+    servers = servers or FakeToolServers()
+    tools = app.turn.tools
+    assert tools is not None
+    tools.caller = servers
+    tools.reset()
+    return app, engine, servers
+
+
+def static_text(screen: Any, selector: str) -> str:
+    return str(screen.query_one(selector, Static).render())
+
+
+async def asked(pilot: Pilot[Any], text: str = "What does echo say?") -> ToolPermissionScreen:
+    await ready(pilot.app, pilot)
+    await send(pilot, text)
+    dialog = await on_top(pilot, ToolPermissionScreen)
+    assert isinstance(dialog, ToolPermissionScreen)
+    return dialog
+
+
+async def test_the_question_shows_the_call_and_run_once_runs_it() -> None:
+    app, _, servers = tool_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        dialog = await asked(pilot)
+        shown = "\n".join(str(widget.render()) for widget in dialog.query(Static))
+        assert "Tool: echo" in shown and "Server: notes" in shown
+        assert '"text": "hi"' in shown
+        assert servers.called == []  # nothing runs before the answer
+        await pilot.press("o")
+        await turn_done(app.chat_screen, pilot, 2)
+        assert servers.called == [("notes", "echo", {"text": "hi"})]
+        assert reply_on_screen(app) == "It says hi."
+        (block,) = app.query(ToolCallBlock)
+        assert block.folded
+        line = str(block.render())
+        assert line.startswith('▸ echo · notes · {"text": "hi"}')
+        assert "result 1 token" in line and "Result:" not in line
+        steps = str(app.query_one(ToolSteps).query(Static).first().render())
+        assert steps == "Let me look."  # the step's text, above its call
+        # alt+c unfolds the newest reply's calls; a click folds it again.
+        await pilot.press("alt+c")
+        await wait_for(lambda: not block.folded, pilot)
+        assert "Result:\nhi" in str(block.render())
+        await pilot.click(block)
+        await wait_for(lambda: block.folded, pilot)
+        # Kept: a new conversation, then this one opened again, draws the call.
+        conversation_id = app.chat_screen.conversation.id
+        assert conversation_id is not None
+        await pilot.press("ctrl+n")
+        await wait_for(lambda: not app.query(ToolCallBlock), pilot)
+        assert await app.chat_screen.open_conversation(conversation_id)
+        await wait_for(lambda: app.query(ToolCallBlock), pilot)
+        (kept,) = app.query(ToolCallBlock)
+        assert kept.folded and kept.state == "ran"
+        assert str(kept.render()) == line
+        assert reply_on_screen(app) == "It says hi."
+
+
+async def test_refuse_by_button_and_escape_tell_the_model() -> None:
+    app, engine, servers = tool_app(
+        {0: echo_call("a"), 2: echo_call("b")},
+        [["Look."], ["Refused."], ["Again."], ["Refused again."]],
+    )
+    async with app.run_test(size=(100, 30)) as pilot:
+        dialog = await asked(pilot)
+        await pilot.click(dialog.query_one("#refuse", Button))
+        await turn_done(app.chat_screen, pilot, 2)
+        await send(pilot, "Once more")
+        await on_top(pilot, ToolPermissionScreen)
+        await pilot.press("escape")
+        await turn_done(app.chat_screen, pilot, 4)
+        assert servers.called == []
+        refusals = [
+            call[0][-1]["content"] for call in engine.calls if call[0][-1]["role"] == "tool"
+        ]
+        assert refusals == ["The user refused to run this tool call."] * 2
+        blocks = list(app.query(ToolCallBlock))
+        assert [b.state for b in blocks] == ["refused", "refused"]
+        assert all("refused" in str(b.render()) for b in blocks)
+
+
+async def test_always_this_tool_is_kept_listed_in_the_pane_and_taken_back() -> None:
+    app, _, servers = tool_app(
+        {0: echo_call("a"), 2: echo_call("b")}, [["Look."], ["Done."], ["Again."], ["Done."]]
+    )
+    async with app.run_test(size=(100, 30)) as pilot:
+        await asked(pilot)
+        await pilot.press("t")
+        await turn_done(app.chat_screen, pilot, 2)
+        await send(pilot, "Once more")
+        await turn_done(app.chat_screen, pilot, 4)  # not asked again
+        assert len(servers.called) == 2
+        tools = app.turn.tools
+        assert tools is not None
+        assert tools.permissions.lasting() == [Grant("notes", "echo")]
+        await run_command(pilot, "Tool servers", "Tool servers")
+        pane = await on_top(pilot, ToolsScreen)
+        grants = pane.query_one("#tool-grants", OptionList)
+        assert "the tool 'echo' of the server 'notes'" in str(grants.get_option_at_index(0).prompt)
+        grants.focus()
+        grants.highlighted = 0
+        await pilot.press("enter")
+        await wait_for(lambda: tools.permissions.lasting() == [], pilot)
+        assert any("Taken back" in notice for notice in app_notices(app))
+
+
+async def test_the_pane_turns_a_server_off_and_tools_off_for_the_conversation() -> None:
+    app, engine, _ = tool_app({}, [["Plain."]], FakeToolServers({"notes": ["echo", "other"]}))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        tools = app.turn.tools
+        assert tools is not None
+        await run_command(pilot, "Tool servers", "Tool servers")
+        pane = await on_top(pilot, ToolsScreen)
+        listed = pane.query_one("#tool-servers", OptionList)
+        rows = [str(listed.get_option_at_index(i).prompt) for i in range(listed.option_count)]
+        assert rows[0].startswith("[on]  notes · ready · 2 tools")
+        assert "echo" in rows[1] and "other" in rows[2]
+        listed.focus()
+        listed.highlighted = 2
+        await pilot.press("enter")
+        assert tools.tools_off == {("notes", "other")}
+        assert [o.definition.name for o in app.turn.tools_to_offer()] == ["echo"]
+        await pilot.press("a")
+        assert not tools.on
+        assert "Off for this conversation" in static_text(pane, "#tools-state")
+        await pilot.press("escape")
+        await send(pilot, "Hi")
+        await turn_done(app.chat_screen, pilot, 2)
+        assert engine.offered == [[]]
+
+
+async def test_untrusted_arguments_and_results_show_as_plain_text() -> None:
+    sneaky = "[bold red]x[/] [@click=app.quit]y[/] \x1b[31mred\x1b[0m"
+    app, _, _ = tool_app({0: echo_call(sneaky)})
+    async with app.run_test(size=(100, 30)) as pilot:
+        dialog = await asked(pilot)
+        shown = "\n".join(str(widget.render()) for widget in dialog.query(Static))
+        assert "[bold red]x[/]" in shown and "[@click=app.quit]" in shown
+        assert "\x1b" not in shown
+        await pilot.press("o")
+        await turn_done(app.chat_screen, pilot, 2)
+        (block,) = app.query(ToolCallBlock)
+        block.folded = False
+        await pilot.pause()
+        text = str(block.render())
+        assert "[@click=app.quit]y[/]" in text and "\x1b" not in text
+
+
+async def test_esc_on_the_chat_screen_stops_a_running_call() -> None:
+    servers = FakeToolServers()
+    servers.hold = True
+    app, engine, _ = tool_app(servers=servers)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await asked(pilot)
+        await pilot.press("o")
+        await wait_for(lambda: servers.called, pilot)
+        (block,) = app.query(ToolCallBlock)
+        await wait_for(lambda: block.state == "running", pilot)
+        await pilot.press("escape")
+        await turn_done(app.chat_screen, pilot, 2)
+        assert servers.cancelled == 1
+        assert block.state == "cancelled"
+        assert len(engine.calls) == 1
+
+
+async def test_quitting_while_asked_ends_the_turn_and_the_app() -> None:
+    app, _, servers = tool_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await asked(pilot)
+        await pilot.press("ctrl+q")
+        await wait_for(lambda: not app.is_running, pilot)
+    assert servers.called == []
+    assert not app.turn.generating
