@@ -25,9 +25,17 @@ def local_thinking_notes(info: ModelInfo) -> dict[str, str]:
     if reasoning is None:
         note = "Ignored: this model does not think (its chat template has no thinking block)."
         return {THINKING: note, BUDGET: note, KEEP: note}
+    notes = {}
     if reasoning.switch is None:
-        return {THINKING: "Ignored: this model's chat template cannot turn its thinking off."}
-    return {}
+        notes[THINKING] = "Ignored: this model's chat template cannot turn its thinking off."
+    if reasoning.prompt_opens_block:
+        # Its replies were sampled inside a block the prompt opened: sent back
+        # whole, they would lack the opening the template never writes for them.
+        notes[KEEP] = (
+            "Ignored: this model's chat template opens the thinking in the prompt, "
+            "so earlier thinking cannot be sent back as it was sampled."
+        )
+    return notes
 
 
 def thinking_notes(info: ModelInfo, ignored: frozenset[str]) -> dict[str, str]:

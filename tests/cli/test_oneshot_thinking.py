@@ -4,12 +4,11 @@ when it is not or with --hide-thinking; --json carries both with their token
 counts.
 
 The replies are the demo model's own tokens, made to think by a grammar
-(tests/engine/reasoning_models.py) with Qwen3's and DeepSeek-R1's templates,
-played back by a scripted engine put where one-shot mode gets its engine:
-one-shot has no way to pass a grammar, and the local engine does not yet
-recognise a model's reasoning at load, so the engine's `ModelInfo.reasoning`
-is set here as the engine will set it (`recognise` on the model's template
-and vocabulary)."""
+(tests/engine/reasoning_models.py) with Qwen3's and DeepSeek-R1's templates.
+Most tests play them back through a scripted engine put where one-shot mode
+gets its engine (quick, and each shape of reply on demand); the last one runs
+the real engine end to end, the grammar given where `--json-schema` gives
+one-shot mode its grammar."""
 
 from __future__ import annotations
 
@@ -233,3 +232,38 @@ def test_a_local_model_splits_its_reply_too(
         assert cli.main(["-p", "Why?", "--model", str(demo_model), *flags]) == 0
         assert out.getvalue() == reply.answer + "\n"
         assert (reply.thinking in err.getvalue()) == thinking_shown
+
+
+@pytest.mark.parametrize("name", ["qwen3", "r1"])
+def test_the_real_engine_prints_the_answer_and_counts_the_thinking(
+    name: str, demo_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One-shot mode end to end on the real engine: the reasoning copy of the
+    demo model loaded as `chat -p` loads it, made to think by the grammar
+    (which one-shot takes from `--json-schema` for a user: the same hook).
+    stdout has the answer alone, the terminal's stderr the thinking, and
+    --json both, with the thinking's token count."""
+    from chat.cli.oneshot import run_oneshot
+    from chat.models.files import ModelCandidate
+    from chat.settings.schema import Settings
+    from tests.engine.reasoning_models import OPENED_GRAMMAR, THINKING_GRAMMAR
+
+    make = {"qwen3": qwen3_model, "r1": deepseek_r1_model}[name]
+    grammar = {"qwen3": THINKING_GRAMMAR, "r1": OPENED_GRAMMAR}[name]
+    path = make(demo_model, tmp_path)
+    model = ModelCandidate(path, path.stat().st_size, "--model")
+    settings = Settings()
+    settings.sampling.seed, settings.sampling.max_tokens = 7, 300
+    err = Terminal()
+    monkeypatch.setattr("sys.stderr", err)
+    out = io.StringIO()
+    assert run_oneshot("Why?", settings, model, as_json=False, out=out, grammar=grammar) == 0
+    answer = out.getvalue().rstrip("\n")
+    assert answer and answer[0].isupper() and "think>" not in answer
+    assert "think>" not in err.getvalue() and len(err.getvalue().strip()) > len(answer) // 4
+    as_json = io.StringIO()
+    assert run_oneshot("Why?", settings, model, as_json=True, out=as_json, grammar=grammar) == 0
+    data = json.loads(as_json.getvalue())
+    assert data["reply"] == answer  # the same seed, the same reply
+    assert data["thinking"] and "think>" not in data["thinking"]
+    assert data["stats"]["thinking_tokens"] > 0

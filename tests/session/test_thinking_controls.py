@@ -57,7 +57,9 @@ def test_what_a_model_cannot_honour_is_said() -> None:
     )
     engine.info = replace(engine.info, reasoning=R1_LIKE)
     assert local_thinking_notes(engine.info) == {
-        "sampling.thinking": "Ignored: this model's chat template cannot turn its thinking off."
+        "sampling.thinking": "Ignored: this model's chat template cannot turn its thinking off.",
+        "sampling.keep_thinking": "Ignored: this model's chat template opens the thinking in "
+        "the prompt, so earlier thinking cannot be sent back as it was sampled.",
     }
     assert local_thinking_notes(replace(engine.info, reasoning=QWEN3_LIKE)) == {}
     served = replace(engine.info, kind="openai", reasoning=None)
