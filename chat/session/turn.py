@@ -581,6 +581,18 @@ class Turn:
             return []
         return tools.offered()
 
+    def why_no_tools(self) -> str | None:
+        """Why the model in use is offered no tools although servers may be
+        ready (its template or server cannot take them), in one sentence;
+        None when it can, or no model is loaded."""
+        engine = self.session.engine
+        if engine is None or engine.info.calls_tools:
+            return None
+        reason = engine.info.no_tools_reason or (
+            "its chat template does not show it how to call a tool"
+        )
+        return f"The model in use cannot call tools: {reason.rstrip('.')}."
+
     def _offered_definitions(self) -> list[ToolDefinition]:
         return [offered.definition for offered in self.tools_to_offer()]
 

@@ -509,7 +509,9 @@ class ChatScreen(Screen[None]):
             return
         from chat.ui.screens.tools import ToolsScreen
 
-        self.app.push_screen(ToolsScreen(self.turn.tools, self.tools_changed))
+        self.app.push_screen(
+            ToolsScreen(self.turn.tools, self.tools_changed, self.turn.why_no_tools())
+        )
 
     def action_toggle_tool_calls(self) -> None:
         """alt+c: unfold or fold the tool calls of the selected reply, else of

@@ -56,10 +56,17 @@ class ToolsScreen(Dialog[None]):
         Binding("a", "switch_all", "Tools on/off"),
     ]
 
-    def __init__(self, tools: ConversationTools, changed: Callable[[], object]) -> None:
+    def __init__(
+        self,
+        tools: ConversationTools,
+        changed: Callable[[], object],
+        cannot_call: str | None = None,
+    ) -> None:
+        """`cannot_call`: why the model in use takes no tools (Turn.why_no_tools)."""
         super().__init__()
         self._tools = tools
         self._changed = changed
+        self._cannot_call = cannot_call
         self._rows: list[tuple[str, str | None]] = []
         """Each row of the server list: (server, tool or None for the server)."""
         self._grants: list[Grant] = []
@@ -91,6 +98,8 @@ class ToolsScreen(Dialog[None]):
                 "No tool server is configured: add one to mcp.json in kvchat's config "
                 "folder (see the README)."
             )
+        elif tools.on and self._cannot_call is not None:
+            state = f"On for this conversation, but none is offered. {self._cannot_call}"
         elif tools.on:
             offered = len(tools.offered())
             state = f"On for this conversation: {counted(offered, 'tool')} offered to the model."

@@ -7,6 +7,7 @@ tests/session/test_tool_turn.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from textual.pilot import Pilot
@@ -213,3 +214,19 @@ async def test_quitting_while_asked_ends_the_turn_and_the_app() -> None:
         await wait_for(lambda: not app.is_running, pilot)
     assert servers.called == []
     assert not app.turn.generating
+
+
+async def test_the_pane_says_when_the_model_cannot_call_tools() -> None:
+    # A model whose chat template does not show it how (the demo model's):
+    # the servers are ready, but nothing is offered, and the pane says why.
+    app, engine, _ = tool_app({}, [["Plain."]])
+    engine.info = replace(engine.info, tool_calls=None)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        await send(pilot, "Hello")
+        await turn_done(app.chat_screen, pilot, 2)
+        await run_command(pilot, "Tool servers", "Tool servers")
+        pane = await on_top(pilot, ToolsScreen)
+        state = static_text(pane, "#tools-state")
+        assert "none is offered" in state
+        assert "cannot call tools: its chat template does not show it how" in state
