@@ -406,10 +406,15 @@ class AssistantMessageView(MessageView):
 
 
 def _thinking_seconds(stats: ReplyStats | None) -> float | None:
-    """How long the reply thought: from its first token to its answer's."""
-    if stats is None or stats.first_answer_s is None:
+    """How long the reply thought: from its first token to its answer's, or to
+    its end when it ended thinking (stopped, or out of tokens mid-thought)."""
+    if stats is None:
         return None
-    return max(0.0, stats.first_answer_s - stats.ttft_s)
+    if stats.first_answer_s is not None:
+        return max(0.0, stats.first_answer_s - stats.ttft_s)
+    if stats.thinking_tokens and stats.total_s > stats.ttft_s:
+        return stats.total_s - stats.ttft_s
+    return None
 
 
 async def _stop_stream(stream: MarkdownStream) -> None:

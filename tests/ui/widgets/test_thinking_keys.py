@@ -70,3 +70,23 @@ async def test_alt_t_from_a_terminal_and_a_click_unfold_and_fold_the_thinking(
         assert THOUGHT[:30] in str(block.render())
         await pilot.click(ThinkingBlock)
         await wait_for(lambda: block.folded, pilot)
+
+
+async def test_a_reply_that_ended_thinking_still_says_how_long_it_thought() -> None:
+    # Out of tokens (or stopped) mid-thought: no answer came, so the time is
+    # from the first token to the end, as it was shown while it streamed.
+    from chat.conversations.conversation import Message, ReplyStats
+    from chat.ui.widgets.message_view import AssistantMessageView
+    from chat.ui.widgets.thinking_block import ThinkingBlock
+    from tests.fakes import ScriptedEngine
+    from tests.ui.conftest import make_app, ready
+
+    app = make_app(ScriptedEngine())
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = await ready(app, pilot)
+        view = AssistantMessageView(Message("assistant", ""))
+        await screen.query_one("ConversationView").mount(view)
+        stats = ReplyStats(30, 30, 40, 0.5, 20.0, "max_tokens", total_s=2.5, thinking_tokens=40)
+        await view.finish("", stats, "Still thinking about")
+        summary = str(view.query_one(ThinkingBlock).render())
+        assert summary.startswith("▸ Thinking · 40 tokens · 2.0 s"), summary
