@@ -289,7 +289,7 @@ class ContextBudget:
             tuple(included),
             left_out,
             problem,
-            tools_tokens,
+            tools=tools_tokens,
         )
 
 
