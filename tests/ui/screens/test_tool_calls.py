@@ -15,16 +15,28 @@ from textual.widgets import Button, OptionList, Static
 
 from chat.engine.reasoning.markers import THINK, Reasoning
 from chat.engine.tool_calls.calls import ToolCall
+from chat.session.tool_loop import ToolLoopSettings
 from chat.settings.schema import Settings
-from chat.tools.permissions import Grant
+from chat.tools.permissions import Choice, Grant
 from chat.ui.app import ChatApp, Launch
+from chat.ui.screens.settings import SettingsScreen
 from chat.ui.screens.tool_permission import ToolPermissionScreen
 from chat.ui.screens.tools import ToolsScreen
 from chat.ui.widgets.tool_call_block import ToolCallBlock, ToolSteps
 from tests.conftest import turn_done, wait_for
 from tests.fakes import scripted_factory
 from tests.tool_fakes import FakeToolServers, ScriptedToolEngine, echo_call
-from tests.ui.conftest import MODEL, app_notices, on_top, ready, reply_on_screen, run_command, send
+from tests.ui.conftest import (
+    MODEL,
+    app_notices,
+    on_top,
+    open_pane,
+    ready,
+    reply_on_screen,
+    run_command,
+    send,
+    set_field,
+)
 
 
 def tool_app(
@@ -254,3 +266,24 @@ async def test_a_reasoning_models_step_is_drawn_without_its_markers_when_reopene
         drawn = "\n".join(str(line.render()) for line in app.query_one(ToolSteps).query(Static))
         assert "Let me look." in drawn
         assert "<think>" not in drawn and "I should look." not in drawn
+
+
+async def test_the_tool_loop_settings_changed_in_the_pane_apply_to_the_next_turn() -> None:
+    # A model that calls echo at every step, until the turn's most steps.
+    app, engine, servers = tool_app({n: echo_call(str(n)) for n in range(20)}, [["Look."]])
+    tools = app.turn.tools
+    assert tools is not None
+    tools.permissions.record(Choice.TOOL, "notes", "echo")  # no question
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        pane = await open_pane(app, pilot)
+        await set_field(pane, pilot, "tools.max_steps", "2")
+        await set_field(pane, pilot, "tools.result_token_limit", "64")
+        await pilot.click("#apply")
+        await wait_for(lambda: not isinstance(app.screen, SettingsScreen), pilot)
+        assert tools.settings == ToolLoopSettings(max_steps=2, result_token_limit=64)
+        await send(pilot, "Loop")
+        await turn_done(app.chat_screen, pilot, 2)
+        assert len(engine.calls) == 2  # stopped at the new most steps, no restart
+        assert any("2 steps" in notice for notice in app_notices(app))
+        assert len(servers.called) == 2
