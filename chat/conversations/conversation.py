@@ -171,16 +171,23 @@ class ToolStep:
     """One intermediate reply of a tool turn and the calls it made."""
 
     content: str
-    """What the reply said before its call (often "")."""
+    """What the reply said before its call (often ""), its thinking apart."""
     calls: tuple[ToolCallRecord, ...] = ()
     thinking: str = ""
     """A reasoning model's thinking in this reply, apart from `content`."""
     token_ids: tuple[int, ...] | None = None
-    """The tokens the reply was sampled as, when they spell `content` exactly
-    (sent again so, the KV cache then still holds them); None otherwise."""
+    """The tokens the reply was sampled as, when they spell the text sent
+    (`sent`, else `content`) exactly (sent again so, the KV cache then still
+    holds them); None otherwise."""
     stats: ReplyStats | None = None
     """How this step's reply was generated (its prompt, reused and evaluated
     tokens, first-token time)."""
+    sent: str | None = None
+    """The reply's text as the tool loop sent it to the model in the turn's
+    next step, when the reply thought: a local model's whole text, markers
+    and thinking included (a model server's answer alone), sent again as it
+    is so that the prompt stays the one the model saw. None: the model was
+    sent `content`, with `thinking` as `reasoning_content`."""
 
     @property
     def tool_calls(self) -> list[dict[str, Any]]:
@@ -192,10 +199,10 @@ class ToolStep:
         thinking as `reasoning_content`, its sampled tokens as `token_ids`."""
         message: dict[str, Any] = {
             "role": "assistant",
-            "content": self.content,
+            "content": self.content if self.sent is None else self.sent,
             "tool_calls": self.tool_calls,
         }
-        if self.thinking:
+        if self.thinking and self.sent is None:
             message["reasoning_content"] = self.thinking
         if self.token_ids:
             message["token_ids"] = list(self.token_ids)

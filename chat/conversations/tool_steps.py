@@ -103,6 +103,8 @@ def _step_dict(step: ToolStep) -> dict[str, Any]:
         data["token_ids"] = list(step.token_ids)
     if step.stats is not None:
         data["stats"] = stats_dict(step.stats)
+    if step.sent is not None:
+        data["sent"] = step.sent
     data["calls"] = [
         {
             "id": call.id,
@@ -170,6 +172,9 @@ def _step(number: int, item: object) -> ToolStep:
     ):
         raise ToolStepsError(f'{where} has "token_ids" that are not a list of token ids')
     stats = item.get("stats")
+    sent = item.get("sent")
+    if sent is not None and not isinstance(sent, str):
+        raise ToolStepsError(f'{where} has a "sent" that is not text')
     calls = item.get("calls")
     if not isinstance(calls, list):
         raise ToolStepsError(f'{where} has no "calls" list')
@@ -179,6 +184,7 @@ def _step(number: int, item: object) -> ToolStep:
         thinking=thinking,
         token_ids=None if token_ids is None else tuple(token_ids),
         stats=None if stats is None else stats_from_dict(stats, f"the stats of {where}"),
+        sent=sent,
     )
 
 

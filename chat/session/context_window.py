@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from chat.conversations.attachments import Attachment, attachment_block
 from chat.conversations.conversation import Conversation, Message, system_messages
@@ -66,6 +66,9 @@ class WindowPlan:
     (the meter's thinking segment starts from it)."""
     tools: int = 0
     """Of `system`: the tool definitions offered, as the template renders them."""
+    tool_steps: int = 0
+    """Of `history`: the steps of earlier tool turns (each intermediate reply,
+    its calls and their results, as chat.session.tool_history sends them)."""
 
     @property
     def used(self) -> int:
@@ -148,6 +151,21 @@ class ContextBudget:
                 count -= self._head_tokens(head)
             self._cache[key] = count
         return count
+
+    def tool_steps_tokens(
+        self, system_prompt: str, message: Message, anchor: Message | None
+    ) -> int:
+        """Of `message_tokens`, what a tool turn's steps take: all of it but
+        its answer (counted as the same reply without steps), so that the
+        two parts add up to what is sent."""
+        if not message.tool_steps:
+            return 0
+        head = _head(system_prompt, None if anchor is message else anchor)
+        whole = self._message_tokens(system_prompt, head, message)
+        if not message.ends_in_answer:
+            return whole
+        answer = replace(message, tool_steps=())
+        return whole - self._message_tokens(system_prompt, head, answer)
 
     def _head_tokens(self, head: list[dict[str, str]]) -> int:
         """The same for every message after it: counted once, not once per message
@@ -271,6 +289,9 @@ class ContextBudget:
         else:
             included = _choose(earlier, counts, room, policy, messages)
         history = sum(counts[i] for i in included)
+        tool_steps = sum(
+            self.tool_steps_tokens(system_prompt, messages[i], anchor) for i in included
+        )
         if problem is None and history > room:  # only with policy "stop"
             problem = (
                 f"The conversation does not fit in the window: {history - room:,} tokens too many "
@@ -290,6 +311,7 @@ class ContextBudget:
             left_out,
             problem,
             tools=tools_tokens,
+            tool_steps=tool_steps,
         )
 
 

@@ -9,6 +9,7 @@ Pure functions, no Textual.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from chat.conversations.conversation import Message
@@ -17,25 +18,37 @@ from chat.engine.protocol import Finished
 from chat.session.tool_loop import CallRecord, ToolLoopOutcome
 
 
-def tool_steps_of(outcome: ToolLoopOutcome) -> tuple[ToolStep, ...]:
+def tool_steps_of(
+    outcome: ToolLoopOutcome, shown: Sequence[tuple[str, str]] = ()
+) -> tuple[ToolStep, ...]:
     """The steps of a tool turn that called tools, in order: each reply
-    that called, as the model wrote it, and its calls with their results.
-    The reply after the last call (the answer, if the turn got that far) is
-    not a step: it is the message's own `content`."""
-    # The replies with calls, in the order the loop added them (their
-    # thinking is there, when the engine split it off).
-    replies = [m for m in outcome.added if m["role"] == "assistant" and m.get("tool_calls")]
+    that called, and its calls with their results. The reply after the last
+    call (the answer, if the turn got that far) is not a step: it is the
+    message's own `content`.
+
+    `shown`: for each step that called, in order, its text and its thinking
+    as the turn split them while they streamed (`ToolTurn.shown`); a step
+    that thought keeps them apart, and the text the model was sent in `sent`
+    (a local model's markers and thinking are in it), so that a reopened
+    conversation shows the answer without markers and sends what the model
+    saw."""
     steps = [step for step in outcome.steps if step.calls]
-    return tuple(
-        ToolStep(
-            content=step.finished.text,
-            calls=tuple(_record(call) for call in step.calls),
-            thinking=str(reply.get("reasoning_content", "")),
-            token_ids=step.finished.token_ids or None,
-            stats=step.finished.stats,
+    kept = []
+    for number, step in enumerate(steps):
+        finished = step.finished
+        text, thinking = shown[number] if number < len(shown) else (finished.text, "")
+        sent = finished.text if thinking or text != finished.text else None
+        kept.append(
+            ToolStep(
+                content=text,
+                calls=tuple(_record(call) for call in step.calls),
+                thinking=thinking,
+                token_ids=finished.token_ids or None,
+                stats=finished.stats,
+                sent=sent,
+            )
         )
-        for step, reply in zip(steps, replies, strict=True)
-    )
+    return tuple(kept)
 
 
 def answer_of(outcome: ToolLoopOutcome) -> Finished | None:

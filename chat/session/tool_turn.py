@@ -205,6 +205,9 @@ class ToolTurn:
         self._step_thinking: list[str] = []
         self._steps: list[Step] = []
         """The steps that called so far, with the calls that ended."""
+        self.shown: list[tuple[str, str]] = []
+        """Each step that called: its text and its thinking, as they were
+        split while it streamed (for `tool_history.tool_steps_of`)."""
         self.loop = ToolLoop(
             engine,
             tools.caller,
@@ -284,6 +287,7 @@ class ToolTurn:
             finished = event.finished
             if finished.tool_calls:
                 self._steps.append(Step(finished))
+                self.shown.append((self.text, self.thinking))
                 self._report(ToolStepEnded(self.reply, self._step, finished, self.text))
                 self._step += 1
                 self._step_text, self._step_thinking = [], []

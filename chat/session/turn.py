@@ -633,7 +633,7 @@ class Turn:
         if tool_turn is not None:
             # The reply's own steps too: whatever else saves it meanwhile
             # (`save_all`, a retry) writes them, not none.
-            tool_turn.reply.tool_steps = tool_steps_of(tool_turn.so_far())
+            tool_turn.reply.tool_steps = tool_steps_of(tool_turn.so_far(), tool_turn.shown)
             self.session.saver.save_progress(
                 tool_turn.text, None, tool_steps=tool_turn.reply.tool_steps
             )
@@ -652,13 +652,15 @@ class Turn:
         except Exception as error:  # a bug or a llama.cpp failure: say so, keep the app alive
             outcome = ToolLoopOutcome("failed", problem=f"Generation failed: {error}")
         self._tool_turn = self._tool_task = None
-        self._tool_turn_ended(reply, outcome, tool_turn.text, tool_turn.thinking)
+        self._tool_turn_ended(reply, outcome, tool_turn)
 
     def _tool_turn_ended(
-        self, reply: Message, outcome: ToolLoopOutcome, answer_text: str, thinking: str
+        self, reply: Message, outcome: ToolLoopOutcome, tool_turn: ToolTurn
     ) -> None:
         """The reply keeps its answer (the last step's, its thinking apart);
-        the steps before it were drawn as they came."""
+        the steps before it were drawn as they came, and are kept so (each
+        one's thinking apart)."""
+        answer_text, thinking = tool_turn.text, tool_turn.thinking
         steps = outcome.steps
         if not steps:
             self._failed(reply, ReplyFailed(outcome.problem or "The reply failed."))
@@ -682,7 +684,7 @@ class Turn:
         else:
             kept = replace(last.finished, text="", stats=stats, token_ids=None, tool_calls=())
             thinking = ""
-        self.session.end_reply(reply, kept, thinking, tool_steps_of(outcome))
+        self.session.end_reply(reply, kept, thinking, tool_steps_of(outcome, tool_turn.shown))
         self._done()
         self.listener(TurnEnded(reply, kept))
         self.schedule_prefill()

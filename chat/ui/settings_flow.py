@@ -3,7 +3,9 @@ model switches (the same reload as a model change in the pane).
 
 What a change does:
 - sampling settings are read by the chat session at the start of each reply,
-  so the next reply uses them;
+  so the next reply uses them; the tool loop's (`tools.max_steps`,
+  `tools.result_token_limit`) go to the conversation's tools, which the next
+  turn with tools reads (a turn under way keeps those it started with);
 - the system prompt goes to new conversations, and to the current one only if
   it has no messages yet: a conversation under way keeps the prompt its
   replies were made with (regenerating stays reproducible, and its KV cache
@@ -34,6 +36,7 @@ from chat.runtime.model_loader import (
 )
 from chat.session.server_choice import server_config
 from chat.session.thinking_controls import local_thinking_notes
+from chat.session.tool_loop import ToolLoopSettings
 from chat.session.turn import Turn
 from chat.settings.config_file import backup_path, save_config
 from chat.settings.run_overrides import RunOverrides
@@ -132,6 +135,8 @@ class SettingsFlow:
         theme_changed = new.ui.theme != current.ui.theme
         current.ui = copy.deepcopy(new.ui)
         current.tools = copy.deepcopy(new.tools)
+        if self._turn.tools is not None:
+            self._turn.tools.settings = ToolLoopSettings.from_settings(current.tools)
         # Replies drawn from now on start folded or not (those shown keep theirs).
         AssistantMessageView.show_thinking = current.ui.show_thinking
         self._screen.defaults_changed()

@@ -88,6 +88,18 @@ def tool_conversation(steps: tuple[ToolStep, ...] = STEPS) -> Conversation:
 # -- the data type
 
 
+def test_a_step_that_thought_keeps_the_text_the_model_was_sent() -> None:
+    """Its answer and thinking apart (shown), the raw text as the model read
+    it in the next step (sent again, without a `reasoning_content`)."""
+    raw = "<think>The user wants the time in Tokyo.</think>Let me look."
+    step = replace(STEPS[0], sent=raw)
+    text = steps_json((step,))
+    assert text is not None and steps_from_json(text) == (step,)
+    message = step.reply_message()
+    assert message["content"] == raw and "reasoning_content" not in message
+    assert search_text([step]) == search_text([STEPS[0]])
+
+
 def test_steps_round_trip_through_their_stored_form() -> None:
     text = steps_json(STEPS)
     assert text is not None
@@ -149,6 +161,7 @@ def _stored(change: object) -> str:
             '"duration_s"',
         ),
         (_stored(lambda d: d["steps"][0]["stats"].pop("prompt_tokens")), "prompt_tokens"),
+        (_stored(lambda d: d["steps"][0].update(sent=3)), '"sent" that is not text'),
     ],
 )
 def test_stored_steps_that_are_not_kvchats_are_refused(text: str, said: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +213,11 @@ async def test_a_reopened_tool_turn_is_sent_as_the_model_saw_it_and_reuses_the_c
     assert ids == engine.tokenize_chat(seen, tools=definitions)
     # Counted exactly (the meter counts without the tools' definitions).
     assert plan.used == len(engine.tokenize_chat(prompt))
+    # The steps (the call's reply and its result) are the meter's tools
+    # segment: what the prompt has more than with the answer alone.
+    answer_alone = chat_messages_of(replace(reopened.messages[1], tool_steps=()))
+    without_steps = engine.tokenize_chat([prompt[0], *answer_alone, prompt[-1]])
+    assert plan.tool_steps == len(engine.tokenize_chat(prompt)) - len(without_steps) > 0
     # The KV cache holds the last step's prompt and the answer as sampled: the
     # next turn evaluates only what comes after them.
     last_prompt = engine.tokenize_chat([*question, *outcome.added[:-1]], tools=definitions)

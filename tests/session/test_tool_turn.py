@@ -18,6 +18,7 @@ import pytest
 from chat.bench.tools import ANSWER
 from chat.conversations.conversation import system_messages
 from chat.conversations.store import Store
+from chat.conversations.tool_steps import search_text
 from chat.engine.llama import LlamaEngine, load_engine
 from chat.engine.reasoning.markers import THINK, Reasoning
 from chat.session.tool_loop import CANCELLED, REFUSED, PermissionRequest, ToolLoopSettings
@@ -180,6 +181,51 @@ async def test_a_reasoning_model_thinks_apart_from_its_answer_in_each_step() -> 
     assert "<think>" not in recorded.text()
     (ended,) = recorded.of(TurnEnded)
     assert (ended.reply.content, ended.reply.thinking) == ("It says hi.", "Got it.")
+
+
+async def test_a_reasoning_models_kept_step_shows_no_markers_and_is_sent_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """A step's text is kept apart from its thinking (a reopened conversation
+    draws it without `<think>`: tests/ui/screens/test_tool_calls.py), and the
+    text the model read in the next step is kept too: the next turn's prompt
+    sends the step exactly as the turn did."""
+    engine = ScriptedToolEngine(
+        [
+            ["<think>", "I", " should", " look.", "</think>", "Let", " me", " look."],
+            ["<think>", "Got", " it.", "</think>", "It", " says", " hi."],
+            ["Welcome."],
+        ],
+        {0: echo_call("hi")},
+    )
+    engine.info = replace(engine.info, reasoning=Reasoning(THINK, "template"))
+    with Store(tmp_path / "c.db") as store:
+        recorded = Recorded(engine, store)
+        with_tools(recorded, FakeToolServers(), Answers(Choice.ONCE))
+        turn = recorded.turn
+        assert turn.send("Echo hi") is None
+        await asyncio.wait_for(turn.stopped(), 10)
+        conv_id = turn.session.conversation.id
+        assert conv_id is not None
+        (step,) = store.get_conversation(conv_id).messages[-1].tool_steps
+        assert (step.content, step.thinking) == ("Let me look.", "I should look.")
+        raw = "<think>I should look.</think>Let me look."
+        assert step.sent == raw
+        assert "<think>" not in search_text([step])
+        # The step as the turn's second reply read it...
+        seen = engine.calls[1][0][-2]
+        assert (seen["role"], seen["content"]) == ("assistant", raw)
+        assert "reasoning_content" not in seen
+        # ...is what the next turn sends, from the conversation reopened.
+        reopened = store.get_conversation(conv_id)
+        turn.session.conversation = reopened
+        engine.tool_calls = {}
+        assert turn.send("Thanks.") is None
+        await asyncio.wait_for(turn.stopped(), 10)
+    sent_again = engine.calls[2][0]
+    index = next(i for i, m in enumerate(sent_again) if m.get("tool_calls"))
+    assert sent_again[index] == seen
+    assert sent_again[index + 1] == engine.calls[1][0][-1]  # the result
 
 
 async def test_refused_the_model_reads_that_it_was_refused() -> None:

@@ -1,14 +1,15 @@
 """The context meter: one line showing how this turn fills the model's window.
 
 Segments, left to right: system prompt | earlier conversation re-sent this
-turn | the new message | the reply being generated (a reasoning model's
+turn | earlier turns' tool calls and results (only when there are any) | the
+new message | the reply being generated (a reasoning model's
 thinking apart from its answer, while it streams) | room reserved for the
 reply | free. Colours come from the theme through component classes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rich.style import Style
 from rich.text import Text
@@ -16,10 +17,11 @@ from textual.widgets import Static
 
 from chat.session.context_window import WindowPlan
 
-SEGMENTS = ("system", "history", "new", "thinking", "reply", "reserved", "free")
+SEGMENTS = ("system", "history", "tools", "new", "thinking", "reply", "reserved", "free")
 LABELS = {
     "system": "system",
     "history": "earlier",
+    "tools": "tools",
     "new": "new",
     "thinking": "thinking",
     "reply": "reply",
@@ -29,6 +31,7 @@ LABELS = {
 SHORT_LABELS = {
     "system": "sys",
     "history": "earlier",
+    "tools": "tools",
     "new": "new",
     "thinking": "think",
     "reply": "reply",
@@ -61,13 +64,18 @@ class MeterState:
     left_out: int = 0
     thinking: int = 0
     """Of the reply being generated, its thinking's tokens (`reply` is the rest)."""
+    tools: int = 0
+    """Earlier turns' tool steps (their calls, results and intermediate
+    replies), apart from `history`. The turn being generated counts its own
+    calls and results in `reply` while it streams."""
 
     @classmethod
     def from_plan(cls, plan: WindowPlan, reply: int = 0) -> MeterState:
         return cls(
             n_ctx=plan.n_ctx,
             system=plan.system,
-            history=plan.history,
+            history=plan.history - plan.tool_steps,
+            tools=plan.tool_steps,
             new=plan.new - plan.thinking,
             reply=reply,
             reserved=max(0, plan.reserve - reply),
@@ -77,18 +85,21 @@ class MeterState:
 
     @property
     def used(self) -> int:
-        return self.system + self.history + self.new + self.thinking + self.reply
+        return self.system + self.history + self.tools + self.new + self.thinking + self.reply
 
     @property
     def free(self) -> int:
         return max(0, self.n_ctx - self.used - self.reserved)
 
     def sizes(self) -> dict[str, int]:
-        """Each segment's tokens; the thinking's only while a reply thinks."""
+        """Each segment's tokens; the thinking's only while a reply thinks, the
+        tools' only when there are calls."""
         thinking = {"thinking": self.thinking} if self.thinking else {}
+        tools = {"tools": self.tools} if self.tools else {}
         return {
             "system": self.system,
             "history": self.history,
+            **tools,
             "new": self.new,
             **thinking,
             "reply": self.reply,
@@ -121,6 +132,7 @@ class ContextMeter(Static):
     }
     ContextMeter > .meter--system { color: $meter-system; }
     ContextMeter > .meter--history { color: $meter-history; }
+    ContextMeter > .meter--tools { color: $meter-history; text-style: dim; }
     ContextMeter > .meter--new { color: $meter-new; }
     ContextMeter > .meter--thinking { color: $meter-reply; text-style: dim; }
     ContextMeter > .meter--reply { color: $meter-reply; }
@@ -171,14 +183,11 @@ class ContextMeter(Static):
         if self.state is None:
             return
         s = self.state
-        self.state = MeterState(
-            n_ctx=s.n_ctx,
-            system=s.system,
-            history=s.history,
-            new=s.new,
+        # `replace`: the other segments (the earlier turns' tools) stay as planned.
+        self.state = replace(
+            s,
             reply=s.reply + count - thinking,
             reserved=max(0, s.reserved - count),
-            left_out=s.left_out,
             thinking=s.thinking + thinking,
         )
         if not self._redraw_scheduled:

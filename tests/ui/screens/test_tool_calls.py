@@ -13,17 +13,30 @@ from typing import Any
 from textual.pilot import Pilot
 from textual.widgets import Button, OptionList, Static
 
+from chat.engine.reasoning.markers import THINK, Reasoning
 from chat.engine.tool_calls.calls import ToolCall
+from chat.session.tool_loop import ToolLoopSettings
 from chat.settings.schema import Settings
-from chat.tools.permissions import Grant
+from chat.tools.permissions import Choice, Grant
 from chat.ui.app import ChatApp, Launch
+from chat.ui.screens.settings import SettingsScreen
 from chat.ui.screens.tool_permission import ToolPermissionScreen
 from chat.ui.screens.tools import ToolsScreen
 from chat.ui.widgets.tool_call_block import ToolCallBlock, ToolSteps
 from tests.conftest import turn_done, wait_for
 from tests.fakes import scripted_factory
 from tests.tool_fakes import FakeToolServers, ScriptedToolEngine, echo_call
-from tests.ui.conftest import MODEL, app_notices, on_top, ready, reply_on_screen, run_command, send
+from tests.ui.conftest import (
+    MODEL,
+    app_notices,
+    on_top,
+    open_pane,
+    ready,
+    reply_on_screen,
+    run_command,
+    send,
+    set_field,
+)
 
 
 def tool_app(
@@ -60,6 +73,16 @@ async def asked(pilot: Pilot[Any], text: str = "What does echo say?") -> ToolPer
     return dialog
 
 
+async def reopened(app: ChatApp, pilot: Pilot[Any]) -> None:
+    """A new conversation, then the one held opened again, its calls drawn."""
+    conversation_id = app.chat_screen.conversation.id
+    assert conversation_id is not None
+    await pilot.press("ctrl+n")
+    await wait_for(lambda: not app.query(ToolCallBlock), pilot)
+    assert await app.chat_screen.open_conversation(conversation_id)
+    await wait_for(lambda: app.query(ToolCallBlock), pilot)
+
+
 async def test_the_question_shows_the_call_and_run_once_runs_it() -> None:
     app, _, servers = tool_app()
     async with app.run_test(size=(100, 30)) as pilot:
@@ -86,12 +109,7 @@ async def test_the_question_shows_the_call_and_run_once_runs_it() -> None:
         await pilot.click(block)
         await wait_for(lambda: block.folded, pilot)
         # Kept: a new conversation, then this one opened again, draws the call.
-        conversation_id = app.chat_screen.conversation.id
-        assert conversation_id is not None
-        await pilot.press("ctrl+n")
-        await wait_for(lambda: not app.query(ToolCallBlock), pilot)
-        assert await app.chat_screen.open_conversation(conversation_id)
-        await wait_for(lambda: app.query(ToolCallBlock), pilot)
+        await reopened(app, pilot)
         (kept,) = app.query(ToolCallBlock)
         assert kept.folded and kept.state == "ran"
         assert str(kept.render()) == line
@@ -230,3 +248,42 @@ async def test_the_pane_says_when_the_model_cannot_call_tools() -> None:
         state = static_text(pane, "#tools-state")
         assert "none is offered" in state
         assert "cannot call tools: its chat template does not show it how" in state
+
+
+async def test_a_reasoning_models_step_is_drawn_without_its_markers_when_reopened() -> None:
+    app, engine, _ = tool_app(
+        replies=[
+            ["<think>", "I", " should", " look.", "</think>", "Let", " me", " look."],
+            ["It", " says", " hi."],
+        ]
+    )
+    engine.info = replace(engine.info, reasoning=Reasoning(THINK, "template"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await asked(pilot)
+        await pilot.press("o")
+        await turn_done(app.chat_screen, pilot, 2)
+        await reopened(app, pilot)
+        drawn = "\n".join(str(line.render()) for line in app.query_one(ToolSteps).query(Static))
+        assert "Let me look." in drawn
+        assert "<think>" not in drawn and "I should look." not in drawn
+
+
+async def test_the_tool_loop_settings_changed_in_the_pane_apply_to_the_next_turn() -> None:
+    # A model that calls echo at every step, until the turn's most steps.
+    app, engine, servers = tool_app({n: echo_call(str(n)) for n in range(20)}, [["Look."]])
+    tools = app.turn.tools
+    assert tools is not None
+    tools.permissions.record(Choice.TOOL, "notes", "echo")  # no question
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        pane = await open_pane(app, pilot)
+        await set_field(pane, pilot, "tools.max_steps", "2")
+        await set_field(pane, pilot, "tools.result_token_limit", "64")
+        await pilot.click("#apply")
+        await wait_for(lambda: not isinstance(app.screen, SettingsScreen), pilot)
+        assert tools.settings == ToolLoopSettings(max_steps=2, result_token_limit=64)
+        await send(pilot, "Loop")
+        await turn_done(app.chat_screen, pilot, 2)
+        assert len(engine.calls) == 2  # stopped at the new most steps, no restart
+        assert any("2 steps" in notice for notice in app_notices(app))
+        assert len(servers.called) == 2
