@@ -241,6 +241,12 @@ class TurnDrawer:
         if isinstance(event, ToolStepEnded):
             await view.restart_body()
             await steps.add_step(event.step, event.text, event.finished.stats)
+            # What the step wrote, its call included, is a call now (its
+            # thinking stays thinking): the meter's tools segment.
+            stats = event.finished.stats
+            self._screen.query_one(ContextMeter).move_reply_to_tools(
+                stats.generated_tokens - stats.thinking_tokens
+            )
         elif isinstance(event, ToolCallAsked):
             await steps.show_call(event.request, "asked")
         elif isinstance(event, ToolCallStarted):
@@ -252,7 +258,7 @@ class TurnDrawer:
             )
             await steps.finish_call(record, request)
             # The result is part of the prompt from the next step on.
-            self._screen.query_one(ContextMeter).add_reply_tokens(record.result_tokens)
+            self._screen.query_one(ContextMeter).add_tool_tokens(record.result_tokens)
 
     async def _show_waiting(self, text: str) -> None:
         """A message sent while the model loads, shown until the model is ready."""

@@ -184,12 +184,32 @@ class ContextMeter(Static):
             return
         s = self.state
         # `replace`: the other segments (the earlier turns' tools) stay as planned.
-        self.state = replace(
-            s,
-            reply=s.reply + count - thinking,
-            reserved=max(0, s.reserved - count),
-            thinking=s.thinking + thinking,
+        self._change(
+            replace(
+                s,
+                reply=s.reply + count - thinking,
+                reserved=max(0, s.reserved - count),
+                thinking=s.thinking + thinking,
+            )
         )
+
+    def move_reply_to_tools(self, count: int) -> None:
+        """A tool turn's step ended with its calls: the `count` tokens it wrote
+        (not its thinking) are a call now, no longer the reply's."""
+        if self.state is not None:
+            s = self.state
+            moved = min(count, s.reply)
+            self._change(replace(s, reply=s.reply - moved, tools=s.tools + moved))
+
+    def add_tool_tokens(self, count: int) -> None:
+        """A call's result (`count` tokens) joins the prompt from the next step
+        on: it takes them from the reserve first, as the reply does."""
+        if self.state is not None:
+            s = self.state
+            self._change(replace(s, tools=s.tools + count, reserved=max(0, s.reserved - count)))
+
+    def _change(self, state: MeterState) -> None:
+        self.state = state
         if not self._redraw_scheduled:
             self._redraw_scheduled = True
             self.set_timer(self.STREAM_REDRAW_S, self._redraw)
