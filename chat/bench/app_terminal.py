@@ -17,6 +17,12 @@ from pathlib import Path
 
 from chat.bench.startup import ESCAPE_SEQUENCE
 
+SYNC_QUERY = b"\x1b[?2026$p"
+"""The app asks whether the terminal supports synchronized output (mode 2026)..."""
+SYNC_SUPPORTED = b"\x1b[?2026;2$y"
+"""...and this answer says it does (reset for now: the app sets it for each frame)."""
+SYNC_START = b"\x1b[?2026h"
+
 
 class Terminal:
     """`chat --model MODEL` on a 120x40 pseudo-terminal; what it draws is kept."""
@@ -34,6 +40,19 @@ class Terminal:
         fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
         self.screen = b""
 
+    def _read(self) -> None:
+        """Read what the app drew. Like most terminals in use, this one says it
+        supports synchronized output when the app asks: each frame is then drawn
+        between a begin and an end mark, and the frames can be counted."""
+        data = os.read(self.fd, 1 << 16)
+        if SYNC_QUERY in data:
+            os.write(self.fd, SYNC_SUPPORTED)
+        self.screen += data
+
+    def frames_since(self, offset: int) -> int:
+        """Frames drawn since `len(self.screen)` was `offset`."""
+        return self.screen.count(SYNC_START, offset)
+
     def wait_for(self, mark: bytes, timeout: float = 300) -> None:
         """Read until `mark` is drawn (only what arrives from now on counts)."""
         start = len(self.screen)
@@ -42,7 +61,7 @@ class Terminal:
             readable, _, _ = select.select([self.fd], [], [], max(0, deadline - time.monotonic()))
             if not readable:
                 raise TimeoutError(f"chat did not show {mark!r} within {timeout:.0f} s")
-            self.screen += os.read(self.fd, 1 << 16)
+            self._read()
             if mark in ESCAPE_SEQUENCE.sub(b"", self.screen[max(0, start - 256) :]):
                 return
 
@@ -55,7 +74,7 @@ class Terminal:
             readable, _, _ = select.select([self.fd], [], [], 0.05)
             if readable:
                 try:
-                    self.screen += os.read(self.fd, 1 << 16)
+                    self._read()
                 except OSError:
                     tail = ESCAPE_SEQUENCE.sub(b"", self.screen)[-600:].decode(errors="replace")
                     raise RuntimeError(f"chat exited; its last output: {tail}") from None
@@ -86,7 +105,7 @@ class Terminal:
             readable, _, _ = select.select([self.fd], [], [], 0.01)
             if readable:
                 try:
-                    self.screen += os.read(self.fd, 1 << 16)
+                    self._read()
                 except OSError:  # closed: the app is exiting
                     time.sleep(0.01)
         raise TimeoutError(f"chat still running {timeout:.0f} s after Ctrl+Q")

@@ -95,6 +95,7 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
     ]
     run = max(runs, key=lambda each: each.decode_tps)
     ui_cpu = min(each.ui_cpu_per_100_tokens for each in runs)
+    frames_per_s = min(each.frames_per_s for each in runs)
     app_prompt = max(each.prompt_tps for each in runs)
     decode_share = run.decode_tps / best_decode[top_decode]
     prompt_share = app_prompt / best_prompt[top_prompt]
@@ -119,7 +120,17 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
             "UI CPU while a reply streams",
             ui_cpu,
             "CPU-s / 100 tok",
-            note="the UI thread and Textual's output and input threads",
+            "<= 0.04",
+            ui_cpu <= 0.04,
+            "the UI thread and Textual's output and input threads",
+        ),
+        Row(
+            "frames drawn while a reply streams",
+            frames_per_s,
+            "frames/s",
+            ">= 10 (reads as live)",
+            frames_per_s >= 10,
+            "from sending to the reply's end; the terminal says it synchronizes output",
         ),
     ]
     if native is not None:

@@ -45,6 +45,12 @@ class TerminalReply:
     wall_s: float
     prompt_tps: float
     """The first reply's prompt: tokens evaluated / time to its first token."""
+    frames: int = 0
+    """Frames the app drew from sending the message to the reply's end."""
+
+    @property
+    def frames_per_s(self) -> float:
+        return self.frames / self.wall_s if self.wall_s else 0.0
 
     @property
     def ui_cpu_per_100_tokens(self) -> float:
@@ -127,9 +133,10 @@ def stream_in_terminal(
         time.sleep(0.5)
         terminal.send(STORY.encode() + b"\r")
         before, before_total = thread_cpu(pid), process_cpu(pid)
-        started = time.monotonic()
+        started, drawn = time.monotonic(), len(terminal.screen)
         terminal.wait_until(ended(2 + earlier_turns), timeout)
         wall = time.monotonic() - started
+        frames = terminal.frames_since(drawn)
         after, total = thread_cpu(pid), process_cpu(pid) - before_total
     finally:
         terminal.close()
@@ -142,7 +149,7 @@ def stream_in_terminal(
     engine_cpu = total - ui_cpu
     assert first is not None
     count, rate, _ = reply
-    return TerminalReply(rate, count, ui_cpu, engine_cpu, wall, first[2])
+    return TerminalReply(rate, count, ui_cpu, engine_cpu, wall, first[2], frames)
 
 
 def saved_replies(database: Path) -> int:

@@ -1,12 +1,14 @@
 """How often a streaming reply is drawn.
 
-Every delivery of new text costs the UI thread a Markdown update, and when
-the reply gains a line, a new layout of the screen (docs/performance.md has
-the figures). That CPU is taken from llama.cpp on a small machine, and a
-costly frame (a code block, a key typed) may come at any time. So a reply is
-drawn up to 30 times a second while drawing is cheap, and less often (down to 8) when
-the UI thread would otherwise use more than `budget` of a core: the text then
-arrives in slightly larger pieces, and decoding keeps its core.
+Every delivery of new text costs the UI thread a Markdown update and a frame
+of the screen, whatever the number of tokens in it (docs/performance.md has
+the figures): what the UI costs per token falls with the frames drawn per
+second, not with the tokens. That CPU is taken from llama.cpp on a small
+machine (and from the battery on a laptop), and a costly frame (a code block,
+a key typed) may come at any time. So a reply is drawn 15 times a second
+while drawing is cheap, and less often (never under 10, which still reads as
+live) when the UI thread would otherwise use more than `budget` of a core:
+the text then arrives in slightly larger pieces, and decoding keeps its core.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-FASTEST_FRAME_S = 1 / 30
-SLOWEST_FRAME_S = 1 / 8
-UI_BUDGET = 0.12
+FASTEST_FRAME_S = 1 / 15
+SLOWEST_FRAME_S = 1 / 10
+UI_BUDGET = 0.06
 """The share of one core the UI thread may use while a reply streams."""
 
 

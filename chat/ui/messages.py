@@ -24,9 +24,10 @@ class ModelLoadFinished(Message):
 
 
 @dataclass
-class TurnUpdate(Message):
+class TurnUpdate(Message, bubble=False):
     """The turn moved on (chat.session.turn): a reply started, its text, its
-    end or failure, a message waiting for the model."""
+    end or failure, a message waiting for the model. Only the chat screen
+    draws it: it does not go on to the app (many a second while a reply streams)."""
 
     event: TurnEvent
 

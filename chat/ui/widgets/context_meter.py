@@ -142,7 +142,7 @@ class ContextMeter(Static):
 
     # While a reply streams the state changes with every token; drawing it at
     # most this often keeps the UI thread free for the tokens themselves.
-    STREAM_REDRAW_S = 0.05
+    STREAM_REDRAW_S = 0.25
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("", id=id)
@@ -152,6 +152,9 @@ class ContextMeter(Static):
         shown with ≈; the server's own counts correct them after each reply."""
         self.tooltip = HELP
         self._redraw_scheduled = False
+        self._segment_styles: dict[str, Style] | None = None
+        """The segments' colours, read from the CSS once (each redraw needs them,
+        many times a second while a reply streams) and again after a theme change."""
 
     def on_resize(self) -> None:
         if self.state is not None:
@@ -236,7 +239,19 @@ class ContextMeter(Static):
         return form
 
     def _styles(self) -> dict[str, Style]:
-        return {name: self.get_component_rich_style(f"meter--{name}") for name in SEGMENTS}
+        if self._segment_styles is None:
+            self._segment_styles = {
+                name: self.get_component_rich_style(f"meter--{name}") for name in SEGMENTS
+            }
+        return self._segment_styles
+
+    def notify_style_update(self) -> None:
+        # The CSS applied again (a new theme): the segments' colours may differ,
+        # and the bar is drawn again in them.
+        self._segment_styles = None
+        super().notify_style_update()
+        if self.state is not None and self.is_mounted:
+            self._change(self.state)
 
     def _bar(self, state: MeterState, width: int) -> Text:
         styles = self._styles()

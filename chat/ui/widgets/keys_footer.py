@@ -8,6 +8,7 @@ from __future__ import annotations
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.screen import Screen
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
@@ -23,6 +24,32 @@ class KeysFooter(Footer):
     def __init__(self) -> None:
         super().__init__()
         self._narrow: bool | None = None
+        self._shown: tuple[object, ...] | None = None
+        """What the keys composed last showed (`_keys_shown`)."""
+
+    def bindings_changed(self, screen: Screen[object]) -> None:
+        # The screen says its bindings may have changed several times a turn
+        # (a reply starts, ends, a key is typed); Textual's footer composes its
+        # keys anew each time, which costs the UI thread more than a frame of
+        # streamed text. Only a change the footer shows is composed.
+        unchanged = (
+            self._shown is not None
+            and self.is_attached
+            and screen is self.screen
+            and self._keys_shown() == self._shown
+        )
+        if not unchanged:
+            super().bindings_changed(screen)
+
+    def _keys_shown(self) -> tuple[object, ...]:
+        """Every active binding with what the footer draws of it, and the width's form."""
+        return (
+            self.app.size.width < WIDE,
+            tuple(
+                (key, binding.action, binding.description, binding.show, enabled, tooltip)
+                for key, (_, binding, enabled, tooltip) in self.screen.active_bindings.items()
+            ),
+        )
 
     def on_resize(self, event: events.Resize) -> None:
         narrow = self.app.size.width < WIDE
@@ -32,6 +59,8 @@ class KeysFooter(Footer):
 
     def compose(self) -> ComposeResult:
         self._narrow = self.app.size.width < WIDE
+        if self._bindings_ready:
+            self._shown = self._keys_shown()
         if not self._narrow:
             yield from super().compose()
             return

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from rich.cells import cell_len
 from textual import events
@@ -29,6 +29,7 @@ from chat.wording import counted
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
+    from textual.widget import AwaitMount, Widget
     from textual.widgets import Markdown
     from textual.widgets.markdown import MarkdownStream
 
@@ -296,14 +297,34 @@ def _reply_markdown_class() -> type[Markdown]:
             """New text for the paragraph (a streamed reply's last one grows with
             each delivery); the screen is laid out again only when its height
             changes (its width is its container's, whatever the text). Any layout
-            in Textual arranges every widget on the screen, those of each mounted
-            message too, while a delivery that only fills the last line needs
-            no more than this paragraph redrawn."""
+            in Textual arranges every widget on the screen and draws all of it
+            again, while a delivery that only fills the last line needs no more
+            than this paragraph redrawn. While the reply streams, a paragraph
+            that needs a line more takes STREAM_RESERVE_LINES more: its next
+            lines fill blank lines already laid out."""
             self._content = content
             width, height = self.content_size
             self.update(content, layout=False)
-            if not width or self.get_content_height(self.size, self.size, width) != height:
+            if not width:
                 self.refresh(layout=True)
+                return
+            needed = self.get_content_height(self.size, self.size, width)
+            if needed == height or (needed < height and self._reserving()):
+                return
+            reserve = STREAM_RESERVE_LINES if self._reserving() and needed > height else 0
+            self.styles.min_height = needed + reserve if reserve else None
+            self.refresh(layout=True)
+
+        def _reserving(self) -> bool:
+            """The paragraph is in the answer of a reply that streams."""
+            body = self.parent
+            view = body.parent if isinstance(body, ReplyMarkdown) else None
+            return view is not None and view.has_class("streaming")
+
+        def end_reserve(self) -> None:
+            """No longer the reply's last block: as tall as its text."""
+            if self.styles.min_height is not None:
+                self.styles.min_height = None
 
     class ReplyMarkdown(Markdown):
         BLOCKS = {
@@ -313,7 +334,20 @@ def _reply_markdown_class() -> type[Markdown]:
             "code_block": CopyableFence,
         }
 
+        def mount_all(self, widgets: Iterable[Widget], **kwargs: Any) -> AwaitMount:
+            # A block follows: the paragraph that was last ends its reserve, in
+            # the layout that the new block needs anyway.
+            for child in self.children:
+                if isinstance(child, Paragraph):
+                    child.end_reserve()
+            return super().mount_all(widgets, **kwargs)
+
     return ReplyMarkdown
+
+
+STREAM_RESERVE_LINES = 3
+"""Blank lines a streaming paragraph takes ahead of its text: the screen is laid
+out once for these lines, not once for each (docs/performance.md)."""
 
 
 def _text_shape(text: str) -> tuple[int, int]:

@@ -71,3 +71,45 @@ def test_label_widths_are_measured_as_textual_measures_them() -> None:
     text = "ab\n\t你好\nxyz"
     rules = Widget().styles
     assert _text_shape(text) == (3, Content(text).get_optimal_width(rules, 80))
+
+
+PROSE = " ".join(f"Sentence {n} of a long paragraph that wraps over many lines." for n in range(40))
+
+
+async def test_a_streamed_paragraph_lays_out_once_for_several_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The streaming paragraph takes STREAM_RESERVE_LINES blank lines ahead of
+    its text, so the screen is laid out once for those lines, not for each;
+    at the end the paragraph is as tall as its text, as when shown whole."""
+    from chat.ui.widgets.message_view import STREAM_RESERVE_LINES
+
+    layouts: list[int] = []  # the paragraph's height each time it asked for a layout
+    refresh = Widget.refresh
+
+    def spy(self: Widget, *regions: object, layout: bool = False, **kwargs: object) -> Widget:
+        if layout and self.is_mounted and type(self).__name__ == "Paragraph":
+            layouts.append(self.size.height)
+        return refresh(self, *regions, layout=layout, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Widget, "refresh", spy)
+    engine = ScriptedEngine(replies=[token_pieces(PROSE)], delay=0.005)
+    app = make_app(engine)
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = await ready(app, pilot)
+        await send(pilot, "a long paragraph please")
+        await turn_done(screen, pilot, 2)
+        await pilot.pause()
+        streamed = app.query(AssistantMessageView).last()
+        paragraph = streamed.body.children[0]
+        lines = paragraph.size.height
+        assert lines > 3 * STREAM_RESERVE_LINES  # the text wrapped over many lines
+        whole = AssistantMessageView(screen.conversation.messages[-1])
+        await streamed.parent.mount(whole)  # type: ignore[union-attr]
+        await pilot.pause()
+        assert whole.body.children[0].size == paragraph.size
+    # Once for each STREAM_RESERVE_LINES + 1 lines (a layout may be asked for
+    # by several of its parts, at one height), give or take the first and the
+    # last (the paragraph then sheds its reserve).
+    heights = sorted(set(layouts))
+    assert len(heights) <= lines // (STREAM_RESERVE_LINES + 1) + 3, heights
