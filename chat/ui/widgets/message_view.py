@@ -274,8 +274,16 @@ def _reply_markdown_class() -> type[Markdown]:
     from textual.widgets._markdown import MarkdownParagraph  # not re-exported by textual 8
     from textual.widgets.markdown import MarkdownFence
 
+    def in_streaming_answer(block: Widget) -> bool:
+        """The block is in the answer of a reply that streams."""
+        body = block.parent
+        view = body.parent if isinstance(body, ReplyMarkdown) else None
+        return view is not None and view.has_class("streaming")
+
     class CopyableFence(MarkdownFence):
         _shape: tuple[int, int] | None = None  # of the code shown: lines, widest
+        _reserved = 0
+        """Lines laid out for the code while it streams (its lines and the reserve)."""
 
         def compose(self) -> ComposeResult:
             yield CopyButton(lambda: self.code, "the code block", classes="fence-copy")
@@ -285,12 +293,32 @@ def _reply_markdown_class() -> type[Markdown]:
             """New code (a streamed code block grows with each delivery): as for
             a paragraph, the screen is laid out again only when the code's size
             changes: a line more, or a line wider than any before (the block
-            scrolls sideways, so its code is as wide as its widest line)."""
+            scrolls sideways, so its code is as wide as its widest line). While
+            the reply streams, the code is laid out at least as wide as the
+            block, and a line more takes STREAM_RESERVE_LINES more, as in a
+            paragraph: most deliveries then draw the block without a layout."""
             self._content = content
             shape = _text_shape(content.plain)
+            old, self._shape = self._shape, shape
             for label in self.query("#code-content").results(Label):
-                label.update(content, layout=shape != self._shape)
-                self._shape = shape
+                layout = shape != old
+                lines, widest = shape
+                if layout and in_streaming_answer(self):
+                    if lines > self._reserved:
+                        self._reserved = lines + STREAM_RESERVE_LINES
+                        label.styles.min_height = self._reserved
+                        label.styles.min_width = "100%"
+                    else:  # a line more fills a reserved one; wider needs room
+                        layout = widest > label.content_size.width
+                label.update(content, layout=layout)
+
+        def end_reserve(self) -> None:
+            """No longer the reply's last block: as tall and wide as its code."""
+            if self._reserved:
+                self._reserved = 0
+                for label in self.query("#code-content").results(Label):
+                    label.styles.min_height = None
+                    label.styles.min_width = None
 
     class Paragraph(MarkdownParagraph):
         def set_content(self, content: Content) -> None:
@@ -309,17 +337,12 @@ def _reply_markdown_class() -> type[Markdown]:
                 self.refresh(layout=True)
                 return
             needed = self.get_content_height(self.size, self.size, width)
-            if needed == height or (needed < height and self._reserving()):
+            streaming = in_streaming_answer(self)
+            if needed == height or (needed < height and streaming):
                 return
-            reserve = STREAM_RESERVE_LINES if self._reserving() and needed > height else 0
+            reserve = STREAM_RESERVE_LINES if streaming and needed > height else 0
             self.styles.min_height = needed + reserve if reserve else None
             self.refresh(layout=True)
-
-        def _reserving(self) -> bool:
-            """The paragraph is in the answer of a reply that streams."""
-            body = self.parent
-            view = body.parent if isinstance(body, ReplyMarkdown) else None
-            return view is not None and view.has_class("streaming")
 
         def end_reserve(self) -> None:
             """No longer the reply's last block: as tall as its text."""
@@ -335,10 +358,10 @@ def _reply_markdown_class() -> type[Markdown]:
         }
 
         def mount_all(self, widgets: Iterable[Widget], **kwargs: Any) -> AwaitMount:
-            # A block follows: the paragraph that was last ends its reserve, in
-            # the layout that the new block needs anyway.
+            # A block follows: the block that was last ends its reserve, in the
+            # layout that the new block needs anyway.
             for child in self.children:
-                if isinstance(child, Paragraph):
+                if isinstance(child, (Paragraph, CopyableFence)):
                     child.end_reserve()
             return super().mount_all(widgets, **kwargs)
 
@@ -346,8 +369,8 @@ def _reply_markdown_class() -> type[Markdown]:
 
 
 STREAM_RESERVE_LINES = 3
-"""Blank lines a streaming paragraph takes ahead of its text: the screen is laid
-out once for these lines, not once for each (docs/performance.md)."""
+"""Blank lines a streaming paragraph or code block takes ahead of its text: the
+screen is laid out once for these lines, not once for each (docs/performance.md)."""
 
 
 def _text_shape(text: str) -> tuple[int, int]:
