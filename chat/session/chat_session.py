@@ -20,6 +20,7 @@ from chat.conversations.attachments import Attachment
 from chat.conversations.conversation import Conversation, FinishReason, Message
 from chat.conversations.saver import ConversationSaver, ConversationSettings, restore_sampling
 from chat.conversations.tool_steps import ToolStep
+from chat.conversations.tool_switches import ToolSwitches
 from chat.conversations.tree import index_of
 from chat.engine.protocol import ChatMessages, Engine, Finished, ModelInfo
 from chat.engine.reasoning.markers import Reasoning
@@ -486,6 +487,7 @@ class ChatSession:
                 conversation.backend,
                 conversation.server_url,
                 conversation.preset,
+                conversation.tool_switches,
             ),
         )
 
@@ -511,6 +513,16 @@ class ChatSession:
         if self.conversation.messages:
             self.saver.save_messages(self.conversation, self.conversation_settings())
 
+    def switch_tools(self, switches: ToolSwitches) -> None:
+        """The tools turned off in this conversation changed (the tools pane,
+        the palette): saved with it at once when it has messages, else with
+        its first, so that reopening it offers the model the same tools."""
+        if switches == self.conversation.tool_switches:
+            return
+        self.conversation.tool_switches = switches
+        if self.conversation.messages:
+            self.saver.save_messages(self.conversation, self.conversation_settings())
+
     def defaults_changed(self) -> None:
         """The settings pane changed the defaults' sampling, chat and UI settings:
         a reopened conversation's own copy takes them too, and the saved KV
@@ -531,6 +543,7 @@ class ChatSession:
             backend=info.kind if info else self.conversation.backend,
             server_url=(info.server_url or "") if info else self.conversation.server_url,
             preset=self.conversation.preset,
+            tool_switches=self.conversation.tool_switches,
         )
 
     def made_on_another_server(self) -> str | None:
