@@ -421,11 +421,18 @@ class ChatSession:
         if engine is not None and store is not None and conv_id is not None:
             self.resumer.save_in_background(engine, conversation_key(store.path, conv_id))
 
-    def resume(self, engine: Engine, prompt: ChatMessages, add_generation_prompt: bool) -> int:
-        """Put back a saved KV cache that holds more of `prompt` than the engine
-        does (in a thread: it tokenizes and reads a file). Returns tokens restored."""
+    def resume(
+        self,
+        engine: Engine,
+        prompt: ChatMessages,
+        add_generation_prompt: bool,
+        tools: Sequence[ToolDefinition] = (),
+    ) -> int:
+        """Put back a saved KV cache that holds more of `prompt` (with `tools`
+        offered) than the engine does (in a thread: it tokenizes and reads a
+        file). Returns tokens restored."""
         self.resume_pending = False
-        tokens = engine.tokenize_chat(prompt, add_generation_prompt)
+        tokens = engine.tokenize_chat(prompt, add_generation_prompt, tools)
         return self.resumer.restore_for(engine, tokens)
 
     def resume_before_reply(self, engine: Engine, prompt: ChatMessages) -> int:

@@ -729,8 +729,6 @@ class Turn:
             # The engine is busy with it and would do nothing now: after it.
             self._prefill_after_rebatch = True
             return
-        if self.tools_to_offer():
-            return  # a prefill renders no tools: it would evaluate another prompt
         if self.counting():
             return  # planning would count them too; done, the count schedules this again
         chat = self.session.settings.chat
@@ -746,11 +744,20 @@ class Turn:
             self.prompt_for(self.typed().strip("\n")),
             chat.prefill,
             self.session.settings.sampling.repeatable,
+            # The tools the reply will be offered: the template renders them
+            # into the prompt's head, so a prefill without them would evaluate
+            # a prompt the tool turn's first step does not send.
+            self._offered_definitions(),
         )
 
 
 def _prefill_quietly(
-    engine: Engine, session: ChatSession, text: str, prefill: bool, exact: bool
+    engine: Engine,
+    session: ChatSession,
+    text: str,
+    prefill: bool,
+    exact: bool,
+    tools: Sequence[ToolDefinition],
 ) -> None:
     """A prefill is only a head start: if it fails, sending the text meets the
     same problem and reports it, so nothing is shown from here. A saved KV cache
@@ -759,9 +766,9 @@ def _prefill_quietly(
         prompt = session.prefill_prompt(text)
         if prompt is not None:
             if session.resume_pending:
-                session.resume(engine, *prompt)
+                session.resume(engine, *prompt, tools)
             if prefill:
-                engine.prefill(*prompt, exact=exact)
+                engine.prefill(*prompt, exact=exact, tools=tools)
 
 
 def _rebatch_quietly(engine: Engine) -> None:

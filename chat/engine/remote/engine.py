@@ -472,7 +472,11 @@ class RemoteEngine:
     # -- what the server owns ----------------------------------------------------
 
     def prefill(
-        self, messages: ChatMessages, add_generation_prompt: bool = True, exact: bool = False
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        exact: bool = False,
+        tools: Sequence[ToolDefinition] = (),
     ) -> bool:
         return False
 

@@ -654,7 +654,11 @@ class LlamaServerEngine(RemoteEngine):
         )
 
     def prefill(
-        self, messages: ChatMessages, add_generation_prompt: bool = True, exact: bool = False
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        exact: bool = False,
+        tools: Sequence[ToolDefinition] = (),
     ) -> bool:
         """Evaluate the prompt into the slot's cache (`n_predict` 0): a reply
         sent next with the same prompt evaluates only what is new."""
@@ -664,7 +668,7 @@ class LlamaServerEngine(RemoteEngine):
         try:
             if self._closed:
                 return False
-            tokens = self.tokenize_chat(messages)
+            tokens = self.tokenize_chat(messages, tools=tools)
             if len(tokens) >= self.info.n_ctx:
                 return False
             self._http.post_json(
