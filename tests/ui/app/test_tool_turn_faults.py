@@ -1,0 +1,141 @@
+"""Faults during the app's tool turn (issue 30, point 8): a real stdio MCP
+server killed while its call runs, and the disk filling while a tool step is
+saved. Each: one clear sentence, the conversation and the steps so far kept
+(on screen and in the database), no hang, and the chat goes on. The model is
+scripted (its call is the fault's setting, not what is tested); the server
+killed is the tests' SDK-written one, started by the app from its config."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from chat.conversations.store import Store
+from chat.engine.tool_calls.calls import ToolCall
+from chat.settings.schema import Settings
+from chat.tools.status import ServerState
+from chat.ui.app import ChatApp, Launch
+from chat.ui.screens.tool_permission import ToolPermissionScreen
+from chat.ui.widgets.tool_call_block import ToolCallBlock
+from tests.conftest import turn_done, wait_for
+from tests.fakes import scripted_factory
+from tests.faults import Fault
+from tests.tool_fakes import FakeToolServers, ScriptedToolEngine, echo_call
+from tests.tools.conftest import raw_server, sdk_server
+from tests.ui.conftest import MODEL, app_notices, on_top, ready, reply_on_screen, send
+
+KILLED = "The tool server 'victim' was killed by SIGKILL during the call to 'wait'."
+
+
+async def test_a_server_killed_during_a_call(tmp_path: Path) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    engine = ScriptedToolEngine(
+        [["Let", " me", " wait."], ["The", " server", " died."], ["Fine."]],
+        {0: ToolCall("victim_wait", {"seconds": 600})},
+    )
+    settings = Settings()
+    settings.chat.system_prompt = ""
+    launch = Launch(
+        settings,
+        MODEL,
+        tool_servers=(sdk_server("victim", "--marks", str(marks)), raw_server("steady")),
+    )
+    app = ChatApp(launch, engine_factory=scripted_factory(engine))
+    async with app.run_test(size=(100, 30)) as pilot:
+        servers = app.tool_servers
+        await wait_for(
+            lambda: all(s.state is ServerState.READY for s in servers.servers.values()),
+            pilot,
+            timeout=60,
+        )
+        screen = await ready(app, pilot)
+        await wait_for(lambda: app.store is not None, pilot)
+        await send(pilot, "Wait a while.")
+        await on_top(pilot, ToolPermissionScreen)
+        await pilot.press("o")
+        await wait_for(lambda: (marks / "started").exists(), pilot, timeout=30)
+        pid = servers.servers["victim"].pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        # The call ends with the sentence; the model reads it and answers.
+        await turn_done(screen, pilot, 2, timeout=30)
+        (block,) = app.query(ToolCallBlock)
+        assert block.state == "failed"
+        assert block.record is not None and block.record.result == f"Error: {KILLED}"
+        block.folded = False
+        await pilot.pause()
+        assert KILLED in str(block.render())
+        assert reply_on_screen(app) == "The server died."
+        # The server is named in one sentence, once, and not offered again.
+        await wait_for(lambda: servers.servers["victim"].state is ServerState.FAILED, pilot)
+        died = [n for n in app_notices(app) if "victim" in n]
+        assert died == ["The tool server 'victim' was killed by SIGKILL."], app_notices(app)
+        # Kept: the step, its failed call and the answer, in the database.
+        conversation_id = screen.conversation.id
+        assert conversation_id is not None
+        assert app.store is not None
+        with Store(app.store.path) as store:
+            reply = store.get_conversation(conversation_id).messages[-1]
+        (step,) = reply.tool_steps
+        assert [(c.tool, c.outcome, c.result) for c in step.calls] == [
+            ("wait", "failed", f"Error: {KILLED}")
+        ]
+        assert (step.content, reply.content) == ("Let me wait.", "The server died.")
+        # The next turn goes on without that server: its tools are not offered.
+        await send(pilot, "And now?")
+        await turn_done(screen, pilot, 4, timeout=30)
+        assert engine.offered[-1] == ["fine", "crash", "wait"]
+        assert reply_on_screen(app) == "Fine."
+
+
+async def test_the_disk_filling_while_a_tool_step_is_saved(small_folder: Fault) -> None:
+    if not small_folder.real:
+        pytest.fail("this machine cannot mount a small tmpfs (root is needed)")
+    database = small_folder.folder / "conversations.db"
+    engine = ScriptedToolEngine(
+        [["Let", " me", " look."], ["It", " says", " hi."]], {0: echo_call("hi")}
+    )
+    settings = Settings()
+    settings.chat.system_prompt = ""
+    app = ChatApp(
+        Launch(settings, MODEL, database=database), engine_factory=scripted_factory(engine)
+    )
+    servers = FakeToolServers()
+    servers.hold = True
+    tools = app.turn.tools
+    assert tools is not None
+    tools.caller = servers
+    tools.reset()
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = await ready(app, pilot)
+        await wait_for(lambda: app.store is not None, pilot)
+        await send(pilot, "What does echo say?")
+        await on_top(pilot, ToolPermissionScreen)
+        await pilot.press("o")
+        await wait_for(lambda: servers.called, pilot)
+        small_folder.break_again()  # full when the call ends and its step is written
+        servers.release.set()
+        await turn_done(screen, pilot, 2)
+        notices = [n for n in app_notices(app) if "full" in n]
+        assert len(notices) == 1, app_notices(app)
+        assert str(database.parent) in notices[0]
+        # On screen as it came: the call, its result, the answer.
+        (block,) = app.query(ToolCallBlock)
+        assert block.state == "ran" and block.record is not None
+        assert block.record.result == "hi"
+        assert reply_on_screen(app) == "It says hi."
+        # Room again: saved whole, the steps with the answer.
+        small_folder.heal()
+        await wait_for(lambda: not screen.saver.failing, pilot, 10)
+    with Store(database) as store:
+        (summary,) = store.list_conversations()
+        user, reply = store.get_conversation(summary.id).messages
+    assert (user.content, reply.content) == ("What does echo say?", "It says hi.")
+    (step,) = reply.tool_steps
+    assert step.content == "Let me look."
+    assert [(c.tool, c.outcome, c.result) for c in step.calls] == [("echo", "ran", "hi")]
+    assert reply.state == "complete"
