@@ -435,10 +435,12 @@ class ChatSession:
         tokens = engine.tokenize_chat(prompt, add_generation_prompt, tools)
         return self.resumer.restore_for(engine, tokens)
 
-    def resume_before_reply(self, engine: Engine, prompt: ChatMessages) -> int:
+    def resume_before_reply(
+        self, engine: Engine, prompt: ChatMessages, tools: Sequence[ToolDefinition] = ()
+    ) -> int:
         """`resume`, for a reply sent before a prefill tried it (sent at once
         after opening a conversation or switching branches); else nothing."""
-        return self.resume(engine, prompt, True) if self.resume_pending else 0
+        return self.resume(engine, prompt, True, tools) if self.resume_pending else 0
 
     def resumable(self) -> set[int]:
         """Saved conversations whose KV cache is saved for the model loaded."""

@@ -617,8 +617,16 @@ class Turn:
         )
         self._tool_turn = tool_turn
         messages = cast("list[ChatMessage]", self.session.reply_prompt(plan))
+        # As a plain reply's stream does (`before`): a saved KV cache put back
+        # first, when the message came before a prefill could.
+        before = partial(
+            self.session.resume_before_reply,
+            engine,
+            messages,
+            [tool.definition for tool in offered],
+        )
         self._tool_task = asyncio.get_running_loop().create_task(
-            self._run_tool_turn(reply, tool_turn, messages), name="tool turn"
+            self._run_tool_turn(reply, tool_turn, messages, before), name="tool turn"
         )
 
     def _tool_event(self, event: ToolTurnEvent) -> None:
@@ -645,9 +653,15 @@ class Turn:
             self.listener(TurnText(reply, text, tokens, thinking, thinking_tokens))
 
     async def _run_tool_turn(
-        self, reply: Message, tool_turn: ToolTurn, messages: Sequence[ChatMessage]
+        self,
+        reply: Message,
+        tool_turn: ToolTurn,
+        messages: Sequence[ChatMessage],
+        before: Callable[[], object],
     ) -> None:
         try:
+            with contextlib.suppress(Exception):  # a head start only, as a prefill
+                await in_thread("resume", before)
             outcome = await tool_turn.run(messages)
         except Exception as error:  # a bug or a llama.cpp failure: say so, keep the app alive
             outcome = ToolLoopOutcome("failed", problem=f"Generation failed: {error}")

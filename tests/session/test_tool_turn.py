@@ -557,3 +557,34 @@ async def test_a_prefill_evaluates_the_tool_turns_first_prompt_with_the_tools(
     plain_reply, ahead_reply = plain.of(TurnEnded)[0].reply, ahead.of(TurnEnded)[0].reply
     assert ahead_reply.content == plain_reply.content != ""
     assert ahead_reply.stats.finish_reason == "done"
+
+
+async def test_a_reopened_conversation_sent_at_once_puts_its_kv_cache_back(
+    qwen_engine: LlamaEngine, tmp_path: Path
+) -> None:
+    """Opened again (its KV cache saved when it was left, the engine's own
+    cache gone) and sent to before a pause could prefill: the tool turn's
+    first step starts from the saved cache, matched with the tools."""
+    settings = Settings()
+    settings.sampling.temperature = 0.0
+    settings.sampling.max_tokens = 60
+    settings.chat.prefill = False
+    with Store(tmp_path / "c.db") as store:
+        recorded = Recorded(
+            StepGrammars(qwen_engine, [OPENS_HERMES_CALL]), store, settings=settings
+        )  # type: ignore[arg-type]
+        session = recorded.turn.session
+        async with running([sdk_server()], tmp_path / "logs") as servers:
+            tools = with_tools(recorded, servers, Answers(Choice.ONCE))
+            tools.tools_off |= {("sdk", name) for name in ("environment", "big", "wait", "crash")}
+            first = await recorded.reply_to("Please echo hello.")
+            assert first.tool_steps and first.stats is not None
+            conv_id = session.conversation.id
+            assert conv_id is not None
+            session.leave()
+            session.resumer.wait(60)
+            qwen_engine.reset()
+            session.open(*session.load(conv_id))
+            second = await recorded.reply_to("Thanks.")
+    assert second.stats is not None and not second.tool_steps
+    assert second.stats.prompt_reused >= first.stats.prompt_tokens, (second.stats, first.stats)
