@@ -139,3 +139,34 @@ async def test_the_disk_filling_while_a_tool_step_is_saved(small_folder: Fault) 
     assert step.content == "Let me look."
     assert [(c.tool, c.outcome, c.result) for c in step.calls] == [("echo", "ran", "hi")]
     assert reply.state == "complete"
+
+
+async def test_a_server_killed_while_its_call_is_asked_about(tmp_path: Path) -> None:
+    engine = ScriptedToolEngine(
+        [["Let", " me", " look."], ["No", " echo."]], {0: ToolCall("echo", {"text": "hi"})}
+    )
+    settings = Settings()
+    settings.chat.system_prompt = ""
+    launch = Launch(settings, MODEL, tool_servers=(sdk_server("victim"),))
+    app = ChatApp(launch, engine_factory=scripted_factory(engine))
+    async with app.run_test(size=(100, 30)) as pilot:
+        servers = app.tool_servers
+        await wait_for(
+            lambda: servers.servers["victim"].state is ServerState.READY, pilot, timeout=60
+        )
+        screen = await ready(app, pilot)
+        await send(pilot, "Echo hi.")
+        await on_top(pilot, ToolPermissionScreen)
+        pid = servers.servers["victim"].pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        await wait_for(lambda: servers.servers["victim"].state is ServerState.FAILED, pilot)
+        await pilot.press("o")  # run once: the server is gone
+        await turn_done(screen, pilot, 2, timeout=30)
+        (block,) = app.query(ToolCallBlock)
+        assert block.state == "failed" and block.record is not None
+        assert block.record.result == (
+            "Error: The tool server 'victim' is not ready "
+            "(it failed: The tool server 'victim' was killed by SIGKILL.)."
+        )
+        assert reply_on_screen(app) == "No echo."
