@@ -7,17 +7,20 @@ killed is the tests' SDK-written one, started by the app from its config."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
 
 import pytest
+from textual.widgets import Static
 
 from chat.conversations.store import Store
 from chat.engine.tool_calls.calls import ToolCall
 from chat.settings.schema import Settings
 from chat.tools.status import ServerState
 from chat.ui.app import ChatApp, Launch
+from chat.ui.screens.quit_unsaved import QuitUnsavedScreen
 from chat.ui.screens.tool_permission import ToolPermissionScreen
 from chat.ui.widgets.tool_call_block import ToolCallBlock
 from tests.conftest import turn_done, wait_for
@@ -170,3 +173,51 @@ async def test_a_server_killed_while_its_call_is_asked_about(tmp_path: Path) -> 
             "(it failed: The tool server 'victim' was killed by SIGKILL.)."
         )
         assert reply_on_screen(app) == "No echo."
+
+
+async def test_quitting_while_the_disk_is_still_full_keeps_the_steps_in_a_file(
+    small_folder: Fault, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not small_folder.real:
+        pytest.fail("this machine cannot mount a small tmpfs (root is needed)")
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))  # where "Save to a file" writes first
+    database = small_folder.folder / "conversations.db"
+    engine = ScriptedToolEngine(
+        [["Let", " me", " look."], ["It", " says", " hi."]], {0: echo_call("hi")}
+    )
+    settings = Settings()
+    settings.chat.system_prompt = ""
+    app = ChatApp(
+        Launch(settings, MODEL, database=database), engine_factory=scripted_factory(engine)
+    )
+    servers = FakeToolServers()
+    servers.hold = True
+    tools = app.turn.tools
+    assert tools is not None
+    tools.caller = servers
+    tools.reset()
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = await ready(app, pilot)
+        await wait_for(lambda: app.store is not None, pilot)
+        await send(pilot, "What does echo say?")
+        await on_top(pilot, ToolPermissionScreen)
+        await pilot.press("o")
+        await wait_for(lambda: servers.called, pilot)
+        small_folder.break_again()
+        servers.release.set()
+        await turn_done(screen, pilot, 2)
+        await pilot.press("ctrl+q")
+        dialog = await on_top(pilot, QuitUnsavedScreen)
+        shown = " ".join(str(w.render()) for w in dialog.query(Static))
+        assert "1 message is not saved" in shown, shown
+        await pilot.click("#elsewhere")
+        await wait_for(lambda: app.return_code is not None, pilot)
+    (saved,) = home.glob("kvchat-unsaved-*.json")
+    messages = json.loads(saved.read_text(encoding="utf-8"))["messages"]
+    roles = [m["role"] for m in messages]
+    assert roles == ["user", "assistant", "tool", "assistant"], messages
+    assert messages[1]["content"] == "Let me look."
+    assert messages[1]["tool_calls"][0]["function"]["name"] == "echo"
+    assert (messages[2]["content"], messages[3]["content"]) == ("hi", "It says hi.")
