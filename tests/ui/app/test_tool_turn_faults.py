@@ -11,8 +11,10 @@ import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
+from textual.pilot import Pilot
 from textual.widgets import Static
 
 from chat.conversations.store import Store
@@ -20,6 +22,7 @@ from chat.engine.tool_calls.calls import ToolCall
 from chat.settings.schema import Settings
 from chat.tools.status import ServerState
 from chat.ui.app import ChatApp, Launch
+from chat.ui.screens.chat import ChatScreen
 from chat.ui.screens.quit_unsaved import QuitUnsavedScreen
 from chat.ui.screens.tool_permission import ToolPermissionScreen
 from chat.ui.widgets.tool_call_block import ToolCallBlock
@@ -95,10 +98,10 @@ async def test_a_server_killed_during_a_call(tmp_path: Path) -> None:
         assert reply_on_screen(app) == "Fine."
 
 
-async def test_the_disk_filling_while_a_tool_step_is_saved(small_folder: Fault) -> None:
-    if not small_folder.real:
-        pytest.fail("this machine cannot mount a small tmpfs (root is needed)")
-    database = small_folder.folder / "conversations.db"
+def disk_tool_app(database: Path) -> ChatApp:
+    """The app saving to `database`, over a model that says "Let me look.",
+    calls echo("hi"), then answers "It says hi.", and a scripted server
+    whose call waits for its `release`."""
     engine = ScriptedToolEngine(
         [["Let", " me", " look."], ["It", " says", " hi."]], {0: echo_call("hi")}
     )
@@ -113,15 +116,35 @@ async def test_the_disk_filling_while_a_tool_step_is_saved(small_folder: Fault) 
     assert tools is not None
     tools.caller = servers
     tools.reset()
+    return app
+
+
+def servers_of(app: ChatApp) -> FakeToolServers:
+    tools = app.turn.tools
+    assert tools is not None and isinstance(tools.caller, FakeToolServers)
+    return tools.caller
+
+
+async def until_the_call_runs(app: ChatApp, pilot: Pilot[Any]) -> ChatScreen:
+    """The question sent, the call allowed once, and running (held)."""
+    screen = await ready(app, pilot)
+    await wait_for(lambda: app.store is not None, pilot)
+    await send(pilot, "What does echo say?")
+    await on_top(pilot, ToolPermissionScreen)
+    await pilot.press("o")
+    await wait_for(lambda: servers_of(app).called, pilot)
+    return screen
+
+
+async def test_the_disk_filling_while_a_tool_step_is_saved(small_folder: Fault) -> None:
+    if not small_folder.real:
+        pytest.fail("this machine cannot mount a small tmpfs (root is needed)")
+    database = small_folder.folder / "conversations.db"
+    app = disk_tool_app(database)
     async with app.run_test(size=(100, 30)) as pilot:
-        screen = await ready(app, pilot)
-        await wait_for(lambda: app.store is not None, pilot)
-        await send(pilot, "What does echo say?")
-        await on_top(pilot, ToolPermissionScreen)
-        await pilot.press("o")
-        await wait_for(lambda: servers.called, pilot)
+        screen = await until_the_call_runs(app, pilot)
         small_folder.break_again()  # full when the call ends and its step is written
-        servers.release.set()
+        servers_of(app).release.set()
         await turn_done(screen, pilot, 2)
         notices = [n for n in app_notices(app) if "full" in n]
         assert len(notices) == 1, app_notices(app)
@@ -184,29 +207,11 @@ async def test_quitting_while_the_disk_is_still_full_keeps_the_steps_in_a_file(
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))  # where "Save to a file" writes first
     database = small_folder.folder / "conversations.db"
-    engine = ScriptedToolEngine(
-        [["Let", " me", " look."], ["It", " says", " hi."]], {0: echo_call("hi")}
-    )
-    settings = Settings()
-    settings.chat.system_prompt = ""
-    app = ChatApp(
-        Launch(settings, MODEL, database=database), engine_factory=scripted_factory(engine)
-    )
-    servers = FakeToolServers()
-    servers.hold = True
-    tools = app.turn.tools
-    assert tools is not None
-    tools.caller = servers
-    tools.reset()
+    app = disk_tool_app(database)
     async with app.run_test(size=(100, 30)) as pilot:
-        screen = await ready(app, pilot)
-        await wait_for(lambda: app.store is not None, pilot)
-        await send(pilot, "What does echo say?")
-        await on_top(pilot, ToolPermissionScreen)
-        await pilot.press("o")
-        await wait_for(lambda: servers.called, pilot)
+        screen = await until_the_call_runs(app, pilot)
         small_folder.break_again()
-        servers.release.set()
+        servers_of(app).release.set()
         await turn_done(screen, pilot, 2)
         await pilot.press("ctrl+q")
         dialog = await on_top(pilot, QuitUnsavedScreen)
