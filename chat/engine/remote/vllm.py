@@ -36,6 +36,7 @@ refuses such a request; its answer is turned into a sentence saying so.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Generator, Iterator, Sequence
@@ -66,15 +67,14 @@ from chat.engine.remote.openai import (
     window,
 )
 from chat.engine.remote.probs import token_choice
-from chat.engine.remote.sampled_ids import Remembered, SampledReplies
+from chat.engine.remote.sampled_ids import SPELLING_CACHE, Remembered, SampledReplies
 from chat.engine.token_probs import TOP_N
 from chat.engine.tool_calls.calls import ToolDefinition
 from chat.errors import ServerError, ServerRefusedError
 from chat.settings.schema import SamplingSettings
 
 _COUNT_CACHE = 256
-"""Tokenized chats and texts remembered (the meter asks for the same often,
-and each reply's place is found from the prompt before it)."""
+"""Tokenized chats remembered (the meter asks for the same often)."""
 _REFUSAL_STATUSES = frozenset({400, 404, 405, 422, 501})
 """Answers of `/v1/completions` that may mean it takes no token-id prompt;
 whether they do is told by the chat API answering the same conversation."""
@@ -110,6 +110,8 @@ class VllmEngine(RemoteEngine):
         they go as text (the server refuses token-id prompts)."""
         self._sampled = SampledReplies(self._detokenized, None)
         self._counts: Remembered[str, list[int]] = Remembered(_COUNT_CACHE)
+        self._openings: Remembered[bytes, tuple[int, bytes]] = Remembered(SPELLING_CACHE)
+        self._texts: Remembered[str, list[int]] = Remembered(SPELLING_CACHE)
 
     def tokenize_chat(
         self,
@@ -133,7 +135,21 @@ class VllmEngine(RemoteEngine):
         tools: Sequence[ToolDefinition] = (),
     ) -> list[int]:
         """The chat as the server renders and tokenizes it (text only)."""
-        body = {
+        body = self._chat_body(shown, add_generation_prompt, tools)
+        key = json.dumps(body)
+        known = self._counts.get(key)
+        if known is None:
+            known = self._tokens(body, "the chat")
+            self._counts.put(key, known)
+        return list(known)
+
+    def _chat_body(
+        self,
+        shown: list[dict[str, Any]],
+        add_generation_prompt: bool,
+        tools: Sequence[ToolDefinition] = (),
+    ) -> dict[str, Any]:
+        return {
             "model": self.model,
             "messages": shown,
             "add_generation_prompt": add_generation_prompt,
@@ -141,24 +157,37 @@ class VllmEngine(RemoteEngine):
             **self._template_options(),
             **({"tools": tool_definitions(tools)} if tools else {}),
         }
-        return self._tokens(body, "the chat")
+
+    def _opening(self, shown: list[dict[str, Any]], index: int) -> tuple[int, bytes]:
+        """The prompt reply `index` was sampled from (the chat before it and
+        the generation prompt): its length and digest (`_TokenDigest`), which
+        are all that is kept of it (a long conversation has one per reply)."""
+        body = self._chat_body(shown[:index], True)
+        key = hashlib.sha256(json.dumps(body).encode()).digest()
+        known = self._openings.get(key)
+        if known is None:
+            tokens = self._tokens(body, "the chat")
+            digest = _TokenDigest()
+            digest.update(tokens)
+            known = (len(tokens), digest.digest())
+            self._openings.put(key, known)
+        return known
 
     def _text_tokens(self, text: str) -> list[int]:
         """`text` alone as the server tokenizes it (nothing added)."""
-        body = {"model": self.model, "prompt": text, "add_special_tokens": False}
-        return self._tokens(body, "a reply")
+        known = self._texts.get(text)
+        if known is None:
+            body = {"model": self.model, "prompt": text, "add_special_tokens": False}
+            known = self._tokens(body, "a reply")
+            self._texts.put(text, known)
+        return known
 
     def _tokens(self, body: dict[str, Any], what: str) -> list[int]:
-        key = json.dumps(body)
-        known = self._counts.get(key)
-        if known is not None:
-            return list(known)
         answer = self._http.post_json("/tokenize", body)
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
         if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
             raise ServerError(f"The vLLM server at {self._http.url} did not tokenize {what}.")
-        self._counts.put(key, tokens)
-        return list(tokens)
+        return tokens
 
     def _detokenized(self, ids: list[int]) -> str | None:
         try:
@@ -178,12 +207,16 @@ class VllmEngine(RemoteEngine):
         tokens right after the prompt it was sampled from."""
         spliced: list[int] = []
         done = 0  # how much of `tokens` is in `spliced`
+        head = _TokenDigest()  # of tokens[:head.size]
         for index in sorted(sampled):
-            head = self._tokenized(shown[:index], True)
+            start, opening = self._opening(shown, index)
             text = self._text_tokens(shown[index]["content"])
-            start, end = len(head), len(head) + len(text)
-            if start < done or not text or tokens[start:end] != text or tokens[:start] != head:
+            end = start + len(text)
+            if start < max(done, head.size) or not text or tokens[start:end] != text:
                 continue  # written otherwise: this reply goes as text
+            head.update(tokens[head.size : start])
+            if head.digest() != opening:
+                continue
             spliced += tokens[done:start] + sampled[index]
             done = end
         return spliced + tokens[done:]
@@ -295,6 +328,22 @@ class VllmEngine(RemoteEngine):
                 "without --enable-auto-tool-choice (start it with that and the "
                 "--tool-call-parser of its model)."
             ) from None
+
+
+class _TokenDigest:
+    """A digest of a token list that grows: one pass over a long prompt
+    checks where each reply's opening prompt ends, without keeping them."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+        self.size = 0
+
+    def update(self, tokens: list[int]) -> None:
+        self._hash.update("".join(f"{t}," for t in tokens).encode())
+        self.size += len(tokens)
+
+    def digest(self) -> bytes:
+        return self._hash.copy().digest()
 
 
 def _ends_textless(pieces: list[Piece]) -> bool:

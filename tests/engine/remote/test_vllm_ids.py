@@ -182,3 +182,26 @@ def test_a_conversation_reads_no_reply_twice(vllm: OpenVllm) -> None:
         if turn:
             assert reply.stats.prompt_evaluated <= TURN_TWO_MOST
         messages = answered(messages, reply)
+
+
+def test_a_long_conversation_is_counted_again_with_one_request(vllm: OpenVllm) -> None:
+    # Each reply's place is found once; a new draft after it costs one
+    # `/tokenize` of the whole chat (the same as for its text), however many
+    # replies went as ids.
+    server, engine = vllm()
+    assert isinstance(engine, VllmEngine)
+    messages: list[dict[str, Any]] = []
+    for turn in range(30):
+        reply = f"Fact {turn}:\n\nthe sea is deep."
+        ids = engine._http.post_json("/tokenize", {"prompt": reply, "add_special_tokens": False})
+        messages += [
+            {"role": "user", "content": f"Tell me fact {turn}."},
+            {"role": "assistant", "content": reply, "token_ids": ids["tokens"]},
+        ]
+    engine.tokenize_chat([*messages, SHORTER])
+    asked = len(server.seen)
+    draft = {"role": "user", "content": "And one more."}
+    assert engine.tokenize_chat([*messages, draft]) == engine.tokenize_chat(
+        as_text([*messages, draft])
+    )
+    assert [s.path for s in server.seen[asked:]] == ["/tokenize"]
