@@ -56,6 +56,14 @@ class ServerError(KvchatError):
     The message names the server's URL and what to do."""
 
 
+class ServerRefusedError(ServerError):
+    """The server answered a request with an error status (`status`)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class ServerUnreachableError(ServerError):
     """Nothing answers at the URL, or the connection dropped or timed out."""
 

@@ -105,6 +105,8 @@ class ScriptedEngine:
         self.calls: list[tuple[list[dict[str, str]], SamplingSettings]] = []
         self.prefills: list[list[dict[str, str]]] = []
         self.prefill_exact: list[bool] = []
+        self.prefill_tools: list[list[str]] = []
+        """The names of the tools each message prefill rendered."""
         """`exact` of each message prefill."""
         self.rebatches = 0
         """Calls of `rebatch_reply` (after a repeatable reply)."""
@@ -225,11 +227,16 @@ class ScriptedEngine:
         return True
 
     def prefill(
-        self, messages: ChatMessages, add_generation_prompt: bool = True, exact: bool = False
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        exact: bool = False,
+        tools: Sequence[ToolDefinition] = (),
     ) -> bool:
         """Records message prefills in `prefills`, conversation ones in `history_prefills`."""
         if add_generation_prompt:
             self.prefill_exact.append(exact)
+            self.prefill_tools.append([tool.name for tool in tools])
         done = self.prefills if add_generation_prompt else self.history_prefills
         done.append([dict(m) for m in messages])
         return True

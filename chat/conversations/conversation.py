@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from chat.conversations.attachments import Attachment, prompt_text
+from chat.conversations.tool_switches import ToolSwitches
 from chat.conversations.tree import MessageTree
 from chat.settings.schema import SERVER_KINDS
 
@@ -308,6 +309,8 @@ class Conversation:
     preset: str = ""
     """The name of the preset (chat.settings.presets) the conversation was
     given, "" for none; its system prompt and sampling are what it uses."""
+    tool_switches: ToolSwitches = field(default_factory=ToolSwitches)
+    """The tools turned off in this conversation (the default: all on)."""
 
     @property
     def made_on_server(self) -> bool:
@@ -378,6 +381,7 @@ class Conversation:
             backend=self.backend,
             server_url=self.server_url,
             preset=self.preset,
+            tool_switches=self.tool_switches,
         )
 
     def chat_messages(self, upto: int | None = None) -> list[dict[str, str]]:

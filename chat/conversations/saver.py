@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from chat.conversations.conversation import Conversation, Message, ReplyState, ReplyStats
@@ -44,6 +44,7 @@ from chat.conversations.store import (
     StoreError,
 )
 from chat.conversations.tool_steps import ToolStep
+from chat.conversations.tool_switches import ToolSwitches
 from chat.errors import ConfigError
 from chat.settings.schema import SamplingSettings
 from chat.settings.values import parse_value
@@ -65,6 +66,8 @@ class ConversationSettings:
     server_url: str = ""
     preset: str = ""
     """The preset's name (`Conversation.preset`)."""
+    tool_switches: ToolSwitches = field(default_factory=ToolSwitches)
+    """The tools turned off (`Conversation.tool_switches`)."""
 
 
 def restore_sampling(saved: Mapping[str, Any], base: SamplingSettings) -> SamplingSettings:
@@ -195,6 +198,7 @@ class ConversationSaver:
             conversation.backend = settings.backend
             conversation.server_url = settings.server_url
             conversation.preset = settings.preset
+            conversation.tool_switches = settings.tool_switches
             store.create_conversation(conversation, settings.sampling)
         else:
             if self._saved_settings != (conversation.id, settings):
@@ -207,6 +211,7 @@ class ConversationSaver:
                     backend=settings.backend,
                     server_url=settings.server_url,
                     preset=settings.preset,
+                    tool_switches=settings.tool_switches,
                 )
             written = False
             for message in conversation.tree:

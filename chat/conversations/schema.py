@@ -219,6 +219,13 @@ def _migrate_9(conn: sqlite3.Connection) -> None:
         search.install_tool_search_index(conn)
 
 
+def _migrate_10(conn: sqlite3.Connection) -> None:
+    # The tools a conversation turned off (issue 30: servers and single tools
+    # are switched per conversation), as JSON (chat.conversations.tool_switches);
+    # '' for all on, which every conversation before this migration had.
+    conn.execute("ALTER TABLE conversations ADD COLUMN tools_off TEXT NOT NULL DEFAULT ''")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_1,
     _migrate_2,
@@ -229,6 +236,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_7,
     _migrate_8,
     _migrate_9,
+    _migrate_10,
 ]
 """Forward migrations; after running MIGRATIONS[:n], `PRAGMA user_version` is n."""
 

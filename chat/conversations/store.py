@@ -46,6 +46,7 @@ from chat.conversations.message_rows import (
 )
 from chat.conversations.schema import MIGRATIONS, SCHEMA_VERSION, NewerSchemaError, upgrade
 from chat.conversations.tool_steps import ToolStep, search_text, steps_json
+from chat.conversations.tool_switches import ToolSwitches, switches_from_json, switches_json
 from chat.errors import StoreError
 
 __all__ = [
@@ -295,8 +296,8 @@ class Store:
         conv.link_shown()
         cursor = conn.execute(
             "INSERT INTO conversations (title, created, updated, model_path, model_name, "
-            "system_prompt, sampling, backend, server_url, preset) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "system_prompt, sampling, backend, server_url, preset, tools_off) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 conv.title,
                 conv.created,
@@ -308,6 +309,7 @@ class Store:
                 backend_value(conv.backend),
                 server_url_value(conv.server_url),
                 conv.preset,
+                switches_json(conv.tool_switches),
             ),
         )
         conv_id = cursor.lastrowid
@@ -486,10 +488,11 @@ class Store:
         backend: str | None = None,
         server_url: str | None = None,
         preset: str | None = None,
+        tool_switches: ToolSwitches | None = None,
     ) -> None:
         """Record the conversation's own settings and what it is continued with.
-        `backend`, `server_url` and `preset` (see `Conversation`) stay as they
-        are when not given."""
+        `backend`, `server_url`, `preset` and `tool_switches` (see
+        `Conversation`) stay as they are when not given."""
         assignments = "system_prompt = ?, sampling = ?, model_path = ?, model_name = ?"
         params: list[Any] = [
             system_prompt,
@@ -506,6 +509,9 @@ class Store:
         if preset is not None:
             assignments += ", preset = ?"
             params.append(preset)
+        if tool_switches is not None:
+            assignments += ", tools_off = ?"
+            params.append(switches_json(tool_switches))
         with self._write() as conn:
             cursor = conn.execute(
                 f"UPDATE conversations SET {assignments} WHERE id = ?", (*params, conv_id)
@@ -527,14 +533,15 @@ class Store:
         with self._read() as conn:
             row = conn.execute(
                 "SELECT title, created, updated, model_path, model_name, system_prompt, "
-                "shown_leaf, backend, server_url, preset FROM conversations WHERE id = ?",
+                "shown_leaf, backend, server_url, preset, tools_off "
+                "FROM conversations WHERE id = ?",
                 (conv_id,),
             ).fetchone()
             if row is None:
                 raise self._missing(conv_id)
             tree, by_id = message_tree(conn, conv_id)
         title, created, updated, model_path, model_name, system_prompt, shown_leaf = row[:7]
-        backend, server_url, preset = row[7:10]
+        backend, server_url, preset, tools_off = row[7:11]
         shown = by_id.get(shown_leaf) if shown_leaf is not None else None
         leaf = tree.latest_leaf(shown) if shown is not None else tree.newest_leaf()
         return Conversation(
@@ -550,6 +557,7 @@ class Store:
             backend=backend,
             server_url=server_url,
             preset=preset,
+            tool_switches=switches_from_json(tools_off),
         )
 
     def get_sampling(self, conv_id: int) -> dict[str, Any]:

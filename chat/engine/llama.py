@@ -371,7 +371,11 @@ class LlamaEngine:
             raise EngineClosedError(_CLOSED)
 
     def prefill(
-        self, messages: ChatMessages, add_generation_prompt: bool = True, exact: bool = False
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        exact: bool = False,
+        tools: Sequence[ToolDefinition] = (),
     ) -> bool:
         """Evaluate the prompt for `messages` now, before it is sent (while the
         user pauses over their message): if exactly this prompt is sent next,
@@ -384,7 +388,7 @@ class LlamaEngine:
 
         With `exact`, for a repeatable reply (`SamplingSettings.repeatable`):
         what the last reply decoded one token at a time is evaluated again too
-        (see `_prompt_span`).
+        (see `_prompt_span`). `tools`: the tools the reply will be offered.
 
         Returns False when the prompt was not made ready: the engine is busy,
         the prompt does not fit, it needs more than one batch (too long to
@@ -393,7 +397,7 @@ class LlamaEngine:
             if not free or self._closing:
                 return False
             prompt = self.chat_prompt.tokens(
-                messages, add_generation_prompt, self.chat_prompt.pieces
+                messages, add_generation_prompt, self.chat_prompt.pieces, tools=tools
             )
             if len(prompt) >= self.info.n_ctx:
                 return False

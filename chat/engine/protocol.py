@@ -265,7 +265,11 @@ class Engine(Protocol):
         ...
 
     def prefill(
-        self, messages: ChatMessages, add_generation_prompt: bool = True, exact: bool = False
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        exact: bool = False,
+        tools: Sequence[ToolDefinition] = (),
     ) -> bool:
         """Evaluate the prompt `stream_reply(messages, ...)` would send, ahead of
         time (the user paused over their message). If exactly that is sent next,
@@ -274,7 +278,8 @@ class Engine(Protocol):
         Without `add_generation_prompt`, `messages` is a conversation about to
         be continued: what of it the next reply would evaluate anyway is
         evaluated now. `exact`: evaluate as a repeatable reply
-        (`SamplingSettings.repeatable`) will.
+        (`SamplingSettings.repeatable`) will. `tools`: the tools the reply
+        will be offered (`stream_reply`'s), rendered by the template with them.
 
         Returns False when nothing was done (busy, too long, or not possible).
         """

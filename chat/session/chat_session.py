@@ -20,6 +20,7 @@ from chat.conversations.attachments import Attachment
 from chat.conversations.conversation import Conversation, FinishReason, Message
 from chat.conversations.saver import ConversationSaver, ConversationSettings, restore_sampling
 from chat.conversations.tool_steps import ToolStep
+from chat.conversations.tool_switches import ToolSwitches
 from chat.conversations.tree import index_of
 from chat.engine.protocol import ChatMessages, Engine, Finished, ModelInfo
 from chat.engine.reasoning.markers import Reasoning
@@ -420,17 +421,26 @@ class ChatSession:
         if engine is not None and store is not None and conv_id is not None:
             self.resumer.save_in_background(engine, conversation_key(store.path, conv_id))
 
-    def resume(self, engine: Engine, prompt: ChatMessages, add_generation_prompt: bool) -> int:
-        """Put back a saved KV cache that holds more of `prompt` than the engine
-        does (in a thread: it tokenizes and reads a file). Returns tokens restored."""
+    def resume(
+        self,
+        engine: Engine,
+        prompt: ChatMessages,
+        add_generation_prompt: bool,
+        tools: Sequence[ToolDefinition] = (),
+    ) -> int:
+        """Put back a saved KV cache that holds more of `prompt` (with `tools`
+        offered) than the engine does (in a thread: it tokenizes and reads a
+        file). Returns tokens restored."""
         self.resume_pending = False
-        tokens = engine.tokenize_chat(prompt, add_generation_prompt)
+        tokens = engine.tokenize_chat(prompt, add_generation_prompt, tools)
         return self.resumer.restore_for(engine, tokens)
 
-    def resume_before_reply(self, engine: Engine, prompt: ChatMessages) -> int:
+    def resume_before_reply(
+        self, engine: Engine, prompt: ChatMessages, tools: Sequence[ToolDefinition] = ()
+    ) -> int:
         """`resume`, for a reply sent before a prefill tried it (sent at once
         after opening a conversation or switching branches); else nothing."""
-        return self.resume(engine, prompt, True) if self.resume_pending else 0
+        return self.resume(engine, prompt, True, tools) if self.resume_pending else 0
 
     def resumable(self) -> set[int]:
         """Saved conversations whose KV cache is saved for the model loaded."""
@@ -486,6 +496,7 @@ class ChatSession:
                 conversation.backend,
                 conversation.server_url,
                 conversation.preset,
+                conversation.tool_switches,
             ),
         )
 
@@ -511,6 +522,16 @@ class ChatSession:
         if self.conversation.messages:
             self.saver.save_messages(self.conversation, self.conversation_settings())
 
+    def switch_tools(self, switches: ToolSwitches) -> None:
+        """The tools turned off in this conversation changed (the tools pane,
+        the palette): saved with it at once when it has messages, else with
+        its first, so that reopening it offers the model the same tools."""
+        if switches == self.conversation.tool_switches:
+            return
+        self.conversation.tool_switches = switches
+        if self.conversation.messages:
+            self.saver.save_messages(self.conversation, self.conversation_settings())
+
     def defaults_changed(self) -> None:
         """The settings pane changed the defaults' sampling, chat and UI settings:
         a reopened conversation's own copy takes them too, and the saved KV
@@ -531,6 +552,7 @@ class ChatSession:
             backend=info.kind if info else self.conversation.backend,
             server_url=(info.server_url or "") if info else self.conversation.server_url,
             preset=self.conversation.preset,
+            tool_switches=self.conversation.tool_switches,
         )
 
     def made_on_another_server(self) -> str | None:

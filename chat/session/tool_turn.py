@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from chat.conversations.conversation import Message
+from chat.conversations.tool_switches import ToolSwitches
 from chat.engine.protocol import ChatMessage, Engine, Finished
 from chat.engine.reasoning.splitter import ReplyPart, ThinkingSplitter, token_parts
 from chat.engine.tool_calls.calls import ToolDefinition
@@ -76,9 +77,23 @@ class ConversationTools:
 
     def reset(self) -> None:
         """Another conversation: tools on when a server is configured, none off."""
-        self.on = self.configured
+        self.restore(ToolSwitches())
+
+    def restore(self, switches: ToolSwitches) -> None:
+        """Another conversation, with what it turned off (`Conversation.tool_switches`)."""
+        self.on = self.configured and not switches.all_off
         self.servers_off.clear()
+        self.servers_off.update(switches.servers)
         self.tools_off.clear()
+        self.tools_off.update(switches.tools)
+
+    def switches(self) -> ToolSwitches:
+        """What is off now, as the conversation keeps it."""
+        return ToolSwitches(
+            all_off=self.configured and not self.on,
+            servers=frozenset(self.servers_off),
+            tools=frozenset(self.tools_off),
+        )
 
     def enabled(self, server: str, tool: str) -> bool:
         """Whether `tool` of `server` is on in this conversation."""

@@ -617,8 +617,16 @@ class Turn:
         )
         self._tool_turn = tool_turn
         messages = cast("list[ChatMessage]", self.session.reply_prompt(plan))
+        # As a plain reply's stream does (`before`): a saved KV cache put back
+        # first, when the message came before a prefill could.
+        before = partial(
+            self.session.resume_before_reply,
+            engine,
+            messages,
+            [tool.definition for tool in offered],
+        )
         self._tool_task = asyncio.get_running_loop().create_task(
-            self._run_tool_turn(reply, tool_turn, messages), name="tool turn"
+            self._run_tool_turn(reply, tool_turn, messages, before), name="tool turn"
         )
 
     def _tool_event(self, event: ToolTurnEvent) -> None:
@@ -645,9 +653,15 @@ class Turn:
             self.listener(TurnText(reply, text, tokens, thinking, thinking_tokens))
 
     async def _run_tool_turn(
-        self, reply: Message, tool_turn: ToolTurn, messages: Sequence[ChatMessage]
+        self,
+        reply: Message,
+        tool_turn: ToolTurn,
+        messages: Sequence[ChatMessage],
+        before: Callable[[], object],
     ) -> None:
         try:
+            with contextlib.suppress(Exception):  # a head start only, as a prefill
+                await in_thread("resume", before)
             outcome = await tool_turn.run(messages)
         except Exception as error:  # a bug or a llama.cpp failure: say so, keep the app alive
             outcome = ToolLoopOutcome("failed", problem=f"Generation failed: {error}")
@@ -729,8 +743,6 @@ class Turn:
             # The engine is busy with it and would do nothing now: after it.
             self._prefill_after_rebatch = True
             return
-        if self.tools_to_offer():
-            return  # a prefill renders no tools: it would evaluate another prompt
         if self.counting():
             return  # planning would count them too; done, the count schedules this again
         chat = self.session.settings.chat
@@ -746,11 +758,20 @@ class Turn:
             self.prompt_for(self.typed().strip("\n")),
             chat.prefill,
             self.session.settings.sampling.repeatable,
+            # The tools the reply will be offered: the template renders them
+            # into the prompt's head, so a prefill without them would evaluate
+            # a prompt the tool turn's first step does not send.
+            self._offered_definitions(),
         )
 
 
 def _prefill_quietly(
-    engine: Engine, session: ChatSession, text: str, prefill: bool, exact: bool
+    engine: Engine,
+    session: ChatSession,
+    text: str,
+    prefill: bool,
+    exact: bool,
+    tools: Sequence[ToolDefinition],
 ) -> None:
     """A prefill is only a head start: if it fails, sending the text meets the
     same problem and reports it, so nothing is shown from here. A saved KV cache
@@ -759,9 +780,9 @@ def _prefill_quietly(
         prompt = session.prefill_prompt(text)
         if prompt is not None:
             if session.resume_pending:
-                session.resume(engine, *prompt)
+                session.resume(engine, *prompt, tools)
             if prefill:
-                engine.prefill(*prompt, exact=exact)
+                engine.prefill(*prompt, exact=exact, tools=tools)
 
 
 def _rebatch_quietly(engine: Engine) -> None:

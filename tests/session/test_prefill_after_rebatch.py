@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Sequence
 
 from chat.engine.protocol import ChatMessages
+from chat.engine.tool_calls.calls import ToolDefinition
 from chat.settings.schema import Settings
 from tests.fakes import ScriptedEngine
 from tests.session.test_turn import Recorded
@@ -30,12 +32,16 @@ class BusyRebatch(ScriptedEngine):
         return super().rebatch_reply()
 
     def prefill(
-        self, messages: ChatMessages, add_generation_prompt: bool = True, exact: bool = False
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        exact: bool = False,
+        tools: Sequence[ToolDefinition] = (),
     ) -> bool:
         if self.rebatching.is_set():
             self.busy_prefills += 1
             return False
-        return super().prefill(messages, add_generation_prompt, exact)
+        return super().prefill(messages, add_generation_prompt, exact, tools)
 
 
 async def rebatching(engine: BusyRebatch) -> Recorded:

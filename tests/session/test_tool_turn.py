@@ -406,6 +406,24 @@ async def test_the_plan_counts_the_tool_definitions_in_the_system_part() -> None
     assert with_tools_plan.new == without.new
 
 
+async def test_a_prefill_renders_the_tools_the_reply_will_be_offered() -> None:
+    engine = calling_engine()
+    settings = Settings()
+    settings.chat.prefill = True
+    recorded = Recorded(engine, settings=settings)
+    tools = with_tools(recorded, FakeToolServers({"notes": ["echo", "other"]}), Answers(None))
+    turn = recorded.turn
+    turn.typed = lambda: "Hello"
+    tools.tools_off.add(("notes", "other"))
+    turn.prefill_now()
+    await recorded.until(lambda: engine.prefill_tools)
+    tools.on = False
+    turn.prefill_now()
+    await recorded.until(lambda: len(engine.prefill_tools) == 2)
+    assert engine.prefill_tools == [["echo"], []]
+    assert engine.prefills[0][-1] == {"role": "user", "content": "Hello"}
+
+
 # -- the real parts ---------------------------------------------------------------------
 
 
@@ -482,3 +500,91 @@ async def test_the_real_model_calls_the_real_server_and_answers(
     assert last.prompt_reused >= first.prompt_tokens - 2
     assert last.prompt_evaluated < first.prompt_evaluated
     assert isinstance(recorded.events[0], TurnStarted)
+
+
+async def tool_turn_of(
+    qwen_engine: LlamaEngine, tmp_path: Path, prefill: bool
+) -> tuple[Recorded, ToolStepEnded, int]:
+    """Sends "Please echo hello." to the real model and server, from an empty
+    KV cache; with `prefill`, typed and paused over first. Returns the
+    turn, its first step and the tokens of the prompt the prefill made."""
+    settings = Settings()
+    settings.sampling.temperature = 0.8  # the seed decides: a repeatable reply
+    settings.sampling.max_tokens = 60
+    settings.sampling.seed = 11
+    settings.chat.prefill = prefill
+    engine = StepGrammars(qwen_engine, [OPENS_HERMES_CALL])
+    recorded = Recorded(engine, settings=settings)  # type: ignore[arg-type]
+    text = "Please echo hello."
+    qwen_engine.reset()
+    prefilled = 0
+    async with running([sdk_server()], tmp_path) as servers:
+        tools = with_tools(recorded, servers, Answers(Choice.ONCE))
+        tools.tools_off |= {("sdk", name) for name in ("environment", "big", "wait", "crash")}
+        turn = recorded.turn
+        if prefill:
+            turn.typed = lambda: text
+            turn.prefill_now()
+            prompt = turn.session.prefill_prompt(text)
+            assert prompt is not None
+            # The prompt the tool turn's first step sends: the tools rendered in it.
+            tokens = qwen_engine.tokenize_chat(*prompt, tools=tools.definitions())
+            assert len(tokens) > len(qwen_engine.tokenize_chat(*prompt)) + 50
+            # All but the last token: that one is evaluated with the reply.
+            await recorded.until(lambda: qwen_engine.cached_prefix(tokens) >= len(tokens) - 1, 60)
+            prefilled = len(tokens)
+        assert turn.send(text) is None
+        await asyncio.wait_for(turn.stopped(), 120)
+    (step,) = recorded.of(ToolStepEnded)
+    return recorded, step, prefilled
+
+
+async def test_a_prefill_evaluates_the_tool_turns_first_prompt_with_the_tools(
+    qwen_engine: LlamaEngine, tmp_path: Path
+) -> None:
+    plain, plain_step, _ = await tool_turn_of(qwen_engine, tmp_path / "a", prefill=False)
+    ahead, ahead_step, prefilled = await tool_turn_of(qwen_engine, tmp_path / "b", prefill=True)
+    first, prefilled_first = plain_step.finished.stats, ahead_step.finished.stats
+    assert first.prompt_evaluated == first.prompt_tokens == prefilled
+    # The first step evaluated (next to) nothing: the prefill had done it.
+    assert prefilled_first.prompt_tokens == prefilled
+    assert prefilled_first.prompt_evaluated <= 2, prefilled_first
+    # And the same seed gave the same turn: the step, its call, the answer.
+    assert ahead_step.text == plain_step.text
+    assert [c.arguments for c in ahead_step.finished.tool_calls] == [
+        c.arguments for c in plain_step.finished.tool_calls
+    ]
+    plain_reply, ahead_reply = plain.of(TurnEnded)[0].reply, ahead.of(TurnEnded)[0].reply
+    assert ahead_reply.content == plain_reply.content != ""
+    assert ahead_reply.stats.finish_reason == "done"
+
+
+async def test_a_reopened_conversation_sent_at_once_puts_its_kv_cache_back(
+    qwen_engine: LlamaEngine, tmp_path: Path
+) -> None:
+    """Opened again (its KV cache saved when it was left, the engine's own
+    cache gone) and sent to before a pause could prefill: the tool turn's
+    first step starts from the saved cache, matched with the tools."""
+    settings = Settings()
+    settings.sampling.temperature = 0.0
+    settings.sampling.max_tokens = 60
+    settings.chat.prefill = False
+    with Store(tmp_path / "c.db") as store:
+        recorded = Recorded(
+            StepGrammars(qwen_engine, [OPENS_HERMES_CALL]), store, settings=settings
+        )  # type: ignore[arg-type]
+        session = recorded.turn.session
+        async with running([sdk_server()], tmp_path / "logs") as servers:
+            tools = with_tools(recorded, servers, Answers(Choice.ONCE))
+            tools.tools_off |= {("sdk", name) for name in ("environment", "big", "wait", "crash")}
+            first = await recorded.reply_to("Please echo hello.")
+            assert first.tool_steps and first.stats is not None
+            conv_id = session.conversation.id
+            assert conv_id is not None
+            session.leave()
+            session.resumer.wait(60)
+            qwen_engine.reset()
+            session.open(*session.load(conv_id))
+            second = await recorded.reply_to("Thanks.")
+    assert second.stats is not None and not second.tool_steps
+    assert second.stats.prompt_reused >= first.stats.prompt_tokens, (second.stats, first.stats)

@@ -52,7 +52,9 @@ def connect(config: ServerConfig) -> Engine:
 
     The engine has, besides `Engine`'s methods: `ignored_settings` (names of
     the `SamplingSettings` this kind of server does not take) and
-    `probs_note` (None, or why token probabilities cannot be recorded).
+    `probs_note` (None, or why token probabilities cannot be recorded); vLLM's
+    also `reuse_note` (None, or why its replies go back as text, not as
+    their sampled ids: the server refused token-id prompts).
     """
     # Imported here: httpx and the engines cost startup time an app without
     # a server should not pay.

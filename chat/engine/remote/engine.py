@@ -55,6 +55,9 @@ MAX_NAME_CHARS = 200
 """A served model's name is cut to this for showing (the status bar, errors)."""
 PLACEHOLDER_TOKEN_ID = 0
 """Stands for a token whose id the server does not report (see `Piece`)."""
+MAX_TOKEN_ID = 2**31 - 1
+"""The largest token id a reply's ids are kept with (they are saved as 32-bit
+integers; no vocabulary comes near it, a broken or hostile server may)."""
 
 
 _NO_SERVER_TOOLS = "This model server cannot call tools."
@@ -392,7 +395,7 @@ class RemoteEngine:
                     continue
                 raw_text.append(item.text)
                 ids.append(item.token_id)
-                ids_known = ids_known and item.known_id
+                ids_known = ids_known and item.known_id and 0 <= item.token_id <= MAX_TOKEN_ID
                 if item.choice is not None:
                     choices.append(item.choice)
                 yield TokenEvent(reply.feed(item.text.encode("utf-8")), item.token_id, item.choice)
@@ -472,7 +475,11 @@ class RemoteEngine:
     # -- what the server owns ----------------------------------------------------
 
     def prefill(
-        self, messages: ChatMessages, add_generation_prompt: bool = True, exact: bool = False
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        exact: bool = False,
+        tools: Sequence[ToolDefinition] = (),
     ) -> bool:
         return False
 

@@ -31,7 +31,12 @@ from typing import Any
 import httpx
 
 from chat.engine.remote import ServerConfig
-from chat.errors import ServerAuthError, ServerError, ServerUnreachableError
+from chat.errors import (
+    ServerAuthError,
+    ServerError,
+    ServerRefusedError,
+    ServerUnreachableError,
+)
 from chat.sanitize import sanitize, sanitize_line
 from chat.settings.server import public_url, split_credentials
 
@@ -225,7 +230,9 @@ class ServerHttp:
             raise ServerAuthError(f"The server at {self.url} {what} ({status}). {todo}")
         said = server_message(body)
         detail = f": {said}" if said else "."
-        raise ServerError(f"The server at {self.url} answered {path} with {status}{detail}")
+        raise ServerRefusedError(
+            f"The server at {self.url} answered {path} with {status}{detail}", status
+        )
 
 
 def redirect_target(response: httpx.Response) -> str:

@@ -56,7 +56,6 @@ from pathlib import Path
 from typing import Any
 
 from chat.conversations.conversation import FinishReason
-from chat.engine.prompt_tokens import spells_whole
 from chat.engine.protocol import ChatMessages
 from chat.engine.reasoning.budget import ThinkingBudget, forced_choice
 from chat.engine.reasoning.markers import (
@@ -89,6 +88,7 @@ from chat.engine.remote.openai import (
     tools_body,
 )
 from chat.engine.remote.probs import token_choice
+from chat.engine.remote.sampled_ids import SPELLING_CACHE, SampledReplies
 from chat.engine.token_probs import TOP_N
 from chat.engine.tool_calls.calls import ToolDefinition
 from chat.errors import KvchatError, ServerError, UnknownServerModelError
@@ -96,9 +96,6 @@ from chat.settings.schema import SamplingSettings
 
 _COUNT_CACHE = 256
 """Tokenized conversations remembered (the meter asks for the same often)."""
-_SPELLING_CACHE = 4096
-"""Replies whose ids were checked against their text, remembered (each is
-checked once, not at every count of a long conversation)."""
 _NEXT_MESSAGE = "\ue000kvchat next message\ue001"
 """A user message's text no conversation has (private-use characters)."""
 MixedPrompt = list[str | int]
@@ -156,7 +153,7 @@ class LlamaServerEngine(RemoteEngine):
         closed the block (as the local engine's)."""
         self._n_vocab = _vocab_size(models)
         self._counts: OrderedDict[str, list[int]] = OrderedDict()
-        self._spellings: OrderedDict[tuple[str, tuple[int, ...], bool], bool] = OrderedDict()
+        self._sampled = SampledReplies(self._detokenized, self._n_vocab)
         self._counts_lock = threading.Lock()
         self._opening: str | None = None
         self._opening_known = False
@@ -236,7 +233,7 @@ class LlamaServerEngine(RemoteEngine):
             defused = defused.replace(special, special[0] + "\u200b" + special[1:])
         with self._counts_lock:
             self._defused[text] = defused
-            if len(self._defused) > _SPELLING_CACHE:
+            if len(self._defused) > SPELLING_CACHE:
                 self._defused.popitem(last=False)
         return defused
 
@@ -285,45 +282,16 @@ class LlamaServerEngine(RemoteEngine):
 
     def _sampled_replies(self, messages: ChatMessages) -> dict[int, list[int]]:
         """The replies of `messages` that go in as their sampled ids, by
-        index: those whose ids are this model's and spell their text (or, for
-        a reply sent whole with its thinking, `sampled_whole`, end with it,
-        whitespace aside, as the local engine checks)."""
-        sampled = {}
-        for index, message in enumerate(messages):
-            ids = message.get("token_ids")
-            content = message.get("content")
-            if (
-                message.get("role") != "assistant"
-                or not isinstance(ids, (list, tuple))
-                or not ids
-                or not isinstance(content, str)
-                or self._n_vocab is None
-                or not all(type(i) is int and 0 <= i < self._n_vocab for i in ids)
-            ):
-                continue
-            if self._spells(list(ids), content, bool(message.get("sampled_whole"))):
-                sampled[index] = list(ids)
-        return sampled
+        index (`SampledReplies.of`); none when the server does not say its
+        vocabulary (ids outside it would make it refuse the prompt)."""
+        if self._n_vocab is None:
+            return {}
+        return self._sampled.of(messages)
 
-    def _spells(self, ids: list[int], content: str, whole: bool = False) -> bool:
-        """Whether the server's detokenizer writes `ids` as exactly `content`
-        (special tokens written out, so they never pass for plain text); with
-        `whole`, as a text that ends with it, whitespace aside."""
-        key = (content, tuple(ids), whole)
-        with self._counts_lock:
-            if key in self._spellings:
-                self._spellings.move_to_end(key)
-                return self._spellings[key]
+    def _detokenized(self, ids: list[int]) -> str | None:
         answer = self._http.post_json("/detokenize", {"tokens": ids}, missing_ok=True)
         spelled = answer.get("content") if isinstance(answer, dict) else None
-        same = spelled == content or (
-            whole and isinstance(spelled, str) and spells_whole(spelled, content)
-        )
-        with self._counts_lock:
-            self._spellings[key] = same
-            if len(self._spellings) > _SPELLING_CACHE:
-                self._spellings.popitem(last=False)
-        return same
+        return spelled if isinstance(spelled, str) else None
 
     def _spliced(
         self,
@@ -654,7 +622,11 @@ class LlamaServerEngine(RemoteEngine):
         )
 
     def prefill(
-        self, messages: ChatMessages, add_generation_prompt: bool = True, exact: bool = False
+        self,
+        messages: ChatMessages,
+        add_generation_prompt: bool = True,
+        exact: bool = False,
+        tools: Sequence[ToolDefinition] = (),
     ) -> bool:
         """Evaluate the prompt into the slot's cache (`n_predict` 0): a reply
         sent next with the same prompt evaluates only what is new."""
@@ -664,7 +636,7 @@ class LlamaServerEngine(RemoteEngine):
         try:
             if self._closed:
                 return False
-            tokens = self.tokenize_chat(messages)
+            tokens = self.tokenize_chat(messages, tools=tools)
             if len(tokens) >= self.info.n_ctx:
                 return False
             self._http.post_json(

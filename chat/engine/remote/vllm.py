@@ -9,12 +9,22 @@ nothing), so the count is what the model sees. The window is the model's
 server runs with `--enable-prompt-tokens-details` (`cached_tokens`); else a
 reply counts as fully evaluated.
 
-Earlier replies go back as text, tokenized again by `/tokenize`, not as the
-ids they were sampled as (as the llama-server engine sends them): its
-streamed completions here carry no ids, and splicing ids into the prompt
-needs the rendered text around each reply, which `/tokenize` does not give.
-Not built without a vLLM to test it against (docs/servers.md says what this
-costs).
+A reply goes back as the ids it was sampled as, not as its text (as on
+llama-server; chat.engine.remote.sampled_ids): tokenized again, its text can
+come out as other tokens, and vLLM's prefix cache would match only up to
+there. The ids come in the stream (`return_token_ids`: each chunk's
+`token_ids`; a vLLM too old for it sends none, and its replies go back as
+text). `/tokenize` gives ids only, not the rendered text, so a reply's place
+in the prompt is found in ids: the prompt the reply was sampled from (the
+conversation before it, with the generation prompt) must be where the
+conversation's prompt starts, and the reply's text, tokenized alone, must
+follow it token for token; then those tokens are swapped for the sampled
+ones, which `/detokenize` writes as exactly the same text. A template that
+writes a reply otherwise (one that drops earlier thinking, say) keeps that
+reply as text. A server that refuses token-id prompts at `/v1/completions`
+(a gateway that offers only the chat API) is found out at the first reply:
+it is asked through the chat API from then on, with the text, and
+`reuse_note` says so.
 
 Tools: counted by `/tokenize` with the `tools` (its chat template renders
 them), and a reply that may call one is asked of `/v1/chat/completions` with
@@ -26,7 +36,10 @@ refuses such a request; its answer is turned into a sentence saying so.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+import hashlib
+import json
+import logging
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 from chat.engine.protocol import ChatMessages
@@ -37,6 +50,7 @@ from chat.engine.remote.engine import (
     Request,
     Summary,
     chat_messages,
+    exact_request,
     served_models,
     server_model_info,
     tool_definitions,
@@ -53,10 +67,18 @@ from chat.engine.remote.openai import (
     window,
 )
 from chat.engine.remote.probs import token_choice
+from chat.engine.remote.sampled_ids import SPELLING_CACHE, Remembered, SampledReplies
 from chat.engine.token_probs import TOP_N
 from chat.engine.tool_calls.calls import ToolDefinition
-from chat.errors import ServerError
+from chat.errors import ServerError, ServerRefusedError
 from chat.settings.schema import SamplingSettings
+
+_COUNT_CACHE = 256
+"""Tokenized chats remembered (the meter asks for the same often)."""
+_REFUSAL_STATUSES = frozenset({400, 404, 405, 422, 501})
+"""Answers of `/v1/completions` that may mean it takes no token-id prompt;
+whether they do is told by the chat API answering the same conversation."""
+_log = logging.getLogger(__name__)
 
 
 class VllmEngine(RemoteEngine):
@@ -83,6 +105,13 @@ class VllmEngine(RemoteEngine):
             # a server without it refuses the first request with tools.
             api_tool_calls=True,
         )
+        self.reuse_note: str | None = None
+        """None while replies can go back as their sampled ids; else why
+        they go as text (the server refuses token-id prompts)."""
+        self._sampled = SampledReplies(self._detokenized, None)
+        self._counts: Remembered[str, list[int]] = Remembered(_COUNT_CACHE)
+        self._openings: Remembered[bytes, tuple[int, bytes]] = Remembered(SPELLING_CACHE)
+        self._texts: Remembered[str, list[int]] = Remembered(SPELLING_CACHE)
 
     def tokenize_chat(
         self,
@@ -90,21 +119,107 @@ class VllmEngine(RemoteEngine):
         add_generation_prompt: bool = True,
         tools: Sequence[ToolDefinition] = (),
     ) -> list[int]:
-        answer = self._http.post_json(
-            "/tokenize",
-            {
-                "model": self.model,
-                "messages": chat_messages(messages),
-                "add_generation_prompt": add_generation_prompt,
-                "add_special_tokens": False,
-                **self._template_options(),
-                **({"tools": tool_definitions(tools)} if tools else {}),
-            },
-        )
+        shown = chat_messages(messages)
+        tokens = self._tokenized(shown, add_generation_prompt, tools)
+        # With tools the chat API renders and tokenizes the text: no ids spliced.
+        if tools or self.reuse_note is not None:
+            return tokens
+        # A reply sent whole with its thinking is not what the template writes.
+        sampled = self._sampled.of(messages, allow_whole=False)
+        return self._spliced(shown, tokens, sampled) if sampled else tokens
+
+    def _tokenized(
+        self,
+        shown: list[dict[str, Any]],
+        add_generation_prompt: bool,
+        tools: Sequence[ToolDefinition] = (),
+    ) -> list[int]:
+        """The chat as the server renders and tokenizes it (text only)."""
+        body = self._chat_body(shown, add_generation_prompt, tools)
+        key = json.dumps(body)
+        known = self._counts.get(key)
+        if known is None:
+            known = self._tokens(body, "the chat")
+            self._counts.put(key, known)
+        return list(known)
+
+    def _chat_body(
+        self,
+        shown: list[dict[str, Any]],
+        add_generation_prompt: bool,
+        tools: Sequence[ToolDefinition] = (),
+    ) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "messages": shown,
+            "add_generation_prompt": add_generation_prompt,
+            "add_special_tokens": False,
+            **self._template_options(),
+            **({"tools": tool_definitions(tools)} if tools else {}),
+        }
+
+    def _opening(self, shown: list[dict[str, Any]], index: int) -> tuple[int, bytes]:
+        """The prompt reply `index` was sampled from (the chat before it and
+        the generation prompt): its length and digest (`_TokenDigest`), which
+        are all that is kept of it (a long conversation has one per reply)."""
+        body = self._chat_body(shown[:index], True)
+        key = hashlib.sha256(json.dumps(body).encode()).digest()
+        known = self._openings.get(key)
+        if known is None:
+            tokens = self._tokens(body, "the chat")
+            digest = _TokenDigest()
+            digest.update(tokens)
+            known = (len(tokens), digest.digest())
+            self._openings.put(key, known)
+        return known
+
+    def _text_tokens(self, text: str) -> list[int]:
+        """`text` alone as the server tokenizes it (nothing added)."""
+        known = self._texts.get(text)
+        if known is None:
+            body = {"model": self.model, "prompt": text, "add_special_tokens": False}
+            known = self._tokens(body, "a reply")
+            self._texts.put(text, known)
+        return known
+
+    def _tokens(self, body: dict[str, Any], what: str) -> list[int]:
+        answer = self._http.post_json("/tokenize", body)
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
         if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
-            raise ServerError(f"The vLLM server at {self._http.url} did not tokenize the chat.")
+            raise ServerError(f"The vLLM server at {self._http.url} did not tokenize {what}.")
         return tokens
+
+    def _detokenized(self, ids: list[int]) -> str | None:
+        try:
+            answer = self._http.post_json(
+                "/detokenize", {"model": self.model, "tokens": ids}, missing_ok=True
+            )
+        except ServerRefusedError:
+            return None  # ids it does not know (another model's)
+        spelled = answer.get("prompt") if isinstance(answer, dict) else None
+        return spelled if isinstance(spelled, str) else None
+
+    def _spliced(
+        self, shown: list[dict[str, Any]], tokens: list[int], sampled: dict[int, list[int]]
+    ) -> list[int]:
+        """`tokens` (the chat tokenized as text) with each reply of `sampled`
+        as its ids, where the reply's text is found as the module says: its
+        tokens right after the prompt it was sampled from."""
+        spliced: list[int] = []
+        done = 0  # how much of `tokens` is in `spliced`
+        head = _TokenDigest()  # of tokens[:head.size]
+        for index in sorted(sampled):
+            start, opening = self._opening(shown, index)
+            text = self._text_tokens(shown[index]["content"])
+            end = start + len(text)
+            if start < max(done, head.size) or not text or tokens[start:end] != text:
+                continue  # written otherwise: this reply goes as text
+            head.update(tokens[head.size : start])
+            if head.digest() != opening:
+                continue
+            spliced += tokens[done:start] + sampled[index]
+            done = end
+        return spliced + tokens[done:]
 
     def _template_options(self) -> dict[str, Any]:
         # The prompt is rendered by the server: thinking is turned off in the
@@ -114,7 +229,9 @@ class VllmEngine(RemoteEngine):
     def _prepare(
         self, messages: ChatMessages, sampling: SamplingSettings, tools: Sequence[ToolDefinition]
     ) -> Request:
-        return self._counted_request(messages, tools)
+        # The messages too: for tools, or a server that takes no token-id prompt.
+        counted = exact_request(self.tokenize_chat(messages, tools=tools), self.info.n_ctx)
+        return Request(counted.tokens, chat_messages(messages), tool_definitions(tools))
 
     def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary, None, None]:
         body: dict[str, Any] = {
@@ -128,26 +245,60 @@ class VllmEngine(RemoteEngine):
             "min_p": call.sampling.min_p,
             "repetition_penalty": call.sampling.repeat_penalty,
         }
-        if call.request.tools:
+        if call.request.tools or self.reuse_note is not None:
             yield from self._chat_pieces(call, body)
             return
+        started = False
+        try:
+            for item in self._completion_pieces(call, dict(body)):
+                started = True
+                yield item
+        except ServerRefusedError as refusal:
+            if started or refusal.status not in _REFUSAL_STATUSES:
+                raise
+            # The same conversation through the chat API: if that fails too,
+            # its error is the one to tell (the conversation is at fault).
+            pieces = self._chat_pieces(call, body)
+            first = next(pieces, None)
+            self._refuse_token_prompts(refusal)
+            if first is not None:
+                yield first
+                yield from pieces
+
+    def _refuse_token_prompts(self, refusal: ServerRefusedError) -> None:
+        self.reuse_note = (
+            f"The vLLM server at {self._http.url} does not take token-id prompts at "
+            f"/v1/completions ({refusal.status}): replies go back as text, through its "
+            "chat API, and its prefix cache may read earlier replies again."
+        )
+        _log.info("%s", self.reuse_note)
+
+    def _completion_pieces(
+        self, call: ReplyCall, body: dict[str, Any]
+    ) -> Generator[Piece | Summary, None, None]:
+        """The reply from `/v1/completions`, one piece a sampled token where
+        the server says the ids (`return_token_ids`)."""
+        body["return_token_ids"] = True
         if call.record_probs:
             body["logprobs"] = TOP_N
-        summary = Summary(clean_ids=False)
+        summary = Summary()
         ended = False
         for choice, usage in stream_choices(self._http, "/v1/completions", body, call.cancel):
             usage_summary(usage, summary)
             if choice is None:
                 continue
             text = choice.get("text")
-            steps = _completion_logprobs(choice.get("logprobs"), call.sampling, call.record_probs)
-            if isinstance(text, str) and (text or steps):
-                if not steps:
-                    yield Piece(text)
-                for i, step in enumerate(steps):
-                    yield Piece(text if i == 0 else "", choice=step)
-            if choice.get("finish_reason") is not None:
+            pieces = list(_choice_pieces(text, choice, call)) if isinstance(text, str) else []
+            reason, stopped_by = choice.get("finish_reason"), choice.get("stop_reason")
+            # The end-of-turn (or stop) token comes last, without text: it is
+            # not part of the reply.
+            if reason == "stop" and not isinstance(stopped_by, str) and _ends_textless(pieces):
+                pieces.pop()
+            yield from pieces
+            if reason is not None:
                 finish_of(choice, summary)
+                # A stop string cuts the text mid-token: the ids would not spell it.
+                summary.clean_ids = not isinstance(stopped_by, str)
                 ended = True
         if ended:
             yield summary
@@ -157,8 +308,8 @@ class VllmEngine(RemoteEngine):
     def _chat_pieces(
         self, call: ReplyCall, body: dict[str, Any]
     ) -> Generator[Piece | Summary, None, None]:
-        """A reply that may call a tool: the chat API, with the messages
-        counted and the tools."""
+        """A reply through the chat API (one that may call a tool, or from a
+        server that takes no token-id prompt), with the messages counted."""
         del body["prompt"]
         body |= {
             "messages": call.request.messages,
@@ -177,6 +328,45 @@ class VllmEngine(RemoteEngine):
                 "without --enable-auto-tool-choice (start it with that and the "
                 "--tool-call-parser of its model)."
             ) from None
+
+
+class _TokenDigest:
+    """A digest of a token list that grows: one pass over a long prompt
+    checks where each reply's opening prompt ends, without keeping them."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+        self.size = 0
+
+    def update(self, tokens: list[int]) -> None:
+        self._hash.update("".join(f"{t}," for t in tokens).encode())
+        self.size += len(tokens)
+
+    def digest(self) -> bytes:
+        return self._hash.copy().digest()
+
+
+def _ends_textless(pieces: list[Piece]) -> bool:
+    """Whether the last of `pieces` is a token id that came without text."""
+    return bool(pieces) and pieces[-1].known_id and not pieces[-1].text
+
+
+def _choice_pieces(text: str, choice: dict[str, Any], call: ReplyCall) -> Iterator[Piece]:
+    """A completions chunk as pieces: one per token id it carries (the text
+    with the first), else one per logprobs entry, else its text."""
+    steps = _completion_logprobs(choice.get("logprobs"), call.sampling, call.record_probs)
+    ids = choice.get("token_ids")
+    if isinstance(ids, list) and ids and all(type(i) is int and i >= 0 for i in ids):
+        for i, token_id in enumerate(ids):
+            step = steps[i] if i < len(steps) else None
+            yield Piece(text if i == 0 else "", token_id, True, step)
+        return
+    if not steps:
+        if text:
+            yield Piece(text)
+        return
+    for i, step in enumerate(steps):
+        yield Piece(text if i == 0 else "", choice=step)
 
 
 def _completion_logprobs(

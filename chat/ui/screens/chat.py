@@ -382,7 +382,7 @@ class ChatScreen(Screen[None]):
 
     async def show_new_conversation(self) -> None:
         """An empty conversation (its system prompt alone)."""
-        self._reset_tools()
+        self._restore_tools()
         self.query_one(StatusBar).show_preset(self.conversation.preset)
         await self.query_one(ConversationView).clear()
         await self._show_system_prompt()
@@ -393,7 +393,7 @@ class ChatScreen(Screen[None]):
 
     async def show_opened_conversation(self) -> None:
         """A conversation opened from the store (or the browser)."""
-        self._reset_tools()
+        self._restore_tools()
         self.query_one(StatusBar).show_preset(self.conversation.preset)
         await self._show_all()
         self._mark_branches(self.query_one(ConversationView).message_views())
@@ -402,7 +402,8 @@ class ChatScreen(Screen[None]):
         self._read_ahead()
 
     async def show_forked_conversation(self) -> None:
-        """A fork of the conversation shown (its preset stays)."""
+        """A fork of the conversation shown (its preset and tools stay)."""
+        self._restore_tools()
         await self._show_all()
         self._read_ahead()
         self.refresh_bindings()
@@ -487,10 +488,18 @@ class ChatScreen(Screen[None]):
 
     # Tools (chat.ui.tool_flow).
 
-    def _reset_tools(self) -> None:
-        """Another conversation: its tools as a new one's (on when configured)."""
+    def _restore_tools(self) -> None:
+        """Another conversation: the tools it turned off stay off (a new one
+        has all on when a server is configured)."""
         if self.turn.tools is not None:
-            self.turn.tools.reset()
+            self.turn.tools.restore(self.conversation.tool_switches)
+
+    def tool_switches_changed(self) -> None:
+        """The tools pane or the palette turned tools on or off: kept with the
+        conversation, and counted by the meter."""
+        if self.turn.tools is not None:
+            self.session.switch_tools(self.turn.tools.switches())
+        self.tools_changed()
 
     def tools_changed(self) -> None:
         """A tool server started, failed or stopped, or a switch changed: the
@@ -510,7 +519,7 @@ class ChatScreen(Screen[None]):
         from chat.ui.screens.tools import ToolsScreen
 
         self.app.push_screen(
-            ToolsScreen(self.turn.tools, self.tools_changed, self.turn.why_no_tools())
+            ToolsScreen(self.turn.tools, self.tool_switches_changed, self.turn.why_no_tools())
         )
 
     def action_toggle_tool_calls(self) -> None:
@@ -523,7 +532,7 @@ class ChatScreen(Screen[None]):
         """The palette: tools on or off for this conversation."""
         if self.tool_flow is not None:
             self.notify(self.tool_flow.switch(), timeout=6)
-            self.tools_changed()  # the tool definitions are part of the prompt
+            self.tool_switches_changed()  # the tool definitions are part of the prompt
 
     # Finding, tokens, help, models.
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,28 @@ from tests.engine.remote.fake_servers import FakeServer, Route, serve
 from tests.servers import RunningServer, llama_server
 
 HELLO = [{"role": "user", "content": "Say hello to my friend."}]
+# The benchmark's story: at some seeds the demo model samples `\n\n` as one
+# token that its tokenizer makes two of, so the reply's text tokenizes
+# otherwise than it was sampled (the tests that send a reply's ids use it).
+STORY = [
+    {
+        "role": "user",
+        "content": "Write a long story about a lighthouse keeper and the sea. Use many details.",
+    }
+]
+SHORTER = {"role": "user", "content": "Now make it shorter."}
+ASK = [{"role": "user", "content": "Name three colours."}]
+
+
+def answered(messages: list[dict[str, Any]], reply: Finished) -> list[dict[str, Any]]:
+    """`messages` and the reply, as kvchat sends it back (its ids with it)."""
+    assert reply.token_ids is not None
+    return [*messages, {"role": "assistant", "content": reply.text, "token_ids": reply.token_ids}]
+
+
+def as_text(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` without the ids of their replies."""
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
 
 
 def run_reply(

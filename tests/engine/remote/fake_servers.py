@@ -531,3 +531,191 @@ def serve(routes: dict[tuple[str, str], Route], api_key: str | None = None) -> F
     server = FakeServer(routes, api_key)
     server.start()
     return server
+
+
+# -- vLLM with a real model ----------------------------------------------------------------
+
+N_CTX = 2048
+"""The fake's `max_model_len`."""
+BLOCK_TOKENS = 16
+"""vLLM's default KV-cache block: its prefix cache reuses whole blocks only."""
+
+
+@dataclass
+class VllmModel:
+    """The demo model behind a fake vLLM, answering as vLLM's OpenAI server
+    documents it: `/tokenize` renders `messages` with the model's chat
+    template and tokenizes the text (special tokens parsed, none added unless
+    `add_special_tokens`), `/detokenize` writes ids with special tokens,
+    `/v1/completions` samples from a prompt of token ids and streams one chunk
+    a token (`token_ids` with `return_token_ids`; the end-of-turn token comes
+    with no text), and `usage` says how many prompt tokens its prefix cache
+    held (`cached_tokens`, whole blocks, from the last prompt and reply).
+
+    `chat_template` replaces the model's; `token_ids` False is a vLLM too old
+    for `return_token_ids`; `token_prompts` False refuses a prompt of ids, as
+    a gateway that offers only the chat API does (400)."""
+
+    path: str
+    chat_template: str | None = None
+    token_ids: bool = True
+    token_prompts: bool = True
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _cached: list[int] = field(default_factory=list)
+    """The tokens of the last prompt and reply, as its prefix cache holds them."""
+    _reused: int = 0
+    _llm: Any = None
+
+    def __post_init__(self) -> None:
+        import llama_cpp
+
+        self._llm = llama_cpp.Llama(self.path, n_ctx=N_CTX, verbose=False)
+        if self.chat_template is None:
+            self.chat_template = str(self._llm.metadata["tokenizer.chat_template"])
+
+    def routes(self) -> dict[tuple[str, str], Route]:
+        routes = vllm_routes()
+        models = routes[("GET", "/v1/models")](None)
+        assert isinstance(models, Reply)
+        models.body["data"][0]["max_model_len"] = N_CTX
+        routes[("GET", "/v1/models")] = lambda _: models
+        routes[("POST", "/tokenize")] = self.tokenize
+        routes[("POST", "/detokenize")] = self.detokenize
+        routes[("POST", "/v1/completions")] = self.completions
+        routes[("POST", "/v1/chat/completions")] = self.chat
+        return routes
+
+    def render(self, body: dict[str, Any]) -> str:
+        import jinja2.sandbox
+
+        template = jinja2.sandbox.ImmutableSandboxedEnvironment().from_string(
+            self.chat_template or ""
+        )
+        options = body.get("chat_template_kwargs") or {}
+        return template.render(
+            messages=body["messages"],
+            add_generation_prompt=body.get("add_generation_prompt", True),
+            bos_token="<|im_start|>",
+            eos_token="<|im_end|>",
+            **options,
+        )
+
+    def tokens(self, text: str, add_special: bool) -> list[int]:
+        with self._lock:
+            return list(self._llm.tokenize(text.encode(), add_bos=add_special, special=True))
+
+    def tokenize(self, body: Any) -> Reply:
+        if "messages" in body:
+            tokens = self.tokens(self.render(body), body.get("add_special_tokens", False))
+        else:
+            tokens = self.tokens(body["prompt"], body.get("add_special_tokens", True))
+        return Reply(body={"count": len(tokens), "max_model_len": N_CTX, "tokens": tokens})
+
+    def _unknown(self, ids: list[Any]) -> Reply | None:
+        vocab = self._llm.n_vocab()
+        if all(type(i) is int and 0 <= i < vocab for i in ids):
+            return None
+        return Reply(400, {"object": "error", "message": "Token id out of vocabulary", "code": 400})
+
+    def detokenize(self, body: Any) -> Reply:
+        refused = self._unknown(body["tokens"])
+        if refused is not None:
+            return refused
+        with self._lock:
+            text = self._llm.detokenize(body["tokens"], special=True)
+        return Reply(body={"prompt": text.decode("utf-8", errors="replace")})
+
+    def completions(self, body: Any) -> Reply | Stream:
+        prompt = body["prompt"]
+        if not self.token_prompts and not isinstance(prompt, str):
+            return Reply(400, {"object": "error", "message": "prompt must be a string"})
+        if isinstance(prompt, str):
+            prompt = self.tokens(prompt, True)
+        refused = self._unknown(prompt)
+        if refused is not None:
+            return refused
+        events = []
+        for i, (text, token, finish, stop) in enumerate(self._sample(prompt, body)):
+            choice: dict[str, Any] = {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": finish,
+                "stop_reason": stop,
+            }
+            if self.token_ids and body.get("return_token_ids"):
+                choice["token_ids"] = [token]
+                if i == 0:
+                    choice["prompt_token_ids"] = prompt
+            events.append({"id": "cmpl-1", "object": "text_completion", "choices": [choice]})
+        events.append({"id": "cmpl-1", "choices": [], "usage": self._usage(prompt, len(events))})
+        return Stream(sse(events))
+
+    def chat(self, body: Any) -> Stream:
+        prompt = self.tokens(self.render({**body, "add_generation_prompt": True}), False)
+        events = []
+        for text, _, finish, _ in self._sample(prompt, body):
+            choice = {"index": 0, "delta": {"content": text}, "finish_reason": finish}
+            events.append({"id": "c1", "object": "chat.completion.chunk", "choices": [choice]})
+        usage = self._usage(prompt, len(events))
+        events.append(
+            {"id": "c1", "object": "chat.completion.chunk", "choices": [], "usage": usage}
+        )
+        return Stream(sse(events))
+
+    def _sample(
+        self, prompt: list[int], body: dict[str, Any]
+    ) -> list[tuple[str, int, str | None, str | None]]:
+        """(text, token id, finish reason, stop reason) per sampled token."""
+        import codecs
+
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        most = int(body.get("max_tokens") or 16)
+        stops = list(body.get("stop") or [])
+        sampled: list[tuple[str, int, str | None, str | None]] = []
+        written = ""
+        with self._lock:
+            same = 0
+            for ours, held in zip(prompt, self._cached, strict=False):
+                if ours != held:
+                    break
+                same += 1
+            # Whole blocks, and never the last prompt token (it must be computed).
+            self._reused = min(same, len(prompt) - 1) // BLOCK_TOKENS * BLOCK_TOKENS
+            llm = self._llm
+            if body.get("seed") is not None:
+                llm.set_seed(int(body["seed"]))
+            top_k = int(body.get("top_k", -1))
+            steps = llm.generate(
+                prompt,
+                temp=float(body.get("temperature", 1.0)),
+                top_p=float(body.get("top_p", 1.0)),
+                top_k=top_k if top_k > 0 else 0,
+                min_p=float(body.get("min_p", 0.0)),
+                repeat_penalty=float(body.get("repetition_penalty", 1.0)),
+            )
+            for token in steps:
+                if token == llm.token_eos():
+                    sampled.append(("", token, "stop", None))
+                    break
+                text = decoder.decode(llm.detokenize([token]))
+                stop = next((s for s in stops if s in written + text), None)
+                if stop is not None:  # the text up to the stop string, which is cut
+                    text = (written + text)[: (written + text).index(stop)][len(written) :]
+                    sampled.append((text, token, "stop", stop))
+                    break
+                written += text
+                finish = "length" if len(sampled) + 1 >= most else None
+                sampled.append((text, token, finish, None))
+                if finish:
+                    break
+        self._cached = prompt + [token for _, token, _, _ in sampled]
+        return sampled
+
+    def _usage(self, prompt: list[int], generated: int) -> dict[str, Any]:
+        return {
+            "prompt_tokens": len(prompt),
+            "completion_tokens": generated,
+            "total_tokens": len(prompt) + generated,
+            "prompt_tokens_details": {"cached_tokens": self._reused},
+        }

@@ -25,6 +25,7 @@ from tests.engine.remote.fake_servers import (
     ollama_routes,
     openai_routes,
     sse,
+    vllm_routes,
 )
 from tests.servers import free_port
 
@@ -279,3 +280,26 @@ def test_an_error_page_is_shown_short_and_clean(fake: list[FakeServer]) -> None:
     message = str(caught.value)
     assert "502: <html>" in message and "evil" in message and len(message) < 500
     assert_clean(message)
+
+
+# -- token ids no vocabulary has ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("third", [7, 2**40])
+def test_a_reply_with_a_token_id_past_32_bits_keeps_no_ids(
+    fake: list[FakeServer], third: int
+) -> None:
+    # Each chunk of vLLM's stream says its token's id; ids are saved as 32-bit
+    # integers, so a reply with one past that is kept without its ids.
+    def with_ids(lines: list[bytes]) -> list[bytes]:
+        events = [json.loads(line[len(b"data: ") :]) for line in lines[:-1]]
+        for number, event in enumerate(events):
+            for choice in event["choices"]:
+                choice["token_ids"] = [third if number == 2 else number + 5]
+        return sse(events)
+
+    engine = connect_to(start(fake, vllm_routes(stream_lines=with_ids)))
+    _, finished = run_reply(engine)
+    assert finished.text == "Hello there, friend."
+    assert finished.token_ids == (None if third > 2**31 else (5, 6, 7, 8, 9))
+    engine.close()

@@ -7,46 +7,32 @@ server evaluates only the new message. The figures are the server's own
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from chat.conversations.conversation import Conversation, Message
 from chat.conversations.store import Store
-from chat.engine.protocol import Finished
 from chat.engine.remote.engine import RemoteEngine
 from chat.session.context_window import ContextBudget
 from chat.settings.schema import SamplingSettings
-from tests.engine.remote.conftest import connect_to, run_reply
+from tests.engine.remote.conftest import (
+    ASK,
+    SHORTER,
+    STORY,
+    answered,
+    as_text,
+    connect_to,
+    run_reply,
+)
 from tests.servers import RunningServer, free_port, llama_server
 
 pytestmark = pytest.mark.model
 
-# The benchmark's story at seed 1234: the demo model samples `\n\n` as one
-# token that its tokenizer makes two of, so the reply's text tokenizes
-# otherwise than it was sampled.
-STORY = [
-    {
-        "role": "user",
-        "content": "Write a long story about a lighthouse keeper and the sea. Use many details.",
-    }
-]
+# At seed 1234 the story's reply tokenizes otherwise than it was sampled.
 STORY_SAMPLING = SamplingSettings(temperature=0.8, seed=1234, max_tokens=80)
-SHORTER = {"role": "user", "content": "Now make it shorter."}
-ASK = [{"role": "user", "content": "Name three colours."}]
 GREEDY = SamplingSettings(temperature=0, max_tokens=24)
 TURN_TWO_MOST = 20
 """The new message and the template's few tokens around it."""
-
-
-def answered(messages: list[dict[str, Any]], reply: Finished) -> list[dict[str, Any]]:
-    """`messages` and the reply, as kvchat sends it back (its ids with it)."""
-    assert reply.token_ids is not None
-    return [*messages, {"role": "assistant", "content": reply.text, "token_ids": reply.token_ids}]
-
-
-def as_text(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"role": m["role"], "content": m["content"]} for m in messages]
 
 
 def test_turn_two_evaluates_only_the_new_message(engine: RemoteEngine) -> None:

@@ -187,3 +187,15 @@ def test_a_llama_server_without_jinja_is_said_so(
             assert isinstance(events[-1], Finished) and events[-1].text
         finally:
             engine.close()
+
+
+def test_a_prefill_with_the_tools_is_the_prompt_the_chat_api_reads(engine: RemoteEngine) -> None:
+    """The prompt evaluated ahead (its tokens rendered with the tools, sent
+    to `/completion`) is the one the chat API then renders for the reply: the
+    reply evaluates next to nothing."""
+    question: list[ChatMessage] = [{"role": "user", "content": "Name a blue fruit, please."}]
+    assert engine.prefill(question, tools=TOOLS)
+    finished = reply(engine, question)
+    stats = finished.stats
+    assert stats.prompt_tokens == len(engine.tokenize_chat(question, tools=TOOLS))
+    assert stats.prompt_evaluated <= 2, stats

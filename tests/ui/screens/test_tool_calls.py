@@ -22,6 +22,7 @@ from chat.ui.app import ChatApp, Launch
 from chat.ui.screens.settings import SettingsScreen
 from chat.ui.screens.tool_permission import ToolPermissionScreen
 from chat.ui.screens.tools import ToolsScreen
+from chat.ui.widgets.context_meter import ContextMeter
 from chat.ui.widgets.tool_call_block import ToolCallBlock, ToolSteps
 from tests.conftest import turn_done, wait_for
 from tests.fakes import scripted_factory
@@ -287,3 +288,74 @@ async def test_the_tool_loop_settings_changed_in_the_pane_apply_to_the_next_turn
         assert len(engine.calls) == 2  # stopped at the new most steps, no restart
         assert any("2 steps" in notice for notice in app_notices(app))
         assert len(servers.called) == 2
+
+
+def meter_system(app: ChatApp) -> int:
+    """The system part of the meter: the system prompt and the tool definitions."""
+    state = app.chat_screen.query_one(ContextMeter).state
+    return -1 if state is None else state.system
+
+
+async def test_the_tools_turned_off_stay_off_when_the_conversation_is_reopened() -> None:
+    def servers() -> FakeToolServers:
+        return FakeToolServers({"notes": ["echo", "other"], "time": ["now"]})
+
+    app, engine, _ = tool_app({}, [["Plain."], ["Again."]], servers())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        tools = app.turn.tools
+        assert tools is not None
+        await send(pilot, "Hi")
+        await turn_done(app.chat_screen, pilot, 2)
+        assert engine.offered == [["echo", "other", "now"]]
+        await wait_for(lambda: meter_system(app) > 0, pilot)
+        all_on = meter_system(app)
+        await run_command(pilot, "Tool servers", "Tool servers")
+        pane = await on_top(pilot, ToolsScreen)
+        listed = pane.query_one("#tool-servers", OptionList)
+        rows = [str(listed.get_option_at_index(i).prompt) for i in range(listed.option_count)]
+        listed.focus()
+        for name in ("other", "time"):
+            listed.highlighted = next(i for i, row in enumerate(rows) if f" {name}" in row)
+            await pilot.press("enter")
+        await pilot.press("escape")
+        await wait_for(lambda: 0 < meter_system(app) < all_on, pilot)
+        fewer = meter_system(app)
+        conversation_id = app.chat_screen.conversation.id
+        assert conversation_id is not None
+        # A new conversation has every tool on, and the meter counts them all.
+        await pilot.press("ctrl+n")
+        await wait_for(lambda: not tools.tools_off and not tools.servers_off, pilot)
+        await wait_for(lambda: meter_system(app) == all_on, pilot)
+        # Opened again: what was off is off, counted before anything is sent.
+        assert await app.chat_screen.open_conversation(conversation_id)
+        assert tools.tools_off == {("notes", "other")} and tools.servers_off == {"time"}
+        await wait_for(lambda: meter_system(app) == fewer, pilot)
+        await send(pilot, "Again")
+        await turn_done(app.chat_screen, pilot, 4)
+        assert engine.offered[-1] == ["echo"]
+        # The palette's switch is kept too.
+        await run_command(pilot, "Turn tools on", "Turn tools on or off")
+        assert not tools.on
+    # Another run of the app, resuming the conversation at start.
+    again, engine, _ = tool_app({}, [["Off."]], servers())
+    again.launch.resume = conversation_id
+    async with again.run_test(size=(100, 30)) as pilot:
+        await ready(again, pilot)
+        await wait_for(lambda: again.chat_screen.conversation.id == conversation_id, pilot)
+        tools = again.turn.tools
+        assert tools is not None and not tools.on
+        assert tools.tools_off == {("notes", "other")} and tools.servers_off == {"time"}
+        await run_command(pilot, "Turn tools on", "Turn tools on or off")
+        await send(pilot, "And now?")
+        await turn_done(again.chat_screen, pilot, 6)
+        assert engine.offered == [["echo"]]
+        # A fork keeps them.
+        await again.chat_screen.conversations.fork(None)
+        forked = again.chat_screen.conversation
+        assert forked.id not in (None, conversation_id)
+        assert tools.tools_off == {("notes", "other")} and tools.servers_off == {"time"}
+        store = again.chat_screen.saver.store
+        assert store is not None and forked.id is not None
+        assert store.get_conversation(forked.id).tool_switches == forked.tool_switches
+        assert forked.tool_switches.tools == {("notes", "other")}
