@@ -9,6 +9,7 @@ reply | free. Colours come from the theme through component classes.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 
 from rich.style import Style
@@ -140,8 +141,10 @@ class ContextMeter(Static):
     ContextMeter > .meter--free { color: $meter-free; }
     """
 
-    # While a reply streams the state changes with every token; drawing it at
-    # most this often keeps the UI thread free for the tokens themselves.
+    # While a reply streams the state changes with every delivery of text;
+    # drawing it at most this often keeps the UI thread free for the text. The
+    # meter is drawn with a delivery (in the frame that draws the text, not a
+    # frame of its own), or by a timer when no delivery follows.
     STREAM_REDRAW_S = 0.25
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -152,6 +155,8 @@ class ContextMeter(Static):
         shown with ≈; the server's own counts correct them after each reply."""
         self.tooltip = HELP
         self._redraw_scheduled = False
+        self._drawn_at = 0.0
+        """When the meter was last drawn with a changed state (time.monotonic)."""
         self._segment_styles: dict[str, Style] | None = None
         """The segments' colours, read from the CSS once (each redraw needs them,
         many times a second while a reply streams) and again after a theme change."""
@@ -175,6 +180,7 @@ class ContextMeter(Static):
 
     def _redraw(self) -> None:
         self._redraw_scheduled = False
+        self._drawn_at = time.monotonic()
         # Its size never depends on the text: no layout, which in Textual would
         # arrange every widget on the screen again, 20 times a second.
         self.update(self.render_text(), layout=False)
@@ -213,9 +219,16 @@ class ContextMeter(Static):
 
     def _change(self, state: MeterState) -> None:
         self.state = state
-        if not self._redraw_scheduled:
+        if time.monotonic() - self._drawn_at >= self.STREAM_REDRAW_S:
+            self._redraw()
+        elif not self._redraw_scheduled:
             self._redraw_scheduled = True
-            self.set_timer(self.STREAM_REDRAW_S, self._redraw)
+            self.set_timer(self.STREAM_REDRAW_S, self._redraw_if_due)
+
+    def _redraw_if_due(self) -> None:
+        """The timer after a change: drawn meanwhile with a later change, or now."""
+        if self._redraw_scheduled:
+            self._redraw()
 
     def render_text(self) -> Text:
         state = self.state

@@ -42,12 +42,16 @@ class KeysFooter(Footer):
             super().bindings_changed(screen)
 
     def _keys_shown(self) -> tuple[object, ...]:
-        """Every active binding with what the footer draws of it, and the width's form."""
+        """The active bindings that the footer may draw, with what it draws of
+        them, and the width's form (a binding kept out of the footer may turn
+        on and off at every reply: that is no change here)."""
+        palette = self.app.COMMAND_PALETTE_BINDING
         return (
             self.app.size.width < WIDE,
             tuple(
-                (key, binding.action, binding.description, binding.show, enabled, tooltip)
+                (key, binding.action, binding.description, enabled, tooltip)
                 for key, (_, binding, enabled, tooltip) in self.screen.active_bindings.items()
+                if binding.show or key in FIRST_KEYS or key == palette
             ),
         )
 
