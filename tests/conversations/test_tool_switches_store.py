@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from chat.conversations.conversation import Conversation, Message
-from chat.conversations.saver import ConversationSaver, ConversationSettings
+from chat.conversations.saver import ConversationSettings
 from chat.conversations.store import SCHEMA_VERSION, Store
 from chat.conversations.tool_switches import ToolSwitches, switches_from_json, switches_json
 from chat.conversations.transcript import parse_import, to_json
-from tests.conversations.conftest import insert_a_question, old_database
+from tests.conversations.conftest import insert_a_question, old_database, saver_for
 
 OFF = ToolSwitches(
     servers=frozenset({"git"}), tools=frozenset({("notes", "delete"), ("time", "convert")})
@@ -73,8 +73,7 @@ def test_a_fork_keeps_the_switches() -> None:
 
 
 def test_the_saver_writes_switches_set_before_the_first_message_and_later(store: Store) -> None:
-    saver = ConversationSaver(lambda text: pytest.fail(text))
-    saver.attach(store)
+    saver = saver_for(store)
     conv = Conversation(messages=[Message("user", "Hi")])
     settings = ConversationSettings("", {}, "/m.gguf", "m", tool_switches=OFF)
     assert saver.save_messages(conv, settings)
