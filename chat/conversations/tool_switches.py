@@ -8,7 +8,8 @@ reopening it, resuming it at start or forking it offers the model what it was
 offered before. What is not named is on: a server added to the config later is
 on in every conversation, and one removed keeps its switch should it come back.
 
-Stored as JSON (`switches_json`, `switches_from_json`), '' for all on. What is
+Stored as JSON (`switches_json`, `switches_from_json`), '' for all on; a JSON
+export carries the same value (`switches_data`, `switches_from_data`). What is
 read back is checked; a value that is not what kvchat writes reads as all on
 (the conversation still opens, and nothing is hidden from the user: the pane
 shows what is on). No I/O here.
@@ -43,17 +44,23 @@ class ToolSwitches:
         return not (self.all_off or self.servers or self.tools)
 
 
-def switches_json(switches: ToolSwitches) -> str:
-    """The stored form: '' when everything is on."""
+def switches_data(switches: ToolSwitches) -> dict[str, object] | None:
+    """The stored form as a JSON value (what a JSON export carries); None when
+    everything is on."""
     if switches.all_on:
-        return ""
-    data = {
+        return None
+    return {
         "version": STORED_VERSION,
         "all_off": switches.all_off,
         "servers": sorted(switches.servers),
         "tools": [list(pair) for pair in sorted(switches.tools)],
     }
-    return json.dumps(data, ensure_ascii=False)
+
+
+def switches_json(switches: ToolSwitches) -> str:
+    """The stored form: '' when everything is on."""
+    data = switches_data(switches)
+    return "" if data is None else json.dumps(data, ensure_ascii=False)
 
 
 def switches_from_json(text: str | None) -> ToolSwitches:
@@ -64,6 +71,12 @@ def switches_from_json(text: str | None) -> ToolSwitches:
         data = json.loads(text)
     except (ValueError, RecursionError):
         return ToolSwitches()
+    return switches_from_data(data)
+
+
+def switches_from_data(data: object) -> ToolSwitches:
+    """`switches_data` read back (from the database or an imported file);
+    anything else is all on."""
     if not isinstance(data, dict) or data.get("version") != STORED_VERSION:
         return ToolSwitches()
     all_off, servers, tools = data.get("all_off"), data.get("servers"), data.get("tools")

@@ -99,6 +99,8 @@ class ServerConnection:
         self._session: ClientSession | None = None
         self._stdio: StdioTransport | None = None
         self._http: HttpTransport | None = None
+        # What `_fail` was told: a call refused after it says so in a sentence of its own.
+        self._failed_reason = ""
 
     @property
     def name(self) -> str:
@@ -113,6 +115,7 @@ class ServerConnection:
 
     def _fail(self, reason: str) -> None:
         """FAILED, with "The tool server 'x' <reason>." as the problem."""
+        self._failed_reason = reason
         self._publish(state=ServerState.FAILED, problem=self._sentence(reason), pid=None)
 
     def _sentence(self, reason: str) -> str:
@@ -293,7 +296,7 @@ class ServerConnection:
         shown_tool = sanitize_line(tool)[:128]
         session = self._session
         if session is None or self.status.state is not ServerState.READY:
-            raise ToolCallError(self._sentence(f"is not ready ({self._state_words()})"))
+            raise ToolCallError(self._sentence(self._not_ready_words(shown_tool)))
         info = self.status.tool(tool)
         if info is None:
             raise ToolCallError(self._sentence(f"has no tool '{shown_tool}'"))
@@ -354,10 +357,13 @@ class ServerConnection:
         ended = self._ended()
         return ended is not None and ended.is_set()
 
-    def _state_words(self) -> str:
-        if self.status.state is ServerState.FAILED and self.status.problem:
-            return "it failed: " + self.status.problem
-        return f"it is {self.status.state.value}"
+    def _not_ready_words(self, tool: str) -> str:
+        """Why a call was not made, to follow the server's name: what ended
+        it, when it failed (its problem is a sentence of its own, not to be
+        nested in this one), else the state it is in."""
+        if self.status.state is ServerState.FAILED and self._failed_reason:
+            return f"{self._failed_reason}, so the call to '{tool}' was not made"
+        return f"is not ready (it is {self.status.state.value})"
 
     def _end_words(self) -> str:
         stdio = self._stdio

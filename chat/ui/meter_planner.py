@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
+from functools import partial
 
 from textual.screen import Screen
 from textual.timer import Timer
@@ -76,8 +77,11 @@ class MeterPlanner:
         text = self.draft_text()
         if len(text) > DRAFT_SAYS_COUNTING_ABOVE:
             screen.query_one(ContextMeter).show_counting("the message's")
-        screen.run_worker(
-            self._plan_in_thread(text),
+        # The function, not a coroutine made now: a worker replaced or cancelled
+        # before it starts (the screen closing) never makes it, so none is left
+        # never awaited.
+        _: Worker[None] = screen.run_worker(
+            partial(self._plan_in_thread, text),
             group="plan-meter",
             exclusive=True,  # a plan for newer text replaces this one
             exit_on_error=False,
@@ -143,7 +147,7 @@ class MeterPlanner:
             return
         self._screen.query_one(ContextMeter).show_counting()
         self._count_worker = self._screen.run_worker(
-            self._count_in_thread(budget, session.conversation),
+            partial(self._count_in_thread, budget, session.conversation),  # as in `refresh`
             group="count-messages",
             exclusive=True,  # a newer count (another conversation) replaces this one
             exit_on_error=False,

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from chat.conversations.conversation import Conversation, Message
+from chat.conversations.saver import ConversationSaver, ConversationSettings
 from chat.conversations.store import MIGRATIONS, Store
 
 
@@ -21,6 +23,24 @@ def db_path(tmp_path: Path) -> Path:
 def store(db_path: Path) -> Iterator[Store]:
     with Store(db_path) as opened:
         yield opened
+
+
+def saver_for(store: Store) -> ConversationSaver:
+    """A saver writing to `store`; a report of a failed write fails the test."""
+    saver = ConversationSaver(lambda text: pytest.fail(text))
+    saver.attach(store)
+    return saver
+
+
+def question(
+    saver: ConversationSaver,
+    conv: Conversation,
+    settings: ConversationSettings,
+    text: str = "What is 2+2?",
+) -> None:
+    """The user asks `text` at the end of the branch shown, saved as the app does."""
+    conv.append(Message("user", text))
+    assert saver.save_messages(conv, settings)
 
 
 def old_database(path: Path, version: int) -> sqlite3.Connection:

@@ -6,12 +6,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-import pytest
-
 from chat.conversations.conversation import Conversation, Message
-from chat.conversations.saver import ConversationSaver, ConversationSettings
+from chat.conversations.saver import ConversationSettings
 from chat.conversations.store import SCHEMA_VERSION, Store
-from tests.conversations.conftest import old_database
+from tests.conversations.conftest import old_database, saver_for
 
 
 def coder_chat() -> Conversation:
@@ -45,8 +43,7 @@ def test_a_fork_keeps_the_preset() -> None:
 
 
 def test_the_saver_records_a_preset_chosen_later(store: Store) -> None:
-    saver = ConversationSaver(lambda text: pytest.fail(text))
-    saver.attach(store)
+    saver = saver_for(store)
     conv = Conversation(system_prompt="Be kind.", messages=[Message("user", "Hi")])
     settings = ConversationSettings("Be kind.", {"temperature": 0.8}, "/m.gguf", "m")
     assert saver.save_messages(conv, settings)

@@ -20,24 +20,13 @@ from chat.conversations.conversation import Conversation, Message, ReplyStats
 from chat.conversations.saver import ConversationSaver, ConversationSettings
 from chat.conversations.store import SCHEMA_VERSION, Store
 from chat.settings.schema import SamplingSettings
-from tests.conversations.conftest import insert_a_question, old_database
+from tests.conversations.conftest import insert_a_question, old_database, question, saver_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = ConversationSettings("", asdict(SamplingSettings()), "/m/qwen3.gguf", "qwen3")
 STATS = ReplyStats(40, 40, 30, 0.2, 25.0, "done", seed=3, total_s=1.4)
 THOUGHT = "The user asks for a number. Two plus two is four."
 THOUGHT_STATS = replace(STATS, thinking_tokens=22, first_answer_s=1.1)
-
-
-def saver_for(store: Store) -> ConversationSaver:
-    saver = ConversationSaver(lambda text: pytest.fail(text))
-    saver.attach(store)
-    return saver
-
-
-def question(saver: ConversationSaver, conv: Conversation, text: str = "What is 2+2?") -> None:
-    conv.append(Message("user", text))
-    assert saver.save_messages(conv, SETTINGS)
 
 
 def stream_reply(
@@ -62,7 +51,7 @@ def stream_reply(
 def test_a_reply_is_stored_as_its_thinking_and_its_answer(store: Store) -> None:
     saver = saver_for(store)
     conv = Conversation()
-    question(saver, conv)
+    question(saver, conv, SETTINGS)
     stream_reply(
         saver, conv, [("", "The user"), ("", THOUGHT), ("Four", THOUGHT), ("Four.", THOUGHT)]
     )
@@ -79,7 +68,7 @@ def test_a_reply_is_stored_as_its_thinking_and_its_answer(store: Store) -> None:
 def test_the_row_holds_the_thinking_while_the_reply_streams(store: Store, db_path: Path) -> None:
     saver = saver_for(store)
     conv = Conversation()
-    question(saver, conv)
+    question(saver, conv, SETTINGS)
     reply = Message("assistant", "", parent=conv.messages[-1])
     saver.start_reply(conv, SETTINGS, reply)
 
@@ -102,7 +91,7 @@ def test_progress_is_written_only_when_a_part_changed(
 ) -> None:
     saver = saver_for(store)
     conv = Conversation()
-    question(saver, conv)
+    question(saver, conv, SETTINGS)
     reply = Message("assistant", "", parent=conv.messages[-1])
     saver.start_reply(conv, SETTINGS, reply)
     writes: list[tuple[str, str | None]] = []
@@ -125,7 +114,7 @@ def test_a_reply_without_thinking_is_saved_as_before(store: Store) -> None:
     """The calls the session makes for a model that does not think: no thinking given."""
     saver = saver_for(store)
     conv = Conversation()
-    question(saver, conv)
+    question(saver, conv, SETTINGS)
     reply = Message("assistant", "", parent=conv.messages[-1])
     saver.start_reply(conv, SETTINGS, reply)
     saver.save_progress("Fo")
@@ -168,7 +157,7 @@ def test_a_reply_cut_off_mid_thought_keeps_what_was_thought(db_path: Path) -> No
 def test_continuing_a_reply_keeps_its_thinking_and_may_add_to_it(store: Store) -> None:
     saver = saver_for(store)
     conv = Conversation()
-    question(saver, conv)
+    question(saver, conv, SETTINGS)
     # Cut off by max tokens mid-thought, then continued inside the thought.
     cut = replace(THOUGHT_STATS, finish_reason="max_tokens", thinking_tokens=4, first_answer_s=None)
     reply = stream_reply(saver, conv, [("", "Two plus")], stats=cut)
@@ -195,7 +184,7 @@ def test_a_continuation_that_fails_leaves_the_reply_as_it_was(store: Store) -> N
     """ChatSession.end_continue_failed writes the reply again as it was."""
     saver = saver_for(store)
     conv = Conversation()
-    question(saver, conv)
+    question(saver, conv, SETTINGS)
     cut = replace(THOUGHT_STATS, finish_reason="max_tokens")
     reply = stream_reply(saver, conv, [("", "Two plus")], stats=cut)
     saver.start_reply(conv, SETTINGS, reply)
@@ -209,7 +198,7 @@ def test_a_continuation_that_fails_leaves_the_reply_as_it_was(store: Store) -> N
 def test_regenerated_and_forked_replies_keep_their_own_thinking(store: Store) -> None:
     saver = saver_for(store)
     conv = Conversation()
-    question(saver, conv)
+    question(saver, conv, SETTINGS)
     first = stream_reply(saver, conv, [("Four.", THOUGHT)])
     # Regenerate: a sibling with its own thinking; the first keeps its own.
     second = Message("assistant", "", parent=conv.messages[-2])
@@ -241,7 +230,7 @@ def test_a_final_write_that_failed_is_written_later_with_its_thinking(
     saver = ConversationSaver(reports.append)
     saver.attach(store)
     conv = Conversation()
-    question(saver, conv)
+    question(saver, conv, SETTINGS)
     reply = Message("assistant", "", parent=conv.messages[-1])
     saver.start_reply(conv, SETTINGS, reply)
     saver.save_progress("", "Two")

@@ -25,7 +25,7 @@ from chat.conversations.tool_steps import (
     steps_json,
 )
 from chat.settings.schema import SamplingSettings
-from tests.conversations.conftest import insert_a_question, old_database
+from tests.conversations.conftest import insert_a_question, old_database, question, saver_for
 
 SETTINGS = ConversationSettings("", asdict(SamplingSettings()), "/m/qwen.gguf", "qwen")
 STEP_STATS = ReplyStats(200, 200, 18, 0.3, 30.0, "done", seed=1, total_s=0.9)
@@ -62,12 +62,6 @@ STEPS = (
     ),
     ToolStep("", (REFUSED_CALL,), stats=replace(STEP_STATS, prompt_evaluated=48)),
 )
-
-
-def saver_for(store: Store) -> ConversationSaver:
-    saver = ConversationSaver(lambda text: pytest.fail(text))
-    saver.attach(store)
-    return saver
 
 
 def tool_conversation(steps: tuple[ToolStep, ...] = STEPS) -> Conversation:
@@ -185,8 +179,7 @@ def test_a_damaged_stored_value_reads_as_a_reply_without_steps(store: Store, db_
 def test_a_tool_reply_is_saved_with_its_steps_as_it_goes(store: Store, db_path: Path) -> None:
     saver = saver_for(store)
     conv = Conversation()
-    conv.append(Message("user", "What time is it in Tokyo?"))
-    assert saver.save_messages(conv, SETTINGS)
+    question(saver, conv, SETTINGS, "What time is it in Tokyo?")
     reply = Message("assistant", "", parent=conv.messages[-1])
     saver.start_reply(conv, SETTINGS, reply)
     saver.save_progress("", tool_steps=STEPS[:1])  # the first call's result is in
@@ -257,8 +250,7 @@ def test_a_final_write_that_failed_is_written_later_with_its_steps(
     saver = ConversationSaver(reports.append)
     saver.attach(store)
     conv = Conversation()
-    conv.append(Message("user", "Time?"))
-    saver.save_messages(conv, SETTINGS)
+    question(saver, conv, SETTINGS, "Time?")
     reply = Message("assistant", "", parent=conv.messages[-1])
     saver.start_reply(conv, SETTINGS, reply)
     real = store.update_message_content

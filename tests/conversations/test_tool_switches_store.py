@@ -1,19 +1,22 @@
 """The tools a conversation turned off are kept with it (schema 10): saved and
-read back, changed by the saver, kept by forks, checked when read, and added
-to older databases as "all on"."""
+read back, changed by the saver, kept by forks, checked when read, added to
+older databases as "all on", and carried by a JSON export and its import."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from chat.conversations.conversation import Conversation, Message
-from chat.conversations.saver import ConversationSaver, ConversationSettings
+from chat.conversations.saver import ConversationSettings
 from chat.conversations.store import SCHEMA_VERSION, Store
 from chat.conversations.tool_switches import ToolSwitches, switches_from_json, switches_json
-from tests.conversations.conftest import insert_a_question, old_database
+from chat.conversations.transcript import parse_import, to_json
+from tests.conversations.conftest import insert_a_question, old_database, saver_for
 
 OFF = ToolSwitches(
     servers=frozenset({"git"}), tools=frozenset({("notes", "delete"), ("time", "convert")})
@@ -70,8 +73,7 @@ def test_a_fork_keeps_the_switches() -> None:
 
 
 def test_the_saver_writes_switches_set_before_the_first_message_and_later(store: Store) -> None:
-    saver = ConversationSaver(lambda text: pytest.fail(text))
-    saver.attach(store)
+    saver = saver_for(store)
     conv = Conversation(messages=[Message("user", "Hi")])
     settings = ConversationSettings("", {}, "/m.gguf", "m", tool_switches=OFF)
     assert saver.save_messages(conv, settings)
@@ -111,3 +113,58 @@ def test_migrating_a_schema_9_database_keeps_every_row_and_turns_all_on(db_path:
     with Store(db_path) as store:
         store.update_conversation_settings(1, "", {}, "", "", tool_switches=OFF)
         assert store.get_conversation(1).tool_switches == OFF
+
+
+# --- JSON export and import ---------------------------------------------------------
+
+
+def exported(switches: ToolSwitches) -> dict[str, Any]:
+    conv = Conversation(
+        title="Tools", messages=[Message("user", "Hi", created=1.0)], tool_switches=switches
+    )
+    data: dict[str, Any] = json.loads(to_json(conv, {}))
+    return data
+
+
+@pytest.mark.parametrize("switches", [OFF, ToolSwitches(all_off=True, servers=OFF.servers)])
+def test_a_json_export_carries_the_switches_and_imports_them_back(
+    switches: ToolSwitches, store: Store
+) -> None:
+    text = json.dumps(exported(switches))
+    conv, _ = parse_import(text)
+    assert conv.tool_switches == switches
+    conv_id = store.import_conversation(conv, {})
+    loaded = store.get_conversation(conv_id)
+    assert loaded.tool_switches == switches
+    assert (
+        json.loads(to_json(loaded, {}))["kvchat"]["tools_off"]
+        == exported(switches)["kvchat"]["tools_off"]
+    )
+
+
+def test_an_export_with_every_tool_on_has_no_switches_and_imports_all_on() -> None:
+    data = exported(ToolSwitches())
+    assert "tools_off" not in data["kvchat"]
+    assert parse_import(json.dumps(data))[0].tool_switches == ToolSwitches()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        "git",
+        [["git", "log"]],
+        {"version": 2, "all_off": True, "servers": [], "tools": []},
+        {"version": 1, "all_off": "yes", "servers": [], "tools": []},
+        {"version": 1, "all_off": False, "servers": ["git"], "tools": [["log"]]},
+        {"version": 1, "all_off": False, "servers": [["git"]], "tools": []},
+    ],
+)
+def test_switches_missing_or_damaged_in_a_file_import_as_all_on(value: object) -> None:
+    data = exported(OFF)
+    if value is None:
+        del data["kvchat"]["tools_off"]  # an export from before the switches
+    else:
+        data["kvchat"]["tools_off"] = value
+    conv, _ = parse_import(json.dumps(data))
+    assert (conv.tool_switches, conv.messages[0].content) == (ToolSwitches(), "Hi")

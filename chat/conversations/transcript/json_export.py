@@ -11,6 +11,7 @@ from typing import Any
 
 from chat.conversations.conversation import Conversation, Message, system_messages
 from chat.conversations.tool_steps import ToolStep, stats_dict, steps_data
+from chat.conversations.tool_switches import switches_data
 from chat.settings.server import public_url, split_credentials
 
 FORMAT_VERSION = 2
@@ -65,7 +66,7 @@ def to_json(conv: Conversation, sampling: Mapping[str, Any]) -> str:
     # conversation exported, imported and exported again gives the same file.
     numbers = {id(message): number for number, message in enumerate(conv.tree, start=1)}
     shown = numbers[id(conv.messages[-1])] if conv.messages else None
-    data = {
+    data: dict[str, Any] = {
         "messages": system_messages(conv.system_prompt)
         + [sent for m in conv.messages for sent in _message_dicts(m)],
         "kvchat": {
@@ -87,6 +88,10 @@ def to_json(conv: Conversation, sampling: Mapping[str, Any]) -> str:
             "shown": shown,
         },
     }
+    tools_off = switches_data(conv.tool_switches)
+    if tools_off is not None:
+        # Only when some are off: a file with every tool on is as before.
+        data["kvchat"]["tools_off"] = tools_off
     text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
     # json.dumps escapes C0 controls but writes DEL and C1 controls (U+009B is
     # a CSI to some terminals) as they are: escape them too. The text read back

@@ -29,6 +29,7 @@ from chat.conversations.tool_steps import (
     stats_from_dict,
     steps_from_data,
 )
+from chat.conversations.tool_switches import switches_from_data
 from chat.conversations.transcript.json_export import FORMAT_VERSION
 from chat.conversations.tree import MessageTree
 from chat.errors import KvchatError
@@ -400,6 +401,9 @@ def parse_import(text: str) -> tuple[Conversation, dict[str, Any]]:
     conv = _conversation_from_tree(meta) if tree else _conversation_from_list(items, meta)
     if not conv.title:
         conv.title = conv.default_title()
+    # The tools turned off: absent (a file from before, or another tool's) or
+    # damaged, every tool is on, as in a new conversation; the import goes on.
+    conv.tool_switches = switches_from_data(meta.get("tools_off"))
     sampling = meta.get("sampling", {})
     if not isinstance(sampling, dict):
         raise ImportFormatError('"kvchat.sampling" is not an object')

@@ -336,22 +336,29 @@ class ConversationView(VerticalScroll):
 
     def _far_below(self, shown: list[MessageView]) -> list[MessageView]:
         """The newest of the `shown` views that begin more than KEEP_SCREENS
-        screenfuls below what the user sees (none at the bottom). A view
-        streaming a reply, a selected one, one holding selected text, and the
-        ones above them stay."""
+        screenfuls below what the user sees (none at the bottom; `_far_end`)."""
         height = self.size.height
         if not height or self.scroll_y >= self.max_scroll_y:
             return []
-        keep_to = self.scroll_y + (1 + self.KEEP_SCREENS) * height
+        return self._far_end(
+            shown, above=False, bound=self.scroll_y + (1 + self.KEEP_SCREENS) * height
+        )
+
+    def _far_end(self, views: list[MessageView], *, above: bool, bound: float) -> list[MessageView]:
+        """The views at one end of `views` (oldest first) that lie wholly past
+        `bound`, oldest first: from the top, those that end above it (`above`);
+        from the bottom, those that begin below it. The walk stops at the first
+        view not laid out (mounted since the last layout) or one the user holds
+        (`_held_views`) or that streams a reply: it and the views beyond it stay."""
         held = self._held_views()
         gone: list[MessageView] = []
-        for view in reversed(shown):
+        for view in views if above else reversed(views):
             region = view.virtual_region
-            if not region or region.y < keep_to or view in held or view.has_class("streaming"):
+            past = region.bottom <= bound if above else region.y >= bound
+            if not region or not past or view in held or view.has_class("streaming"):
                 break
             gone.append(view)
-        gone.reverse()
-        return gone
+        return gone if above else gone[::-1]
 
     async def _set_aside_below(self, gone: list[MessageView]) -> None:
         """Unmount `gone` (the newest views), their messages back in `_later`."""
@@ -426,7 +433,8 @@ class ConversationView(VerticalScroll):
         """Put the oldest views that end more than KEEP_SCREENS screenfuls above
         the bottom back in `_earlier` (the user is at the bottom: a message was
         just sent). A selected view, one holding selected text (the user may
-        copy it yet: a regenerated reply keeps it), and the ones below them stay."""
+        copy it yet: a regenerated reply keeps it), and the ones below them stay
+        (`_far_end`)."""
         height = self.size.height
         if not height or self.scroll_y < self.max_scroll_y:
             return
@@ -437,13 +445,7 @@ class ConversationView(VerticalScroll):
         # that of the lowest view laid out.
         regions = [view.virtual_region for view in views]
         bottom = max((region.bottom for region in regions if region), default=0)
-        keep_from = bottom - self.KEEP_SCREENS * height
-        held = self._held_views()
-        gone: list[MessageView] = []
-        for view, region in zip(views, regions, strict=True):
-            if not region or region.bottom > keep_from or view in held:
-                break
-            gone.append(view)
+        gone = self._far_end(views, above=True, bound=bottom - self.KEEP_SCREENS * height)
         if not gone:
             return
         self._earlier += [view.message for view in gone]

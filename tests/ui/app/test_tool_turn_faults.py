@@ -192,8 +192,8 @@ async def test_a_server_killed_while_its_call_is_asked_about(tmp_path: Path) -> 
         (block,) = app.query(ToolCallBlock)
         assert block.state == "failed" and block.record is not None
         assert block.record.result == (
-            "Error: The tool server 'victim' is not ready "
-            "(it failed: The tool server 'victim' was killed by SIGKILL.)."
+            "Error: The tool server 'victim' was killed by SIGKILL, "
+            "so the call to 'echo' was not made."
         )
         assert reply_on_screen(app) == "No echo."
 

@@ -8,8 +8,10 @@ part of what is tested; the rest uses Pilot."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from chat.models.files import ModelCandidate
 from chat.session.context_window import ContextBudget
 from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
-from chat.ui.meter_planner import DRAFT_SAYS_COUNTING_ABOVE
+from chat.ui.meter_planner import COUNT_IN_THREAD_ABOVE, DRAFT_SAYS_COUNTING_ABOVE
 from chat.ui.screens.chat import ChatScreen
 from chat.ui.terminal_input import TypedText
 from chat.ui.widgets.context_meter import ContextMeter, MeterState
@@ -279,6 +281,25 @@ async def test_a_slow_chat_template_never_holds_up_typing() -> None:
         expected = screen.session.plan("hi there")
         assert expected is not None
         await wait_for(lambda: meter.state == MeterState.from_plan(expected), pilot, 10)
+
+
+async def test_plans_and_counts_ended_before_they_start_leave_no_coroutine_behind() -> None:
+    """A plan replaced by a newer one, or a plan and a count cancelled as
+    their screen closes, before either got to run: nothing is left made and
+    never awaited (Python warns of each such coroutine when it is freed)."""
+    app = make_app(SlowTokenizer(0.0), Settings())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        async with app.run_test() as pilot:
+            screen, _ = await counted(app, pilot)
+            screen.meter.refresh()
+            screen.meter.refresh()  # replaces the first before it ran
+            await screen.open_conversation(big_conversation(COUNT_IN_THREAD_ABOVE + 1))
+            screen.meter.refresh()
+            screen.workers.cancel_node(screen)  # as closing the screen does
+            app.exit()
+        gc.collect()
+    assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
 
 
 @pytest.mark.model
