@@ -20,7 +20,7 @@ from chat.bench.decode import raw_decode_rate
 from chat.bench.llama_bench import NativeRates, bench_binary, native_rates
 from chat.bench.rows import Options, Row
 from chat.bench.startup import installed_python_env
-from chat.bench.terminal import LONG_PROMPT, stream_in_terminal
+from chat.bench.terminal import LONG_PROMPT, TerminalReply, stream_in_terminal
 from chat.engine.llama import LlamaEngine
 from chat.engine.threads import ThreadCounts, candidates, usable_cores
 
@@ -124,6 +124,7 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
             ui_cpu <= 0.04,
             "the UI thread and Textual's output and input threads",
         ),
+        _decode_thread_row(run),
         Row(
             "frames drawn while a reply streams",
             frames_per_s,
@@ -147,6 +148,23 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
             Row("prompt: the app / llama-bench pp512 (fastest)", app_prompt / native_prompt, "x"),
         ]
     return rows
+
+
+def _decode_thread_row(run: TerminalReply) -> Row:
+    """How the thread that ran the reply spent it: a thread waiting for the GIL
+    while the UI draws would show as blocked."""
+    times = run.decode_thread
+    if times is None or times.wall_s <= 0:
+        return Row("decode thread in the pseudo-terminal: blocked", None, "%")
+    share = 100 / times.wall_s
+    return Row(
+        "decode thread in the pseudo-terminal: blocked",
+        times.blocked_s * share,
+        "%",
+        note=f"on a core {times.on_cpu_s * share:.0f} %, waiting for a core "
+        f"{times.waiting_for_core_s * share:.0f} %, blocked (asleep: the GIL, a lock) "
+        f"{times.blocked_s * share:.1f} % of {times.wall_s:.2f} s (kernel schedstat)",
+    )
 
 
 def _native(options: Options, counts: list[int]) -> NativeRates | None:

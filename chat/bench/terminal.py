@@ -47,6 +47,8 @@ class TerminalReply:
     """The first reply's prompt: tokens evaluated / time to its first token."""
     frames: int = 0
     """Frames the app drew from sending the message to the reply's end."""
+    decode_thread: ThreadTimes | None = None
+    """How the thread that ran the reply spent it (None where /proc has no schedstat)."""
 
     @property
     def frames_per_s(self) -> float:
@@ -55,6 +57,66 @@ class TerminalReply:
     @property
     def ui_cpu_per_100_tokens(self) -> float:
         return self.ui_cpu_s / self.tokens * 100
+
+
+@dataclass(frozen=True)
+class ThreadTimes:
+    """A thread's time while the reply streamed, from the kernel's schedstat:
+    on a core, runnable but waiting for one, and the rest blocked (asleep:
+    where a thread that waits for Python's GIL, or for a lock, is)."""
+
+    wall_s: float
+    on_cpu_s: float
+    waiting_for_core_s: float
+
+    @property
+    def blocked_s(self) -> float:
+        return max(0.0, self.wall_s - self.on_cpu_s - self.waiting_for_core_s)
+
+
+class ThreadWatch:
+    """Each thread's schedstat, read whenever `read` is called (while the reply
+    streams): the thread that ran the reply has ended by the time it is over,
+    so its last reading is kept."""
+
+    READ_EVERY_S = 0.1
+
+    def __init__(self, pid: int) -> None:
+        self._pid = pid
+        self._first: dict[int, tuple[float, float, float]] = {}
+        self._last: dict[int, tuple[float, float, float]] = {}
+        self._read_at = 0.0
+
+    def read(self) -> None:
+        """Read, at most every READ_EVERY_S: the reading takes CPU from the
+        machine the app runs on."""
+        now = time.monotonic()
+        if now - self._read_at < self.READ_EVERY_S:
+            return
+        self._read_at = now
+        try:
+            tids = os.listdir(f"/proc/{self._pid}/task")
+        except OSError:
+            return
+        for tid in tids:
+            try:
+                with open(f"/proc/{self._pid}/task/{tid}/schedstat") as stat:
+                    on_cpu, waiting, _ = (int(field) for field in stat.read().split())
+            except (OSError, ValueError):  # ended, or no schedstat in this kernel
+                continue
+            reading = (now, on_cpu / 1e9, waiting / 1e9)
+            self._first.setdefault(int(tid), reading)
+            self._last[int(tid)] = reading
+
+    def busiest(self, besides: int) -> ThreadTimes | None:
+        """The thread other than `besides` that was on a core longest: the one
+        that ran the reply (llama.cpp's compute runs on it at one thread)."""
+        spans = []
+        for tid, last in self._last.items():
+            if tid != besides:
+                (wall_at, on_cpu, waiting), first = last, self._first[tid]
+                spans.append(ThreadTimes(wall_at - first[0], on_cpu - first[1], waiting - first[2]))
+        return max(spans, key=lambda times: times.on_cpu_s, default=None)
 
 
 def thread_cpu(pid: int) -> dict[int, float]:
@@ -134,7 +196,14 @@ def stream_in_terminal(
         terminal.send(STORY.encode() + b"\r")
         before, before_total = thread_cpu(pid), process_cpu(pid)
         started, drawn = time.monotonic(), len(terminal.screen)
-        terminal.wait_until(ended(2 + earlier_turns), timeout)
+        watch = ThreadWatch(pid)
+        reply_ended = ended(2 + earlier_turns)
+
+        def watched() -> bool:
+            watch.read()
+            return reply_ended()
+
+        terminal.wait_until(watched, timeout)
         wall = time.monotonic() - started
         frames = terminal.frames_since(drawn)
         after, total = thread_cpu(pid), process_cpu(pid) - before_total
@@ -149,7 +218,8 @@ def stream_in_terminal(
     engine_cpu = total - ui_cpu
     assert first is not None
     count, rate, _ = reply
-    return TerminalReply(rate, count, ui_cpu, engine_cpu, wall, first[2], frames)
+    decode_thread = watch.busiest(besides=pid)
+    return TerminalReply(rate, count, ui_cpu, engine_cpu, wall, first[2], frames, decode_thread)
 
 
 def saved_replies(database: Path) -> int:
