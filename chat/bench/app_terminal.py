@@ -12,7 +12,7 @@ import sys
 import termios
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from chat.bench.startup import ESCAPE_SEQUENCE
@@ -25,15 +25,15 @@ SYNC_START = b"\x1b[?2026h"
 
 
 class Terminal:
-    """`chat --model MODEL` on a 120x40 pseudo-terminal; what it draws is kept."""
+    """`chat --model MODEL [ARGS]` on a 120x40 pseudo-terminal; what it draws is kept."""
 
-    def __init__(self, model: Path, env: dict[str, str]) -> None:
+    def __init__(self, model: Path, env: dict[str, str], args: Sequence[str] = ()) -> None:
         import pty
 
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child: become the app
             try:
-                argv = [sys.executable, "-m", "chat", "--model", str(model)]
+                argv = [sys.executable, "-m", "chat", "--model", str(model), *args]
                 os.execve(sys.executable, argv, env)
             finally:
                 os._exit(127)

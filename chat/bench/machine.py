@@ -5,7 +5,8 @@ time; prompt: one 512-token batch), llama.cpp's own `llama-bench` at the same
 counts, and the real app in a pseudo-terminal at the thread counts kvchat
 chose: its decode rate as a share of the fastest raw rate (target >= 0.9, docs/performance.md),
 its prompt rate as a share of the fastest raw batch rate (>= 0.95), and the
-CPU its UI spends per 100 tokens streamed."""
+CPU its UI spends per 100 tokens streamed (at the first reply here; at the
+40th and for code, chat.bench.ui_cost)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from chat.bench.llama_bench import NativeRates, bench_binary, native_rates
 from chat.bench.rows import Options, Row
 from chat.bench.startup import installed_python_env
 from chat.bench.terminal import LONG_PROMPT, TerminalReply, stream_in_terminal
+from chat.bench.ui_cost import ui_cost_rows
 from chat.engine.llama import LlamaEngine
 from chat.engine.threads import ThreadCounts, candidates, usable_cores
 
@@ -125,6 +127,7 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
             "the UI thread and Textual's output and input threads",
         ),
         _decode_thread_row(run),
+        *ui_cost_rows(options, env, ui_cpu),
         Row(
             "frames drawn while a reply streams",
             frames_per_s,

@@ -49,6 +49,10 @@ class TerminalReply:
     """Frames the app drew from sending the message to the reply's end."""
     decode_thread: ThreadTimes | None = None
     """How the thread that ran the reply spent it (None where /proc has no schedstat)."""
+    text: str = ""
+    """The reply as saved."""
+    prompt_tokens: int = 0
+    """The measured reply's prompt, in tokens (what the KV cache held included)."""
 
     @property
     def frames_per_s(self) -> float:
@@ -150,10 +154,14 @@ def stream_in_terminal(
     earlier_turns: int = 0,
     timeout: float = 300,
     first_prompt: str = LONG_PROMPT,
+    prompt: str = STORY,
+    resume: int | None = None,
 ) -> TerminalReply:
     """One reply of `tokens` tokens in the real app; see the module docstring.
     `first_prompt`: the pasted prompt whose rate is measured (a short one
-    where prompts are slow, as on a software GPU)."""
+    where prompts are slow, as on a software GPU). `prompt`: the message whose
+    reply is measured. `resume`: a saved conversation's id: the app opens it,
+    and both replies go on it (else the measured reply starts a new one)."""
     env = dict(env)
     env["KVCHAT_SAMPLING_MAX_TOKENS"] = str(tokens)
     env["KVCHAT_SEED"] = str(SAMPLING.seed)
@@ -163,11 +171,11 @@ def stream_in_terminal(
         env["KVCHAT_MODEL_N_THREADS"] = str(threads.decode)
         env["KVCHAT_MODEL_N_THREADS_BATCH"] = str(threads.batch)
     database = Path(env[DATA_DIR_ENV]) / "conversations.db"
-    terminal = Terminal(model, env)
+    terminal = Terminal(model, env, () if resume is None else ("--resume", str(resume)))
     pid = terminal.pid
     try:
         terminal.wait_for(MODEL_READY_MARK, timeout)
-        reply: tuple[int, float, float] | None = None
+        reply: SavedReply | None = None
         earlier = saved_replies(database)  # from an earlier run with the same folders
 
         def ended(replies: int) -> Callable[[], bool]:
@@ -190,10 +198,10 @@ def stream_in_terminal(
             time.sleep(0.3)
             terminal.send(STORY.encode() + b"\r")
             terminal.wait_until(ended(2 + turn), timeout)
-        if not earlier_turns:  # the same depth in the KV cache as the raw loop's
+        if not earlier_turns and resume is None:  # the raw loop's depth in the KV cache
             terminal.send(b"\x0e")  # Ctrl+N: a new conversation
         time.sleep(0.5)
-        terminal.send(STORY.encode() + b"\r")
+        terminal.send(prompt.encode() + b"\r")
         before, before_total = thread_cpu(pid), process_cpu(pid)
         started, drawn = time.monotonic(), len(terminal.screen)
         watch = ThreadWatch(pid)
@@ -217,9 +225,19 @@ def stream_in_terminal(
     ui_cpu = sum(cpu for tid, cpu in used.items() if tid == pid or cpu < 0.3 * wall)
     engine_cpu = total - ui_cpu
     assert first is not None
-    count, rate, _ = reply
     decode_thread = watch.busiest(besides=pid)
-    return TerminalReply(rate, count, ui_cpu, engine_cpu, wall, first[2], frames, decode_thread)
+    return TerminalReply(
+        reply.decode_tps,
+        reply.tokens,
+        ui_cpu,
+        engine_cpu,
+        wall,
+        first.prompt_tps,
+        frames,
+        decode_thread,
+        reply.text,
+        reply.prompt_tokens,
+    )
 
 
 def saved_replies(database: Path) -> int:
@@ -230,20 +248,31 @@ def saved_replies(database: Path) -> int:
         return int(conn.execute(query).fetchone()[0])
 
 
-def finished_reply(database: Path, replies: int) -> tuple[int, float, float] | None:
-    """The token count, decode rate and prompt rate of saved reply number
-    `replies`, once that many have ended."""
+@dataclass
+class SavedReply:
+    tokens: int
+    decode_tps: float
+    prompt_tps: float
+    prompt_tokens: int
+    text: str
+
+
+def finished_reply(database: Path, replies: int) -> SavedReply | None:
+    """Saved reply number `replies` (counting the replies the app streamed),
+    once that many have ended."""
     if not database.exists():
         return None
     try:
         with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=0.1) as conn:
             rows = conn.execute(
-                "SELECT generated_tokens, decode_tps, prompt_evaluated, ttft_s FROM messages "
+                "SELECT generated_tokens, decode_tps, prompt_evaluated, ttft_s, content, "
+                "prompt_tokens FROM messages "
                 "WHERE role = 'assistant' AND decode_tps IS NOT NULL ORDER BY id"
             ).fetchall()
     except sqlite3.Error:
         return None
     if len(rows) < replies:
         return None
-    tokens, decode_tps, evaluated, ttft = rows[replies - 1]
-    return int(tokens), float(decode_tps), evaluated / ttft if ttft else 0.0
+    tokens, decode_tps, evaluated, ttft, text, size = rows[replies - 1]
+    prompt_tps = evaluated / ttft if ttft else 0.0
+    return SavedReply(int(tokens), float(decode_tps), prompt_tps, int(size or 0), str(text))
