@@ -66,10 +66,15 @@ def import_conversation(env: dict[str, str], messages: list[dict[str, str]]) -> 
 def ui_cost_rows(options: Options, env: dict[str, str], first: float) -> list[Row]:
     """`first`: the first reply's UI CPU per 100 tokens, prose, in this run."""
     rounds = 1 if options.quick else 3
-    conversation = import_conversation(env, earlier_turns())
+    # Each round imports the turns again: a round's two replies stay on the
+    # conversation it opened, and the next would measure the 42nd.
     deep = [
         stream_in_terminal(
-            options.model, env, options.tokens, first_prompt=WARM_UP, resume=conversation
+            options.model,
+            env,
+            options.tokens,
+            first_prompt=WARM_UP,
+            resume=import_conversation(env, earlier_turns()),
         )
         for _ in range(rounds)
     ]
