@@ -228,11 +228,16 @@ class FindBar(Horizontal):
             # After the layout of what was just mounted or highlighted.
             self.call_after_refresh(self._scroll_to_place, place)
 
-    def _scroll_to_place(self, place: Place) -> None:
+    def _scroll_to_place(self, place: Place, tries: int = 40) -> None:
         """Scroll the conversation so that the current match's row is in sight:
         left where it is if it is already, else to the middle."""
         view = self._view
         if not place.widget.is_attached:
+            return
+        if not place.widget.region and tries:
+            # Mounted but not laid out yet (on a busy machine that can take
+            # more than a refresh): its place is not known, so look again soon.
+            self.set_timer(0.05, lambda: self._scroll_to_place(place, tries - 1))
             return
         top = place.widget.content_region.y - view.content_region.y + round(view.scroll_y)
         row = top + place.line

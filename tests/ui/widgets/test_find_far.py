@@ -13,7 +13,8 @@ from textual.pilot import Pilot
 from chat.conversations.conversation import Conversation, Message
 from chat.ui.screens.chat import ChatScreen
 from chat.ui.widgets.conversation_view import ConversationView, LaterMessages
-from chat.ui.widgets.message_view import MessageView
+from chat.ui.widgets.match_highlight import Place
+from chat.ui.widgets.message_view import MessageView, view_for
 from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine
 from tests.ui.conftest import make_app, pages_settled, ready, send
@@ -146,3 +147,21 @@ async def test_scrolling_far_up_keeps_only_a_few_screenfuls_mounted() -> None:
         await send(pilot, "One more question")
         await wait_for(lambda: any(m.content == "One more question" for m in mounted(view)), pilot)
         assert view.later_count == 0
+
+
+async def test_a_match_mounted_but_not_laid_out_yet_is_scrolled_to_once_it_is() -> None:
+    # On a busy machine a page just mounted (as by a jump) may not be laid out
+    # by the refresh after it: its place is unknown then, and scrolling by it
+    # would go nowhere useful. The scroll waits for the layout instead.
+    app = make_app(ScriptedEngine())
+    async with app.run_test(size=(80, 24)) as pilot:
+        _, view, _ = await opened(pilot)
+        bar = await find(pilot, "no such word")
+        view.anchor(False)  # as a jump leaves it
+        oldest = view.message_views_without_system()[0]
+        match = view_for(Message("user", "Where is the needle?"))
+        mounting = view.mount(match, before=oldest)
+        assert not match.region  # mounted, not laid out yet
+        bar._scroll_to_place(Place(match, 0))
+        await mounting
+        await wait_for(lambda: in_sight(view, match), pilot, timeout=3.0)
