@@ -23,6 +23,7 @@ from chat.bench.app_terminal import Terminal
 from chat.bench.startup import MODEL_READY_MARK
 from chat.bench.workload import SAMPLING, STORY
 from chat.engine.threads import ThreadCounts
+from chat.engine.token_probs import WORKER_NAME
 from chat.paths import DATA_DIR_ENV
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -134,6 +135,18 @@ def thread_cpu(pid: int) -> dict[int, float]:
     return times
 
 
+def thread_names(pid: int) -> dict[int, bytes]:
+    """Each thread's name as the kernel knows it (what the thread set, else its process's)."""
+    names: dict[int, bytes] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm", "rb") as comm:
+                names[int(tid)] = comm.read().strip()
+        except OSError:  # the thread ended
+            continue
+    return names
+
+
 def process_cpu(pid: int) -> float:
     """CPU seconds used so far by the whole process, ended threads included."""
     return cpu_seconds(f"/proc/{pid}/stat")
@@ -215,14 +228,20 @@ def stream_in_terminal(
         wall = time.monotonic() - started
         frames = terminal.frames_since(drawn)
         after, total = thread_cpu(pid), process_cpu(pid) - before_total
+        names = thread_names(pid)
     finally:
         terminal.close()
     assert reply is not None
     used = {tid: after[tid] - before.get(tid, 0.0) for tid in after}
     # llama.cpp's worker threads work (or spin) for most of the reply; the UI's
     # do not. The thread that ran the reply has ended: its CPU is in the
-    # process's total, not in any thread still there.
-    ui_cpu = sum(cpu for tid, cpu in used.items() if tid == pid or cpu < 0.3 * wall)
+    # process's total, not in any thread still there. The thread that
+    # summarises token probabilities is the engine's too.
+    ui_cpu = sum(
+        cpu
+        for tid, cpu in used.items()
+        if (tid == pid or cpu < 0.3 * wall) and names.get(tid) != WORKER_NAME
+    )
     engine_cpu = total - ui_cpu
     assert first is not None
     decode_thread = watch.busiest(besides=pid)

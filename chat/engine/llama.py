@@ -16,6 +16,7 @@ the KV cache copied out and in (chat.engine.kv_cache), thread counts measured
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import random
 import threading
 import time
@@ -28,7 +29,7 @@ import llama_cpp
 import numpy as np
 
 from chat import paths
-from chat.conversations.conversation import FinishReason, ReplyStats, TokenChoice
+from chat.conversations.conversation import FinishReason, ReplyStats
 from chat.engine import llama_log
 from chat.engine.batches import PromptBatches, chunks
 from chat.engine.chat_prompt import CHATML_TEMPLATE, ChatPrompt
@@ -54,7 +55,7 @@ from chat.engine.threads import (
     choose_threads,
     measure,
 )
-from chat.engine.token_probs import Logits, ProbabilityRecorder
+from chat.engine.token_probs import Logits, StepRecorder, summarising_worker
 from chat.engine.tool_calls.calls import ToolCall, ToolDefinition
 from chat.engine.tool_calls.grammar import call_grammar
 from chat.engine.tool_calls.parser import ToolCallParser, ToolCallTextError
@@ -221,6 +222,11 @@ class LlamaEngine:
         as the user asked with `model.plain_template`), or None."""
         self._n_vocab = self.chat_prompt.n_vocab
         self._pieces: dict[int, str] = {}
+        # Token probabilities are summarised on a thread of their own (its
+        # thread starts with the first reply that records them).
+        self._summariser = summarising_worker()
+        self._logits_view: tuple[int | None, Logits] | None = None
+        """llama.cpp's logits buffer as an array, and the address it views."""
         self._batches = PromptBatches()
         self._prefilling = False
         self._reply_waiting = False
@@ -246,7 +252,13 @@ class LlamaEngine:
         """The logits the last token was sampled from: a view of llama.cpp's
         buffer, valid until the next token is evaluated."""
         pointer = llama_cpp.llama_get_logits_ith(self._llm.ctx, -1)
-        return np.ctypeslib.as_array(pointer, shape=(self._n_vocab,))
+        address = ctypes.cast(pointer, ctypes.c_void_p).value
+        # Making the array costs more than the rest of a step's recording on
+        # the decode thread; the buffer stays where it is from token to token.
+        if self._logits_view is None or self._logits_view[0] != address:
+            view = np.ctypeslib.as_array(pointer, shape=(self._n_vocab,))
+            self._logits_view = (address, view)
+        return self._logits_view[1]
 
     def _piece(self, token_id: int) -> str:
         """One token's own text, for showing tokens one by one (a token that is
@@ -341,9 +353,14 @@ class LlamaEngine:
                     f"The prompt is {len(prompt):,} tokens but the model's context window holds "
                     f"{n_ctx:,}. Shorten the message or start a new conversation."
                 )
-            yield from self._generate(
-                prompt, sampling, cancel, record_probs, started, sampling.repeatable, tools
-            )
+            with (
+                StepRecorder(sampling, self._cached_piece, self._summariser)
+                if record_probs
+                else contextlib.nullcontext()
+            ) as recorder:
+                yield from self._generate(
+                    prompt, sampling, cancel, recorder, started, sampling.repeatable, tools
+                )
         finally:
             self._lock.release()
 
@@ -463,7 +480,7 @@ class LlamaEngine:
         prompt: list[int],
         sampling: SamplingSettings,
         cancel: threading.Event,
-        record_probs: bool,
+        recorder: StepRecorder | None,
         started: float,
         exact: bool,
         tools: Sequence[ToolDefinition] = (),
@@ -473,8 +490,6 @@ class LlamaEngine:
         parser = ToolCallParser(syntax) if tools and syntax is not None else None
         call_reply: ReplyText | None = None
         """The call's own text, once a call began (sampled under its grammar)."""
-        recorder = ProbabilityRecorder(sampling, self._cached_piece) if record_probs else None
-        choices: list[TokenChoice] = []
         sampled: list[int] = []
         seed = sampling.seed if sampling.seed is not None else random.randrange(2**32)
         llm.set_seed(seed)
@@ -530,22 +545,17 @@ class LlamaEngine:
                         yield TokenEvent(call_text, token, tool_call=True)
                     else:
                         text = reply.feed(piece)
-                        choice = (
-                            recorder.choice(self._step_logits(), token, self._cached_piece(token))
-                            if recorder
-                            else None
-                        )
-                        if choice is not None:
-                            choices.append(choice)
+                        if recorder is not None:
+                            recorder.record(self._step_logits(), token, self._cached_piece(token))
                         if parser is None:
                             if reply.stopped:
                                 if text:
-                                    yield TokenEvent(text, token, choice)
+                                    yield TokenEvent(text, token)
                                 break
-                            yield TokenEvent(text, token, choice)
+                            yield TokenEvent(text, token)
                         else:
                             shown, _ = parser.feed(text)
-                            yield TokenEvent(shown, token, choice)
+                            yield TokenEvent(shown, token)
                             if parser.in_call:
                                 call_began = True
                                 break
@@ -591,12 +601,11 @@ class LlamaEngine:
                 generated += 1
                 sampled.append(token)
                 text = reply.feed(bytes(llm.detokenize([token], special=True)))
-                choice = forced_choice(token, self._cached_piece(token)) if recorder else None
-                if choice is not None:
-                    choices.append(choice)
+                if recorder is not None:
+                    recorder.add(forced_choice(token, self._cached_piece(token)))
                 if parser is not None:
                     text, _ = parser.feed(text)
-                yield TokenEvent(text, token, choice)
+                yield TokenEvent(text, token)
             sequence = [*prompt, *sampled]
             grammar_text = self.answer_grammar
             budget = None
@@ -630,8 +639,9 @@ class LlamaEngine:
         )
         text = reply.text if parser is None else parser.before
         token_ids = self._spelling_tokens(sampled, text)
+        choices = tuple(recorder.choices()) if recorder is not None else ()
         yield Finished(
-            text, stats, tuple(choices), token_ids, tool_calls=calls, tool_call_error=call_error
+            text, stats, choices, token_ids, tool_calls=calls, tool_call_error=call_error
         )
 
     def _to_opener_end(self, sampled: list[int], text: str) -> list[int]:
@@ -921,4 +931,6 @@ class LlamaEngine:
         self._closing = True
         with self._lock, self._tokenizing_changed:
             self._tokenizing_changed.wait_for(lambda: self._tokenizing == 0)
+            self._summariser.shutdown(wait=True)  # a reply's steps are summarised before it ends
+            self._logits_view = None
             self._llm.close()

@@ -146,7 +146,9 @@ class TokenEvent:
     text: str
     token_id: int
     choice: TokenChoice | None = None
-    """The distribution this token was sampled from, when recording."""
+    """The distribution this token was sampled from, when recording and a model
+    server sends it with the token (the local engine summarises it off the
+    decode thread: its come with `Finished.choices`)."""
     thinking: bool = False
     """The token is the model's thinking, which a model server sent in a field
     of its own (a local model's thinking is found in the text by its markers)."""

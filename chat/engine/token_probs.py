@@ -14,8 +14,12 @@ definition it is tested against."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from types import TracebackType
 
 import numpy as np
 import numpy.typing as npt
@@ -255,3 +259,91 @@ class ProbabilityRecorder:
             raw_top=[(texts(i), p) for i, p in step.raw_top],
             greedy=token_id == step.argmax,
         )
+
+
+WORKER_NAME = b"kvchat-probs"
+"""The summarising thread's name as the kernel shows it (/proc/PID/task/TID/comm):
+the benchmark counts its CPU as the engine's, not the UI's."""
+
+
+def _name_thread() -> None:
+    # Linux's prctl(PR_SET_NAME); elsewhere the thread keeps its name.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(15, WORKER_NAME)
+
+
+def summarising_worker() -> ThreadPoolExecutor:
+    """One thread that summarises steps for an engine's replies (StepRecorder)."""
+    return ThreadPoolExecutor(1, thread_name_prefix="kvchat-probs", initializer=_name_thread)
+
+
+class StepRecorder:
+    """Records a reply's steps away from the thread that decodes it: each step's
+    logits are copied (a few microseconds for a 49,152-token vocabulary) and
+    summarised by `worker` (`summarising_worker`) while llama.cpp evaluates the
+    next token. On the decode thread the summary took about 0.4 ms of each
+    14 ms token (docs/performance.md), a cost every token paid in decode speed.
+    `choices()` gives them in order once the reply has ended; leaving the
+    `with` block drops what is not summarised yet (a reply cut short)."""
+
+    PENDING = 64
+    """Steps the worker may be behind; beyond that the decode thread waits for
+    it (a machine too busy to summarise as fast as it decodes)."""
+
+    def __init__(
+        self,
+        sampling: SamplingSettings,
+        token_text: Callable[[int], str],
+        worker: ThreadPoolExecutor,
+    ) -> None:
+        self._recorder = ProbabilityRecorder(sampling, token_text)
+        self._worker = worker
+        self._steps: list[Future[TokenChoice | None] | TokenChoice] = []
+        self._spare: list[Logits] = []
+        """Copies the worker is done with, for the next steps (appended by the
+        worker, taken by the decode thread: list operations are atomic)."""
+
+    def record(self, logits: Logits, token_id: int, text: str) -> None:
+        """A sampled step: `logits` (llama.cpp's buffer, valid until the next
+        token is evaluated) are copied and summarised in the background."""
+        if len(self._steps) > self.PENDING:
+            oldest = self._steps[-self.PENDING - 1]
+            if isinstance(oldest, Future):
+                oldest.result()
+        try:
+            copy = self._spare.pop()
+        except IndexError:
+            copy = np.empty_like(logits)
+        np.copyto(copy, logits)
+        self._steps.append(self._worker.submit(self._summarise, copy, token_id, text))
+
+    def add(self, choice: TokenChoice) -> None:
+        """A step known at once (a token written by kvchat, not sampled)."""
+        self._steps.append(choice)
+
+    def _summarise(self, logits: Logits, token_id: int, text: str) -> TokenChoice | None:
+        try:  # one worker thread: one summary at a time uses the recorder's scratch
+            return self._recorder.choice(logits, token_id, text)
+        finally:
+            self._spare.append(logits)
+
+    def choices(self) -> list[TokenChoice]:
+        """Every step's summary, in order (waits for the worker to catch up)."""
+        done = (step.result() if isinstance(step, Future) else step for step in self._steps)
+        return [choice for choice in done if choice is not None]
+
+    def __enter__(self) -> StepRecorder:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        # Nothing may read the model after the reply lets go of it (it may be
+        # closed next): steps not started are dropped, a running one awaited.
+        futures = [step for step in self._steps if isinstance(step, Future)]
+        for future in futures:
+            future.cancel()
+        wait(futures)

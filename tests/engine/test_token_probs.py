@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,12 +25,15 @@ PROMPT = [{"role": "user", "content": "Tell me a short story about a cat."}]
 
 def reply(engine: LlamaEngine, sampling: SamplingSettings) -> Finished:
     finished = None
+    tokens = []
     for event in engine.stream_reply(PROMPT, sampling, threading.Event(), record_probs=True):
         if isinstance(event, TokenEvent) and event.token_id >= 0:
-            assert event.choice is not None and event.choice.token_id == event.token_id
+            tokens.append(event.token_id)
         elif isinstance(event, Finished):
             finished = event
     assert finished is not None
+    # Summarised off the decode thread, they come with the end, one per token.
+    assert [choice.token_id for choice in finished.choices] == tokens
     return finished
 
 
@@ -173,3 +177,73 @@ def test_recording_is_cheap_next_to_a_decode_step() -> None:
         recorder.choice(logits, 7, "x")
     per_step = (time.perf_counter() - started) / runs
     assert per_step < 0.003  # generous: shared CI machines are slow and noisy
+
+
+def _logits(favourite: int, size: int = 1_000) -> np.ndarray:
+    logits = np.zeros(size, dtype=np.float32)
+    logits[favourite] = 10.0
+    return logits
+
+
+def test_steps_are_summarised_off_the_decode_thread_in_order() -> None:
+    """Each step's logits are copied at once (the buffer is llama.cpp's and is
+    overwritten by the next token), summarised on the worker thread, and come
+    back in order, a token written by kvchat (a budget's closing marker)
+    between them included."""
+    from chat.engine.reasoning.budget import forced_choice
+    from chat.engine.token_probs import WORKER_NAME, StepRecorder, summarising_worker
+
+    worker = summarising_worker()
+    summarised_on: set[str] = set()
+    buffer = np.zeros(1_000, dtype=np.float32)
+
+    def token_text(token_id: int) -> str:
+        summarised_on.add(threading.current_thread().name)
+        return f"t{token_id}"
+
+    with StepRecorder(SamplingSettings(), token_text, worker) as recorder:
+        for token in range(3 * StepRecorder.PENDING):  # more than may wait
+            np.copyto(buffer, _logits(token % 1_000))
+            recorder.record(buffer, token % 1_000, f"t{token}")
+            buffer[:] = -1.0  # what the next evaluation does to the buffer
+            if token == 5:
+                recorder.add(forced_choice(999, "</think>"))
+        choices = recorder.choices()
+    assert len(choices) == 3 * StepRecorder.PENDING + 1
+    assert [c.token_id for c in choices[:8]] == [0, 1, 2, 3, 4, 5, 999, 6]
+    assert all(c.greedy and c.prob > 0.99 for c in choices if c.token_id != 999)
+    assert summarised_on and threading.current_thread().name not in summarised_on
+    # The kernel knows the worker by name: the benchmark counts it as the engine's.
+    tasks = Path("/proc/self/task")
+    names = {(task / "comm").read_bytes().strip() for task in tasks.iterdir()}
+    assert WORKER_NAME in names
+    worker.shutdown()
+
+
+def test_a_reply_cut_short_leaves_no_step_being_summarised() -> None:
+    """Leaving the recorder (a reply stopped, or failed) drops the steps not
+    summarised yet and waits for the one under way: after it nothing reads
+    the model, which may be closed next."""
+    from chat.engine.token_probs import StepRecorder, summarising_worker
+
+    worker = summarising_worker()
+    started, release = threading.Event(), threading.Event()
+    read_after_exit: list[int] = []
+    exited = False
+
+    def token_text(token_id: int) -> str:
+        started.set()
+        release.wait(5)
+        if exited:
+            read_after_exit.append(token_id)
+        return "x"
+
+    recorder = StepRecorder(SamplingSettings(temperature=0), token_text, worker)
+    with recorder:
+        for token in range(10):
+            recorder.record(_logits(token), token, "x")
+        assert started.wait(5)
+        threading.Timer(0.2, release.set).start()  # the step under way ends soon
+    exited = True
+    worker.shutdown(wait=True)
+    assert read_after_exit == []
