@@ -10,6 +10,7 @@ CPU its UI spends per 100 tokens streamed (at the first reply here; at the
 
 from __future__ import annotations
 
+import statistics
 import sys
 import tempfile
 import time
@@ -90,11 +91,15 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
             for n, rate in native.prompt_tps.items()
         ]
     env = installed_python_env(Path(tempfile.mkdtemp(prefix="kvchat-bench-")))
-    # The app chooses its own threads, as for a user (measured at its first start).
-    runs = [
-        stream_in_terminal(options.model, env, options.tokens)
-        for _ in range(1 if options.quick else 3)
-    ]
+    # The app chooses its own threads, as for a user (measured at its first
+    # start). Each run follows the raw loop at the app's decode threads: the
+    # two side by side, the machine's drift shared.
+    runs: list[TerminalReply] = []
+    raw_beside: list[float] = []
+    for _ in range(1 if options.quick else 3):
+        raw_beside.append(raw_decode_rate_at(engine, chosen.decode, options.tokens))
+        runs.append(stream_in_terminal(options.model, env, options.tokens))
+    engine.use_threads(chosen)
     run = max(runs, key=lambda each: each.decode_tps)
     ui_cpu = min(each.ui_cpu_per_100_tokens for each in runs)
     frames_per_s = min(each.frames_per_s for each in runs)
@@ -110,6 +115,7 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
             decode_share >= 0.9,
             f"{decode_share:.1%} of raw at {top_decode} thread{'s' * (top_decode > 1)}",
         ),
+        _beside_raw_row(runs, raw_beside, chosen.decode),
         Row(
             "prompt: the app in a pseudo-terminal, kvchat's threads",
             app_prompt,
@@ -151,6 +157,23 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
             Row("prompt: the app / llama-bench pp512 (fastest)", app_prompt / native_prompt, "x"),
         ]
     return rows
+
+
+def _beside_raw_row(runs: list[TerminalReply], raw: list[float], threads: int) -> Row:
+    """The app's decode against the raw loop at the same threads, each run of
+    the app just after one of the loop (medians)."""
+    app_rate = statistics.median(each.decode_tps for each in runs)
+    raw_rate = statistics.median(raw)
+    share = app_rate / raw_rate
+    return Row(
+        "decode: the app in a pseudo-terminal / the raw loop, same threads",
+        share,
+        "x",
+        ">= 0.98",
+        share >= 0.98,
+        f"app {app_rate:.1f} tok/s, raw loop {raw_rate:.1f} tok/s at {threads} "
+        f"thread{'s' * (threads > 1)}; medians of {len(runs)}, taking turns",
+    )
 
 
 def _decode_thread_row(run: TerminalReply) -> Row:
