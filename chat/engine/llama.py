@@ -55,7 +55,7 @@ from chat.engine.threads import (
     choose_threads,
     measure,
 )
-from chat.engine.token_probs import Logits, StepRecorder, summarising_worker
+from chat.engine.token_probs import Logits, StepRecorder
 from chat.engine.tool_calls.calls import ToolCall, ToolDefinition
 from chat.engine.tool_calls.grammar import call_grammar
 from chat.engine.tool_calls.parser import ToolCallParser, ToolCallTextError
@@ -222,9 +222,6 @@ class LlamaEngine:
         as the user asked with `model.plain_template`), or None."""
         self._n_vocab = self.chat_prompt.n_vocab
         self._pieces: dict[int, str] = {}
-        # Token probabilities are summarised on a thread of their own (its
-        # thread starts with the first reply that records them).
-        self._summariser = summarising_worker()
         self._logits_view: tuple[int | None, Logits] | None = None
         """llama.cpp's logits buffer as an array, and the address it views."""
         self._batches = PromptBatches()
@@ -354,7 +351,7 @@ class LlamaEngine:
                     f"{n_ctx:,}. Shorten the message or start a new conversation."
                 )
             with (
-                StepRecorder(sampling, self._cached_piece, self._summariser)
+                StepRecorder(sampling, self._cached_piece)
                 if record_probs
                 else contextlib.nullcontext()
             ) as recorder:
@@ -931,6 +928,5 @@ class LlamaEngine:
         self._closing = True
         with self._lock, self._tokenizing_changed:
             self._tokenizing_changed.wait_for(lambda: self._tokenizing == 0)
-            self._summariser.shutdown(wait=True)  # a reply's steps are summarised before it ends
             self._logits_view = None
             self._llm.close()

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import queue
+import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -262,75 +263,100 @@ class ProbabilityRecorder:
 
 
 WORKER_NAME = b"kvchat-probs"
-"""The summarising thread's name as the kernel shows it (/proc/PID/task/TID/comm):
-the benchmark counts its CPU as the engine's, not the UI's."""
+"""The summarising thread's name, as Python and the kernel know it
+(/proc/PID/task/TID/comm): the benchmark counts its CPU as the engine's, not
+the UI's, and the program's exit waits for it like any `kvchat-` thread."""
 
 
 def _name_thread() -> None:
-    # Linux's prctl(PR_SET_NAME); elsewhere the thread keeps its name.
+    # Linux's prctl(PR_SET_NAME); elsewhere the thread keeps its Python name only.
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(15, WORKER_NAME)
 
 
-def summarising_worker() -> ThreadPoolExecutor:
-    """One thread that summarises steps for an engine's replies (StepRecorder)."""
-    return ThreadPoolExecutor(1, thread_name_prefix="kvchat-probs", initializer=_name_thread)
+_Step = tuple[Logits, int, str]
 
 
 class StepRecorder:
     """Records a reply's steps away from the thread that decodes it: each step's
     logits are copied (a few microseconds for a 49,152-token vocabulary) and
-    summarised by `worker` (`summarising_worker`) while llama.cpp evaluates the
+    summarised on a thread of the reply's own while llama.cpp evaluates the
     next token. On the decode thread the summary took about 0.4 ms of each
     14 ms token (docs/performance.md), a cost every token paid in decode speed.
     `choices()` gives them in order once the reply has ended; leaving the
-    `with` block drops what is not summarised yet (a reply cut short)."""
+    `with` block drops what is not summarised yet (a reply cut short) and ends
+    the thread: nothing reads the model after the reply lets go of it (it may
+    be closed next)."""
 
     PENDING = 64
-    """Steps the worker may be behind; beyond that the decode thread waits for
+    """Steps the thread may be behind; beyond that the decode thread waits for
     it (a machine too busy to summarise as fast as it decodes)."""
 
-    def __init__(
-        self,
-        sampling: SamplingSettings,
-        token_text: Callable[[int], str],
-        worker: ThreadPoolExecutor,
-    ) -> None:
+    def __init__(self, sampling: SamplingSettings, token_text: Callable[[int], str]) -> None:
         self._recorder = ProbabilityRecorder(sampling, token_text)
-        self._worker = worker
-        self._steps: list[Future[TokenChoice | None] | TokenChoice] = []
+        self._inbox: queue.SimpleQueue[_Step | TokenChoice | None] = queue.SimpleQueue()
+        self._room = threading.Semaphore(self.PENDING)
+        self._done: list[TokenChoice] = []
+        """The summaries so far, in order (appended by the thread)."""
         self._spare: list[Logits] = []
-        """Copies the worker is done with, for the next steps (appended by the
-        worker, taken by the decode thread: list operations are atomic)."""
+        """Copies the thread is done with, for the next steps (appended by the
+        thread, taken by the decode thread: list operations are atomic)."""
+        self._dropping = False
+        self._error: Exception | None = None
+        """What went wrong summarising, raised by `choices()` (the reply's end)."""
+        self._thread: threading.Thread | None = None
 
     def record(self, logits: Logits, token_id: int, text: str) -> None:
         """A sampled step: `logits` (llama.cpp's buffer, valid until the next
         token is evaluated) are copied and summarised in the background."""
-        if len(self._steps) > self.PENDING:
-            oldest = self._steps[-self.PENDING - 1]
-            if isinstance(oldest, Future):
-                oldest.result()
         try:
             copy = self._spare.pop()
         except IndexError:
             copy = np.empty_like(logits)
         np.copyto(copy, logits)
-        self._steps.append(self._worker.submit(self._summarise, copy, token_id, text))
+        self._send((copy, token_id, text))
 
     def add(self, choice: TokenChoice) -> None:
         """A step known at once (a token written by kvchat, not sampled)."""
-        self._steps.append(choice)
+        self._send(choice)
 
-    def _summarise(self, logits: Logits, token_id: int, text: str) -> TokenChoice | None:
-        try:  # one worker thread: one summary at a time uses the recorder's scratch
-            return self._recorder.choice(logits, token_id, text)
-        finally:
-            self._spare.append(logits)
+    def _send(self, step: _Step | TokenChoice) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._summarise, name=WORKER_NAME.decode(), daemon=True
+            )
+            self._thread.start()
+        self._room.acquire()
+        self._inbox.put(step)
+
+    def _summarise(self) -> None:
+        _name_thread()
+        while (step := self._inbox.get()) is not None:
+            try:
+                if isinstance(step, TokenChoice):
+                    self._done.append(step)
+                elif not self._dropping and self._error is None:
+                    logits, token_id, text = step
+                    choice = self._recorder.choice(logits, token_id, text)
+                    if choice is not None:
+                        self._done.append(choice)
+                    self._spare.append(logits)
+            except Exception as error:  # the thread goes on, so the decode never waits on it
+                self._error = error
+            finally:
+                self._room.release()
+
+    def _end(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            self._inbox.put(None)
+            self._thread.join()
 
     def choices(self) -> list[TokenChoice]:
-        """Every step's summary, in order (waits for the worker to catch up)."""
-        done = (step.result() if isinstance(step, Future) else step for step in self._steps)
-        return [choice for choice in done if choice is not None]
+        """Every step's summary, in order (waits for the thread to catch up)."""
+        self._end()
+        if self._error is not None:
+            raise self._error
+        return list(self._done)
 
     def __enter__(self) -> StepRecorder:
         return self
@@ -341,9 +367,5 @@ class StepRecorder:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        # Nothing may read the model after the reply lets go of it (it may be
-        # closed next): steps not started are dropped, a running one awaited.
-        futures = [step for step in self._steps if isinstance(step, Future)]
-        for future in futures:
-            future.cancel()
-        wait(futures)
+        self._dropping = True  # the steps not summarised yet are skipped
+        self._end()

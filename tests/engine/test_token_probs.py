@@ -187,13 +187,12 @@ def _logits(favourite: int, size: int = 1_000) -> np.ndarray:
 
 def test_steps_are_summarised_off_the_decode_thread_in_order() -> None:
     """Each step's logits are copied at once (the buffer is llama.cpp's and is
-    overwritten by the next token), summarised on the worker thread, and come
-    back in order, a token written by kvchat (a budget's closing marker)
-    between them included."""
+    overwritten by the next token), summarised on the reply's own thread, and
+    come back in order, a token written by kvchat (a budget's closing marker)
+    between them included; then the thread has ended."""
     from chat.engine.reasoning.budget import forced_choice
-    from chat.engine.token_probs import WORKER_NAME, StepRecorder, summarising_worker
+    from chat.engine.token_probs import WORKER_NAME, StepRecorder
 
-    worker = summarising_worker()
     summarised_on: set[str] = set()
     buffer = np.zeros(1_000, dtype=np.float32)
 
@@ -201,32 +200,31 @@ def test_steps_are_summarised_off_the_decode_thread_in_order() -> None:
         summarised_on.add(threading.current_thread().name)
         return f"t{token_id}"
 
-    with StepRecorder(SamplingSettings(), token_text, worker) as recorder:
+    with StepRecorder(SamplingSettings(), token_text) as recorder:
         for token in range(3 * StepRecorder.PENDING):  # more than may wait
             np.copyto(buffer, _logits(token % 1_000))
             recorder.record(buffer, token % 1_000, f"t{token}")
             buffer[:] = -1.0  # what the next evaluation does to the buffer
             if token == 5:
                 recorder.add(forced_choice(999, "</think>"))
+        # The kernel knows the thread by name: the benchmark counts it as the engine's.
+        tasks = Path("/proc/self/task")
+        names = {(task / "comm").read_bytes().strip() for task in tasks.iterdir()}
+        assert WORKER_NAME in names
         choices = recorder.choices()
     assert len(choices) == 3 * StepRecorder.PENDING + 1
     assert [c.token_id for c in choices[:8]] == [0, 1, 2, 3, 4, 5, 999, 6]
     assert all(c.greedy and c.prob > 0.99 for c in choices if c.token_id != 999)
-    assert summarised_on and threading.current_thread().name not in summarised_on
-    # The kernel knows the worker by name: the benchmark counts it as the engine's.
-    tasks = Path("/proc/self/task")
-    names = {(task / "comm").read_bytes().strip() for task in tasks.iterdir()}
-    assert WORKER_NAME in names
-    worker.shutdown()
+    assert summarised_on == {WORKER_NAME.decode()}
+    assert not any(t.name == WORKER_NAME.decode() for t in threading.enumerate())
 
 
 def test_a_reply_cut_short_leaves_no_step_being_summarised() -> None:
     """Leaving the recorder (a reply stopped, or failed) drops the steps not
     summarised yet and waits for the one under way: after it nothing reads
-    the model, which may be closed next."""
-    from chat.engine.token_probs import StepRecorder, summarising_worker
+    the model, which may be closed next, and no thread is left."""
+    from chat.engine.token_probs import WORKER_NAME, StepRecorder
 
-    worker = summarising_worker()
     started, release = threading.Event(), threading.Event()
     read_after_exit: list[int] = []
     exited = False
@@ -238,12 +236,24 @@ def test_a_reply_cut_short_leaves_no_step_being_summarised() -> None:
             read_after_exit.append(token_id)
         return "x"
 
-    recorder = StepRecorder(SamplingSettings(temperature=0), token_text, worker)
-    with recorder:
+    with StepRecorder(SamplingSettings(temperature=0), token_text) as recorder:
         for token in range(10):
             recorder.record(_logits(token), token, "x")
         assert started.wait(5)
         threading.Timer(0.2, release.set).start()  # the step under way ends soon
     exited = True
-    worker.shutdown(wait=True)
     assert read_after_exit == []
+    assert not any(t.name == WORKER_NAME.decode() for t in threading.enumerate())
+
+
+def test_a_failed_summary_is_raised_at_the_end_and_never_stalls_the_decode() -> None:
+    from chat.engine.token_probs import StepRecorder
+
+    def token_text(token_id: int) -> str:
+        raise ValueError("no such token")
+
+    with StepRecorder(SamplingSettings(), token_text) as recorder:
+        for token in range(2 * StepRecorder.PENDING):  # past the backpressure bound
+            recorder.record(_logits(token), token, "x")
+        with pytest.raises(ValueError, match="no such token"):
+            recorder.choices()
