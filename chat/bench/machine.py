@@ -10,22 +10,27 @@ CPU its UI spends per 100 tokens streamed (at the first reply here; at the
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import llama_cpp
 
 from chat.bench.decode import raw_decode_rate
 from chat.bench.llama_bench import NativeRates, bench_binary, native_rates
+from chat.bench.remote import _post, _serving, server_binary
 from chat.bench.rows import Options, Row
 from chat.bench.startup import installed_python_env
 from chat.bench.terminal import LONG_PROMPT, TerminalReply, stream_in_terminal
 from chat.bench.ui_cost import ui_cost_rows
-from chat.engine.llama import LlamaEngine
+from chat.bench.workload import SAMPLING, STORY
+from chat.engine.llama import LlamaEngine, key_cache_type
 from chat.engine.threads import ThreadCounts, candidates, usable_cores
+from chat.settings.schema import ModelSettings
 
 
 def raw_decode_rate_at(engine: LlamaEngine, threads: int, tokens: int) -> float:
@@ -92,13 +97,17 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
         ]
     env = installed_python_env(Path(tempfile.mkdtemp(prefix="kvchat-bench-")))
     # The app chooses its own threads, as for a user (measured at its first
-    # start). Each run follows the raw loop at the app's decode threads: the
-    # two side by side, the machine's drift shared.
+    # start). Each run follows the raw loop and llama-server's own loop at the
+    # app's decode threads: side by side, the machine's drift shared.
     runs: list[TerminalReply] = []
     raw_beside: list[float] = []
-    for _ in range(1 if options.quick else 3):
-        raw_beside.append(raw_decode_rate_at(engine, chosen.decode, options.tokens))
-        runs.append(stream_in_terminal(options.model, env, options.tokens))
+    server_beside: list[float] = []
+    with _llama_server(engine, chosen, options) as server_url:
+        for _ in range(1 if options.quick else 3):
+            raw_beside.append(raw_decode_rate_at(engine, chosen.decode, options.tokens))
+            if server_url is not None:
+                server_beside.append(server_decode_rate(engine, server_url, options.tokens))
+            runs.append(stream_in_terminal(options.model, env, options.tokens))
     engine.use_threads(chosen)
     run = max(runs, key=lambda each: each.decode_tps)
     ui_cpu = min(each.ui_cpu_per_100_tokens for each in runs)
@@ -116,6 +125,7 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
             f"{decode_share:.1%} of raw at {top_decode} thread{'s' * (top_decode > 1)}",
         ),
         _beside_raw_row(runs, raw_beside, chosen.decode),
+        _beside_server_row(runs, server_beside, chosen),
         Row(
             "prompt: the app in a pseudo-terminal, kvchat's threads",
             app_prompt,
@@ -173,6 +183,77 @@ def _beside_raw_row(runs: list[TerminalReply], raw: list[float], threads: int) -
         share >= 0.98,
         f"app {app_rate:.1f} tok/s, raw loop {raw_rate:.1f} tok/s at {threads} "
         f"thread{'s' * (threads > 1)}; medians of {len(runs)}, taking turns",
+    )
+
+
+@contextlib.contextmanager
+def _llama_server(
+    engine: LlamaEngine, chosen: ThreadCounts, options: Options
+) -> Iterator[str | None]:
+    """llama-server on the benchmark's model, as the app runs it: the app's
+    threads, window and key cache type, one slot; its URL (None, said on
+    stderr, without a llama-server binary)."""
+    binary = server_binary()
+    if binary is None:
+        print("llama-server's own loop left out: no llama-server", file=sys.stderr)
+        yield None
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        serving = _serving(binary, options.model, Path(folder))
+        command = serving.command
+        command[command.index("--threads") + 1] = str(chosen.decode)
+        command[command.index("-c") + 1] = str(engine.info.n_ctx)
+        command += ["--threads-batch", str(chosen.batch), "--flash-attn", "off"]
+        command += ["--cache-type-k", key_cache_type(ModelSettings())]
+        with serving as url:
+            yield url
+
+
+def server_decode_rate(engine: LlamaEngine, url: str, tokens: int) -> float:
+    """llama-server's own decode rate (what it reports, timed in its own loop)
+    for the raw loop's prompt, evaluated afresh, and `tokens` tokens sampled as
+    the app samples them; the end-of-text token does not stop it early."""
+    prompt = engine.tokenize_chat([{"role": "user", "content": STORY}])
+    answer = _post(
+        url,
+        "/completion",
+        {
+            "prompt": prompt,
+            "n_predict": tokens,
+            "ignore_eos": True,
+            "cache_prompt": False,
+            "seed": SAMPLING.seed,
+            "temperature": SAMPLING.temperature,
+            "top_k": SAMPLING.top_k,
+            "top_p": SAMPLING.top_p,
+            "min_p": SAMPLING.min_p,
+        },
+    )
+    timings = answer["timings"]
+    assert isinstance(timings, dict)
+    return float(timings["predicted_per_second"])
+
+
+def _beside_server_row(
+    runs: list[TerminalReply], server: list[float], threads: ThreadCounts
+) -> Row:
+    """The app's decode against llama-server's own loop at the same threads,
+    each run of the app just after one of the server's (medians)."""
+    name = "decode: the app in a pseudo-terminal / llama-server's own loop, same threads"
+    if not server:
+        return Row(name, None, "x", note="no llama-server")
+    app_rate = statistics.median(each.decode_tps for each in runs)
+    server_rate = statistics.median(server)
+    share = app_rate / server_rate
+    return Row(
+        name,
+        share,
+        "x",
+        ">= 1.0",
+        share >= 1.0,
+        f"app {app_rate:.1f} tok/s, llama-server {server_rate:.1f} tok/s (its own timing) at "
+        f"{threads.decode} thread{'s' * (threads.decode > 1)}, the same prompt and "
+        f"{runs[0].tokens} tokens; medians of {len(runs)}, taking turns",
     )
 
 
