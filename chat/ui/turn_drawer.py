@@ -45,6 +45,7 @@ from chat.ui.widgets.context_meter import ContextMeter, MeterState
 from chat.ui.widgets.conversation_view import ConversationView
 from chat.ui.widgets.draft import Draft
 from chat.ui.widgets.message_view import AssistantMessageView, MessageView, WaitingMessage
+from chat.ui.widgets.prompt_box import PromptBox
 from chat.ui.widgets.status_bar import StatusBar
 
 
@@ -68,6 +69,8 @@ class TurnDrawer:
         """Replies the turn started whose end is not drawn yet."""
         self._reply_drawn = asyncio.Event()
         self._reply_drawn.set()
+        self._blink_held: bool | None = None
+        """The prompt box's cursor_blink while a reply streams (held steady), else None."""
         self.reply_shown: Signal[int] = Signal(screen, "reply_shown")
         """Published each time reply tokens are on screen, with how many (the
         benchmark measures decode speed where the user sees it)."""
@@ -136,6 +139,7 @@ class TurnDrawer:
         if reply_view is None:
             reply_view = await view.start_reply(started.reply)
         self._reply_view = reply_view
+        self._hold_cursor_blink(True)
         screen.query_one(StatusBar).show_generating()
         screen.refresh_bindings()
 
@@ -157,7 +161,18 @@ class TurnDrawer:
         self._undrawn = max(0, self._undrawn - 1)
         if not self._undrawn:
             self._reply_drawn.set()
+            self._hold_cursor_blink(False)
         self._screen.refresh_bindings()
+
+    def _hold_cursor_blink(self, hold: bool) -> None:
+        """While a reply streams the prompt box's cursor stays lit: each blink
+        is a frame of its own, two a second, as costly as a frame of text."""
+        box = self._screen.query_one(PromptBox)
+        if hold and self._blink_held is None:
+            self._blink_held = box.cursor_blink
+            box.cursor_blink = False
+        elif not hold and self._blink_held is not None:
+            box.cursor_blink, self._blink_held = self._blink_held, None
 
     async def _show_ended(self, ended: TurnEnded) -> None:
         view = self._reply_view

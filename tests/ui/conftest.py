@@ -257,3 +257,12 @@ def server_app(url: str, resume: int | None = None) -> ChatApp:
 def pages_settled(view: Widget) -> bool:
     """No page of the conversation view is being mounted or set aside."""
     return not any(worker.node is view and not worker.is_finished for worker in view.app.workers)
+
+
+async def replied(app: ChatApp, pilot, text: str) -> ChatScreen:  # type: ignore[no-untyped-def]
+    """Once the model is ready: `text` sent, its reply streamed to its end and drawn."""
+    screen = await ready(app, pilot)
+    await send(pilot, text)
+    await turn_done(screen, pilot, 2)
+    await pilot.pause()
+    return screen

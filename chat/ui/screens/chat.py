@@ -46,10 +46,12 @@ from chat.ui.commands import ChatScreenCommands, PresetCommands
 from chat.ui.messages import SwitchModelRequested, TurnUpdate
 from chat.ui.meter_planner import MeterPlanner
 from chat.ui.model_status import ModelStatus
+from chat.ui.row_compositor import RowCroppedCompositor
 from chat.ui.screens.chat_keys import CHAT_KEYS, TOOL_CALLS_KEY
 from chat.ui.screens.conversation_flow import ConversationFlow
 from chat.ui.screens.help import HelpScreen
 from chat.ui.screens.tool_flow import ToolFlow
+from chat.ui.textual_fixes import textual_known
 from chat.ui.turn_drawer import TurnDrawer, tell
 from chat.ui.widgets.context_meter import ContextMeter
 from chat.ui.widgets.conversation_view import ConversationView
@@ -87,6 +89,8 @@ class ChatScreen(Screen[None]):
         presets: Sequence[Preset] = (),
     ) -> None:
         super().__init__()
+        if textual_known():
+            self._compositor = RowCroppedCompositor()
         self.turn = turn
         self.conversations = conversations
         self.presets = list(presets)

@@ -17,7 +17,8 @@ from rich.cells import cell_len
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.content import Content
+from textual.content import Content, Span
+from textual.geometry import Region
 from textual.message import Message as TextualMessage
 from textual.widgets import Static
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from textual.widget import AwaitMount, Widget
     from textual.widgets import Markdown
     from textual.widgets.markdown import MarkdownStream
+    from typing_extensions import Self
 
 FINISH_NOTES = {
     "done": "",
@@ -321,6 +323,11 @@ def _reply_markdown_class() -> type[Markdown]:
                     label.styles.min_width = None
 
     class Paragraph(MarkdownParagraph):
+        _lines_drawn = 0
+        """Lines the text took when it was last set (its wrapped height)."""
+        _repaint_from: int | None = None
+        """The first line the next refresh repaints (None: all of them)."""
+
         def set_content(self, content: Content) -> None:
             """New text for the paragraph (a streamed reply's last one grows with
             each delivery); the screen is laid out again only when its height
@@ -329,20 +336,40 @@ def _reply_markdown_class() -> type[Markdown]:
             again, while a delivery that only fills the last line needs no more
             than this paragraph redrawn. While the reply streams, a paragraph
             that needs a line more takes STREAM_RESERVE_LINES more: its next
-            lines fill blank lines already laid out."""
+            lines fill blank lines already laid out; and only the lines from
+            the last one drawn down are drawn again (`_repaint_from`)."""
+            old = self._content
             self._content = content
             width, height = self.content_size
+            streaming = bool(width) and in_streaming_answer(self)
+            if streaming and self._lines_drawn and _appended_to(old, content):
+                # Words added after the text wrap below its last line: the
+                # lines above it are as they were drawn.
+                self._repaint_from = self._lines_drawn - 1
             self.update(content, layout=False)
+            self._repaint_from = None
             if not width:
                 self.refresh(layout=True)
                 return
             needed = self.get_content_height(self.size, self.size, width)
-            streaming = in_streaming_answer(self)
+            self._lines_drawn = needed
             if needed == height or (needed < height and streaming):
                 return
             reserve = STREAM_RESERVE_LINES if streaming and needed > height else 0
             self.styles.min_height = needed + reserve if reserve else None
             self.refresh(layout=True)
+
+        def refresh(
+            self,
+            *regions: Region,
+            repaint: bool = True,
+            layout: bool = False,
+            recompose: bool = False,
+        ) -> Self:
+            if self._repaint_from is not None and not (regions or layout or recompose):
+                width, height = self.content_size
+                regions = (Region(0, self._repaint_from, width, height - self._repaint_from),)
+            return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
 
         def end_reserve(self) -> None:
             """No longer the reply's last block: as tall as its text."""
@@ -371,6 +398,20 @@ def _reply_markdown_class() -> type[Markdown]:
 STREAM_RESERVE_LINES = 3
 """Blank lines a streaming paragraph or code block takes ahead of its text: the
 screen is laid out once for these lines, not once for each (docs/performance.md)."""
+
+
+def _appended_to(old: Content, new: Content) -> bool:
+    """`new` is `old` with text added at its end, styled as it was: the
+    Markdown parsed again left the text before the addition alone (it may
+    not: a closing `**` turns the words before it bold, and the markers
+    go)."""
+    if not new.plain.startswith(old.plain):
+        return False
+    end = len(old.plain)
+    before = [
+        Span(span.start, min(span.end, end), span.style) for span in new.spans if span.start < end
+    ]
+    return before == list(old.spans)
 
 
 def _text_shape(text: str) -> tuple[int, int]:

@@ -12,7 +12,7 @@ from textual.widgets import Label
 from chat.ui.widgets.message_view import AssistantMessageView
 from tests.conftest import turn_done
 from tests.fakes import ScriptedEngine
-from tests.ui.conftest import make_app, ready, send
+from tests.ui.conftest import make_app, ready, replied, send
 
 WIDE = "WIDE = '" + "w" * 110 + "'"  # wider than the screen: the block scrolls
 CODE_LINES = [
@@ -44,10 +44,7 @@ async def test_a_streamed_code_block_lays_out_only_when_it_grows(
     engine = ScriptedEngine(replies=[token_pieces(REPLY)], delay=0.02)
     app = make_app(engine)
     async with app.run_test(size=(100, 40)) as pilot:
-        screen = await ready(app, pilot)
-        await send(pilot, "code please")
-        await turn_done(screen, pilot, 2)
-        await pilot.pause()
+        screen = await replied(app, pilot, "code please")
         streamed = app.query(AssistantMessageView).last()
         code = streamed.query_one("#code-content", Label)
         # Every line and every column of the code is shown.
@@ -101,10 +98,7 @@ async def test_a_streamed_paragraph_lays_out_once_for_several_lines(
     engine = ScriptedEngine(replies=[token_pieces(PROSE)], delay=0.005)
     app = make_app(engine)
     async with app.run_test(size=(100, 40)) as pilot:
-        screen = await ready(app, pilot)
-        await send(pilot, "a long paragraph please")
-        await turn_done(screen, pilot, 2)
-        await pilot.pause()
+        screen = await replied(app, pilot, "a long paragraph please")
         streamed = app.query(AssistantMessageView).last()
         paragraph = streamed.body.children[0]
         lines = paragraph.size.height
@@ -118,3 +112,65 @@ async def test_a_streamed_paragraph_lays_out_once_for_several_lines(
     # its parts, at one height); fewer when a delivery brings several lines.
     heights = sorted(set(layouts))
     assert len(heights) <= 2 + math.ceil((lines - 1) / (STREAM_RESERVE_LINES + 1)), heights
+
+
+STYLED = (
+    "The keeper climbed the stairs at dusk and lit the lamp, as every night, "
+    "then **wrote in the log that the tide was high** and the wind from the "
+    "west; a ship passed *far out* at nine, and `lamp.trim()` was done at ten. "
+) * 3
+
+
+async def test_a_streamed_paragraph_draws_again_only_lines_that_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A delivery repaints the streaming paragraph from its last drawn line
+    down; a closing `**` (the words before it turn bold) repaints it all.
+    After every frame, each line on screen is what a fresh render draws."""
+    from textual._styles_cache import StylesCache
+    from textual.geometry import Region
+    from textual.screen import Screen
+
+    checked: list[int] = []
+    compositor_refresh = Screen._compositor_refresh
+
+    def check_after_frame(self: Screen[object]) -> None:
+        compositor_refresh(self)
+        for view in self.query(AssistantMessageView).filter(".streaming"):
+            for paragraph in view.body.children:
+                width, height = paragraph.outer_size
+                if not (width and height and paragraph._styles_cache._cache):
+                    continue
+                crop = Region(0, 0, width, height)
+                drawn = paragraph._styles_cache.render_widget(paragraph, crop)
+                fresh = StylesCache().render_widget(paragraph, crop)
+                assert [list(line) for line in drawn] == [list(line) for line in fresh]
+                checked.append(height)
+
+    monkeypatch.setattr(Screen, "_compositor_refresh", check_after_frame)
+    engine = ScriptedEngine(replies=[token_pieces(STYLED)], delay=0.005)
+    app = make_app(engine)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await replied(app, pilot, "the log, please")
+    assert len(checked) > 20 and max(checked) > 5  # many frames, over several lines
+
+
+async def test_the_prompt_cursor_stays_lit_while_a_reply_streams() -> None:
+    """Each blink would be a frame of its own while the reply streams."""
+    from chat.ui.widgets.prompt_box import PromptBox
+    from tests.conftest import wait_for
+
+    engine = ScriptedEngine(replies=[token_pieces(PROSE[:600])], delay=0.01)
+    app = make_app(engine)
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = await ready(app, pilot)
+        box = screen.query_one(PromptBox)
+        assert box.cursor_blink
+        await send(pilot, "a long paragraph please")
+        await wait_for(lambda: screen.query(AssistantMessageView).filter(".streaming"), pilot)
+        assert not box.cursor_blink
+        await pilot.press("a")  # typing goes on meanwhile
+        await turn_done(screen, pilot, 2)
+        await pilot.pause()
+        assert box.cursor_blink
+        assert box.text == "a"

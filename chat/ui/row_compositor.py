@@ -1,0 +1,45 @@
+"""A compositor that draws, in a partial update, only the rows that changed.
+
+Textual's compositor, for an update of a few lines (a streaming reply's last
+line, a blinking cursor), asks every widget whose clip overlaps those lines
+for *all* of its visible lines, and uses only the rows in the update: the
+screen, the conversation and each container around the reply go through
+their 30 to 40 cached lines, about 15 widgets a frame, most of a frame's
+time while a reply streams (docs/performance.md, "a frame of a few lines").
+This one asks each widget only for its lines in the update's rows. What is
+drawn is the same: the rows outside the update were never used.
+
+It overrides a private method of Textual's `Compositor` (`_get_renders`), so
+the chat screen uses it only on the Textual versions it was tested with
+(chat.ui.textual_fixes.TESTED_TEXTUAL)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from textual._compositor import Compositor
+from textual.geometry import Region
+from textual.strip import Strip
+
+
+class RowCroppedCompositor(Compositor):
+    def _get_renders(
+        self, crop: Region | None = None
+    ) -> Iterable[tuple[Region, Region, list[Strip]]]:
+        if crop is None:
+            yield from super()._get_renders(crop)
+            return
+        top, bottom = crop.y, crop.bottom
+        for widget, (region, clip) in list(self.visible_widgets.items()):
+            if not crop.overlaps(clip):
+                continue
+            x, y, width, height = region.intersection(clip)
+            # The rows of the update, across the widget's whole visible width
+            # (the update's columns are cut from them as before).
+            first, last = max(y, top), min(y + height, bottom)
+            if not width or last <= first:
+                continue
+            shown = Region(x, first, width, last - first)
+            lines = widget.render_lines(Region(x - region.x, first - region.y, width, last - first))
+            # `shown` as the clip: the caller draws region ∩ clip, which is it.
+            yield region, shown, lines
