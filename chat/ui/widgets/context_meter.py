@@ -143,9 +143,12 @@ class ContextMeter(Static):
 
     # While a reply streams the state changes with every delivery of text;
     # drawing it at most this often keeps the UI thread free for the text. The
-    # meter is drawn with a delivery (in the frame that draws the text, not a
-    # frame of its own), or by a timer when no delivery follows.
-    STREAM_REDRAW_S = 0.25
+    # meter is drawn with a delivery, or by a timer when no delivery follows.
+    # Twice a second: each drawing costs about as much as a frame of text, and
+    # most are a frame of their own (the Markdown stream puts the delivery's
+    # text on screen in a task of its own, often in the next frame;
+    # docs/performance.md).
+    STREAM_REDRAW_S = 0.5
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("", id=id)

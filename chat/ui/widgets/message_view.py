@@ -390,6 +390,14 @@ def _reply_markdown_class() -> type[Markdown]:
             for child in self.children:
                 if isinstance(child, (Paragraph, CopyableFence)):
                     child.end_reserve()
+            widgets = list(widgets)
+            view = self.parent
+            last = widgets[-1] if widgets else None
+            if isinstance(last, Paragraph) and view is not None and view.has_class("streaming"):
+                # A new paragraph in a streaming reply comes with its reserve
+                # already (in the layout that mounts it): its first lines then
+                # need no layout of their own.
+                last.styles.min_height = 1 + STREAM_RESERVE_LINES
             return super().mount_all(widgets, **kwargs)
 
     return ReplyMarkdown

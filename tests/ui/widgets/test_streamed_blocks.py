@@ -174,3 +174,35 @@ async def test_the_prompt_cursor_stays_lit_while_a_reply_streams() -> None:
         await pilot.pause()
         assert box.cursor_blink
         assert box.text == "a"
+
+
+async def test_a_new_streamed_paragraph_comes_with_its_reserve(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A paragraph mounted while the reply streams has its reserve lines from
+    the layout that mounts it: as its text grows to two or three lines it asks
+    for no layout of its own."""
+    from chat.ui.widgets import message_view
+
+    layouts = 0
+    paragraph_class = message_view._reply_markdown_class().BLOCKS["paragraph_open"]
+    set_content = paragraph_class.set_content
+
+    def counting(self: Widget, content: object) -> None:
+        nonlocal layouts
+        before = self._layout_required
+        set_content(self, content)
+        layouts += self.is_mounted and not before and self._layout_required
+
+    monkeypatch.setattr(paragraph_class, "set_content", counting)
+    paragraphs = [
+        f"Paragraph {n}: " + "the keeper logged the tide and the wind. " * 4 for n in range(6)
+    ]
+    engine = ScriptedEngine(replies=[token_pieces("\n\n".join(paragraphs))], delay=0.005)
+    app = make_app(engine)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await replied(app, pilot, "six paragraphs please")
+        streamed = app.query(AssistantMessageView).last()
+        heights = [block.size.height for block in streamed.body.children]
+    assert len(heights) == len(paragraphs) and all(2 <= height <= 3 for height in heights)
+    assert layouts == 0
