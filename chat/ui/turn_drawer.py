@@ -162,6 +162,7 @@ class TurnDrawer:
         if not self._undrawn:
             self._reply_drawn.set()
             self._hold_cursor_blink(False)
+            self._screen.query_one(ContextMeter).draw_pending()
         self._screen.refresh_bindings()
 
     def _hold_cursor_blink(self, hold: bool) -> None:

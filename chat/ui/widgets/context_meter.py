@@ -211,22 +211,33 @@ class ContextMeter(Static):
         if self.state is not None:
             s = self.state
             moved = min(count, s.reply)
-            self._change(replace(s, reply=s.reply - moved, tools=s.tools + moved))
+            self._change(replace(s, reply=s.reply - moved, tools=s.tools + moved), at_once=True)
 
     def add_tool_tokens(self, count: int) -> None:
         """A call's result (`count` tokens) joins the prompt from the next step
         on: it takes them from the reserve first, as the reply does."""
         if self.state is not None:
             s = self.state
-            self._change(replace(s, tools=s.tools + count, reserved=max(0, s.reserved - count)))
+            self._change(
+                replace(s, tools=s.tools + count, reserved=max(0, s.reserved - count)), at_once=True
+            )
 
-    def _change(self, state: MeterState) -> None:
+    def _change(self, state: MeterState, at_once: bool = False) -> None:
+        """`at_once`: a step of a tool turn (a call, a result), shown as it
+        happens (it is rare, and the user is asked about it next), not when
+        the next redraw of the streaming reply is due."""
         self.state = state
-        if time.monotonic() - self._drawn_at >= self.STREAM_REDRAW_S:
+        if at_once or time.monotonic() - self._drawn_at >= self.STREAM_REDRAW_S:
             self._redraw()
         elif not self._redraw_scheduled:
             self._redraw_scheduled = True
             self.set_timer(self.STREAM_REDRAW_S, self._redraw_if_due)
+
+    def draw_pending(self) -> None:
+        """The reply has ended: a change not drawn yet is drawn now, not when
+        its timer fires."""
+        if self._redraw_scheduled:
+            self._redraw()
 
     def _redraw_if_due(self) -> None:
         """The timer after a change: drawn meanwhile with a later change, or now."""
