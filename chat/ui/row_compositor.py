@@ -40,6 +40,6 @@ class RowCroppedCompositor(Compositor):
             if not width or last <= first:
                 continue
             shown = Region(x, first, width, last - first)
-            lines = widget.render_lines(Region(x - region.x, first - region.y, width, last - first))
+            lines = widget.render_lines(shown.translate(-region.offset))
             # `shown` as the clip: the caller draws region ∩ clip, which is it.
             yield region, shown, lines

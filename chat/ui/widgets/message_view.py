@@ -276,11 +276,14 @@ def _reply_markdown_class() -> type[Markdown]:
     from textual.widgets._markdown import MarkdownParagraph  # not re-exported by textual 8
     from textual.widgets.markdown import MarkdownFence
 
-    def in_streaming_answer(block: Widget) -> bool:
-        """The block is in the answer of a reply that streams."""
-        body = block.parent
+    def is_streaming_answer(body: object) -> bool:
+        """`body` is the answer of a reply that streams."""
         view = body.parent if isinstance(body, ReplyMarkdown) else None
         return view is not None and view.has_class("streaming")
+
+    def in_streaming_answer(block: Widget) -> bool:
+        """The block is in the answer of a reply that streams."""
+        return is_streaming_answer(block.parent)
 
     class CopyableFence(MarkdownFence):
         _shape: tuple[int, int] | None = None  # of the code shown: lines, widest
@@ -391,9 +394,8 @@ def _reply_markdown_class() -> type[Markdown]:
                 if isinstance(child, (Paragraph, CopyableFence)):
                     child.end_reserve()
             widgets = list(widgets)
-            view = self.parent
             last = widgets[-1] if widgets else None
-            if isinstance(last, Paragraph) and view is not None and view.has_class("streaming"):
+            if isinstance(last, Paragraph) and is_streaming_answer(self):
                 # A new paragraph in a streaming reply comes with its reserve
                 # already (in the layout that mounts it): its first lines then
                 # need no layout of their own.
