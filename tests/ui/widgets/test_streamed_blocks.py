@@ -152,7 +152,9 @@ async def test_a_streamed_paragraph_draws_again_only_lines_that_change(
     app = make_app(engine)
     async with app.run_test(size=(100, 40)) as pilot:
         await replied(app, pilot, "the log, please")
-    assert len(checked) > 20 and max(checked) > 5  # many frames, over several lines
+    # Many frames, over several lines. How many frames a reply takes depends on
+    # the machine's load (a loaded CI machine drew 20); a handful checks the point.
+    assert len(checked) >= 8 and max(checked) > 5
 
 
 async def test_the_prompt_cursor_stays_lit_while_a_reply_streams() -> None:
