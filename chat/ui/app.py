@@ -78,7 +78,7 @@ from chat.ui.themes import (
     load_themes,
     unknown_theme_message,
 )
-from chat.ui.tuning import settle_startup_garbage, share_the_gil_quickly
+from chat.ui.tuning import QuietCollections, settle_startup_garbage, share_the_gil_quickly
 from chat.ui.widgets.message_view import AssistantMessageView
 
 if TYPE_CHECKING:
@@ -194,6 +194,8 @@ class ChatApp(App[None]):
         self._log_problem_told: str | None = None
         """The last llama.cpp log problem told (`_tell_log_problem`)."""
         self._theme_problems: list[FileProblem] = []
+        self.quiet_collections = QuietCollections()
+        """Python's full garbage collections, held for a quiet moment (chat.ui.tuning)."""
         self._quit_by: float | None = None
         """When quitting must be done waiting (see QUIT_WAIT_S); None: not quitting."""
         self._typed_ahead: list[events.Key | TypedText] | None = []
@@ -318,6 +320,8 @@ class ChatApp(App[None]):
     # box): a held Ctrl+J is given back as the Enter it was.
 
     async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.InputEvent):
+            self.quiet_collections.input_seen()
         if isinstance(event, events.Key) and self._held_while_starting(event):
             return
         await super().on_event(event)
@@ -353,6 +357,8 @@ class ChatApp(App[None]):
 
     def on_mount(self) -> None:
         share_the_gil_quickly()
+        self.quiet_collections.take_over()
+        self.set_interval(1.0, self._collect_when_quiet, name="quiet collections")
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop = asyncio.get_running_loop()
             # SIGTERM (a shutdown, `kill`) ends kvchat as a hang-up does: saved,
@@ -657,7 +663,12 @@ class ChatApp(App[None]):
         self._exit_renderables.append(crash_notice(error, report))
         self._close_messages_no_wait()
 
+    def _collect_when_quiet(self) -> None:
+        screen = self.chat_screen
+        self.quiet_collections.tick(busy=screen.is_attached and screen.generating)
+
     def on_unmount(self) -> None:
+        self.quiet_collections.give_back()
         # Every screen is closed: nothing starts work on the model any more.
         # Free it once no thread uses it; one still in use when the time is up
         # is left to the end of the process (see chat.runtime.background).
