@@ -98,5 +98,5 @@ async def test_the_app_holds_full_collections_while_it_runs() -> None:
         collections.EVERY_S = 0.0
         collections.DUE_YOUNG_COLLECTIONS = 0
         done = full_collections()
-        await wait_for(lambda: full_collections() > done, pilot, timeout=5)
+        await wait_for(lambda: full_collections() > done, pilot, timeout=15)
     assert gc.get_threshold() == before
