@@ -22,7 +22,7 @@ import llama_cpp
 
 from chat.bench.decode import raw_decode_rate
 from chat.bench.llama_bench import NativeRates, bench_binary, native_rates
-from chat.bench.remote import _post, _serving, server_binary
+from chat.bench.remote import LlamaServer, _post, server_binary
 from chat.bench.rows import Options, Row
 from chat.bench.startup import installed_python_env
 from chat.bench.terminal import LONG_PROMPT, TerminalReply, stream_in_terminal
@@ -199,12 +199,17 @@ def _llama_server(
         yield None
         return
     with tempfile.TemporaryDirectory() as folder:
-        serving = _serving(binary, options.model, Path(folder))
-        command = serving.command
-        command[command.index("--threads") + 1] = str(chosen.decode)
-        command[command.index("-c") + 1] = str(engine.info.n_ctx)
-        command += ["--threads-batch", str(chosen.batch), "--flash-attn", "off"]
-        command += ["--cache-type-k", key_cache_type(ModelSettings())]
+        serving = LlamaServer(
+            binary,
+            options.model,
+            Path(folder),
+            threads=chosen.decode,
+            context=engine.info.n_ctx,
+            extra=(
+                *("--threads-batch", str(chosen.batch), "--flash-attn", "off"),
+                *("--cache-type-k", key_cache_type(ModelSettings())),
+            ),
+        )
         with serving as url:
             yield url
 

@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -74,7 +74,7 @@ def remote_rows(options: Options) -> list[Row]:
         return []
     with (
         tempfile.TemporaryDirectory() as folder,
-        _serving(binary, options.model, Path(folder)) as url,
+        LlamaServer(binary, options.model, Path(folder)) as url,
     ):
         from chat.engine.remote import ServerConfig, connect
 
@@ -384,17 +384,30 @@ def _bare_first_token_s(url: str, prompt: str) -> float:
     return waited
 
 
-class _serving:
-    """llama-server with `model` on a free loopback port, ready; stopped after."""
+class LlamaServer:
+    """llama-server with `model` on a free loopback port, ready; stopped after.
+    One slot; `threads` (default: every CPU) and a `context` of 4,096 tokens
+    unless told; `extra` arguments after those (`--jinja`, `--rpc` ...)."""
 
-    def __init__(self, binary: Path, model: Path, folder: Path) -> None:
+    def __init__(
+        self,
+        binary: Path,
+        model: Path,
+        folder: Path,
+        *,
+        threads: int | None = None,
+        context: int = 4096,
+        extra: Sequence[str] = (),
+    ) -> None:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = int(sock.getsockname()[1])
+        threads = threads if threads is not None else os.cpu_count() or 1
         self.command = [
             str(binary),
             *("-m", str(model), "--host", "127.0.0.1", "--port", str(self.port)),
-            *("-c", "4096", "--parallel", "1", "--threads", str(os.cpu_count() or 1)),
+            *("-c", str(context), "--parallel", "1", "--threads", str(threads)),
+            *extra,
         ]
         self.log = folder / "llama-server.log"
         self.process: subprocess.Popen[bytes] | None = None

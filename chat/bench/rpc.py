@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from chat.bench.remote import _serving, server_binary
+from chat.bench.remote import LlamaServer, server_binary
 from chat.bench.rows import Options, Row
 from chat.bench.workload import SAMPLING, STORY, finished, first_token_reply
 from chat.engine.protocol import Engine
@@ -50,11 +50,14 @@ def rpc_rows(options: Options) -> list[Row]:
         workers = stack.enter_context(_rpc_servers(rpc_binary, RPC_SERVERS, THREADS, folder))
         (folder / "alone").mkdir()
         (folder / "rpc").mkdir()
-        alone = _serving(binary, options.model, folder / "alone")
-        spread = _serving(binary, options.model, folder / "rpc")
-        spread.command += ["--rpc", ",".join(workers), "-ngl", "99"]
-        for serving in (alone, spread):
-            serving.command[serving.command.index("--threads") + 1] = str(THREADS)
+        alone = LlamaServer(binary, options.model, folder / "alone", threads=THREADS)
+        spread = LlamaServer(
+            binary,
+            options.model,
+            folder / "rpc",
+            threads=THREADS,
+            extra=("--rpc", ",".join(workers), "-ngl", "99"),
+        )
         alone_url = stack.enter_context(alone)
         spread_url = stack.enter_context(spread)
 

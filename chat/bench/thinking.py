@@ -222,15 +222,13 @@ def _turn_after_thinking(engine: LlamaEngine) -> TurnAfterThinking:
 
 def _server_row(model: Path, folder: Path, turn: TurnAfterThinking) -> list[Row]:
     """The same conversation on llama-server: what its own cache reused."""
-    from chat.bench.remote import _serving, server_binary
+    from chat.bench.remote import LlamaServer, server_binary
 
     binary = server_binary()
     if binary is None:
         print("thinking: llama-server row left out (no llama-server)", file=sys.stderr)
         return []
-    serving = _serving(binary, model, folder)
-    serving.command += ["--jinja"]
-    with serving as url:
+    with LlamaServer(binary, model, folder, extra=("--jinja",)) as url:
         from chat.engine.remote import ServerConfig, connect
 
         engine = connect(ServerConfig(url))
