@@ -231,16 +231,12 @@ class ContextMeter(Static):
             self._redraw()
         elif not self._redraw_scheduled:
             self._redraw_scheduled = True
-            self.set_timer(self.STREAM_REDRAW_S, self._redraw_if_due)
+            self.set_timer(self.STREAM_REDRAW_S, self.draw_pending)
 
     def draw_pending(self) -> None:
-        """The reply has ended: a change not drawn yet is drawn now, not when
-        its timer fires."""
-        if self._redraw_scheduled:
-            self._redraw()
-
-    def _redraw_if_due(self) -> None:
-        """The timer after a change: drawn meanwhile with a later change, or now."""
+        """A change not drawn yet is drawn now (nothing, when a later change
+        drew it meanwhile): called by the timer after a change, and when the
+        reply ends, so that its last change need not wait for the timer."""
         if self._redraw_scheduled:
             self._redraw()
 
