@@ -140,6 +140,7 @@ class ConversationView(VerticalScroll):
         """Messages newer than the newest mounted view (after a jump), oldest first."""
         self._mounting_earlier = False
         self._mounting_later = False
+        self._keeping_place = False
         # Pages are mounted one at a time: scrolling up and find (`reveal`) both mount them.
         self._earlier_lock = asyncio.Lock()
 
@@ -301,9 +302,24 @@ class ConversationView(VerticalScroll):
             await marker.remove()
         self.post_message(self.PageShown(views))
 
+    @property
+    def keeping_place(self) -> bool:
+        """A page was mounted above and the scroll that keeps what the user sees
+        in place has not been made yet: a scroll computed now would be moved
+        by it (find waits for it)."""
+        return self._keeping_place
+
     async def _mount_earlier(self) -> None:
         if not self._earlier:
             return
+        self._keeping_place = True
+        try:
+            await self._mount_earlier_page()
+        except BaseException:
+            self._keeping_place = False
+            raise
+
+    async def _mount_earlier_page(self) -> None:
         batch = self._earlier[-self.PAGE :]
         del self._earlier[-self.PAGE :]
         marker = self.query_one(EarlierMessages)
@@ -327,6 +343,7 @@ class ConversationView(VerticalScroll):
             # The new views pushed the content down: scroll by as much, so that
             # what the user was reading stays where it was. (At the bottom the
             # anchor already keeps the newest message in view.)
+            self._keeping_place = False
             if self.scroll_y < self.max_scroll_y and oldest is not None and oldest.is_attached:
                 grown = oldest.virtual_region.y - oldest_y
                 self.scroll_to(y=self.scroll_y + grown, animate=False, immediate=True)

@@ -32,6 +32,7 @@ from chat.conversations.find import Search
 from chat.sanitize import sanitize
 from chat.ui.widgets.conversation_view import ConversationView
 from chat.ui.widgets.match_highlight import Place, clear_view, highlight_view
+from chat.ui.widgets.message_view import MessageView
 
 KEYS = "Enter/↑ earlier · ↓ later · Esc close"
 
@@ -228,20 +229,35 @@ class FindBar(Horizontal):
             # After the layout of what was just mounted or highlighted.
             self.call_after_refresh(self._scroll_to_place, place)
 
-    def _scroll_to_place(self, place: Place, tries: int = 40) -> None:
-        """Scroll the conversation so that the current match's row is in sight:
-        left where it is if it is already, else to the middle."""
+    def _scroll_to_place(self, place: Place, tries: int = 40, waits: int = 200) -> None:
+        """Scroll the conversation so that the current match's row is in sight,
+        with the top of its message (who said it) when both fit in the view:
+        left where it is if they are already, else the row to the middle."""
         view = self._view
-        if not place.widget.is_attached:
+        if not place.widget.is_attached or not tries:
             return
-        if not place.widget.region and tries:
+        if view.keeping_place and waits:
+            # A page just mounted above is about to move the scroll by its
+            # height: a scroll made now would be moved with it.
+            self.set_timer(0.05, lambda: self._scroll_to_place(place, tries, waits - 1))
+            return
+        if not place.widget.region:
             # Mounted but not laid out yet (on a busy machine that can take
             # more than a refresh): its place is not known, so look again soon.
-            self.set_timer(0.05, lambda: self._scroll_to_place(place, tries - 1))
+            self.set_timer(0.05, lambda: self._scroll_to_place(place, tries - 1, waits))
             return
-        top = place.widget.content_region.y - view.content_region.y + round(view.scroll_y)
-        row = top + place.line
+        message = next(
+            (w for w in place.widget.ancestors_with_self if isinstance(w, MessageView)), None
+        )
+        origin = view.content_region.y - round(view.scroll_y)
+        row = place.widget.content_region.y - origin + place.line
         height = view.scrollable_content_region.height
-        if view.scroll_y <= row < view.scroll_y + height:
+        top = row if message is None else message.region.y - origin
+        if row - top >= height:
+            top = row  # a long message: its top cannot be in sight with the row
+        if view.scroll_y <= top and row < view.scroll_y + height:
             return
-        view.scroll_to(y=max(0, row - height // 2), animate=False)
+        view.scroll_to(y=max(0, min(top, row - height // 2)), animate=False, immediate=True)
+        # Where things were may have been laid out from views still growing
+        # (a page just mounted): look again once this scroll is drawn.
+        self.call_after_refresh(self._scroll_to_place, place, tries - 1, waits)

@@ -18,7 +18,7 @@ from chat.ui.widgets.message_view import MessageView
 from chat.ui.widgets.prompt_box import PromptBox
 from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine
-from tests.ui.conftest import make_app, ready, run_command, send
+from tests.ui.conftest import make_app, pages_settled, ready, run_command, send
 
 REPLY = (
     "Use a **list** comprehension:\n\n"
@@ -291,3 +291,28 @@ def test_messages_are_searched_as_they_are_shown() -> None:
     for text in ["plain ßtraße\n\ttabbed", "red \x1b[31mtext\x1b[0m", "osc \x1b]0;title\x07 end"]:
         assert _as_shown(text) == sanitize(text)
     assert _as_shown("red \x1b[31mtext") == "red text"
+
+
+async def test_a_match_on_the_top_row_brings_its_message_top_into_sight() -> None:
+    # The match's row is in sight, but the line saying whose message it is
+    # lies just above the view: scrolled so that both show.
+    app = make_app(ScriptedEngine())
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await ready(app, pilot)
+        assert await screen.open_conversation(long_conversation())
+        view = screen.query_one(ConversationView)
+        await wait_for(lambda: pages_settled(view), pilot)
+        await pilot.pause()
+        question = next(
+            v for v in view.message_views() if v.message.content.startswith("Question 35:")
+        )
+        view.anchor(False)
+        view.scroll_to(y=question.virtual_region.y + 1, animate=False, immediate=True)
+        await pilot.pause()
+        assert not in_sight(view, question)
+        bar = await find(pilot, "")
+        bar.query_one("#find-input", Input).value = "Question 35:"  # at once, as pasted
+        await wait_for(lambda: bar.search.query == "Question 35:", pilot)
+        assert counter(app) == "1 of 1"
+        await wait_for(lambda: in_sight(view, question), pilot)
+        assert ("Question 35:", CURRENT_STYLE) in highlights(app)
