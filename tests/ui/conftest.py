@@ -28,6 +28,7 @@ from chat.ui.app import ChatApp, Launch
 from chat.ui.screens.chat import ChatScreen
 from chat.ui.screens.conversations import ConversationsScreen
 from chat.ui.screens.settings import SettingsScreen
+from chat.ui.widgets.conversation_view import ConversationView
 from chat.ui.widgets.message_view import AssistantMessageView
 from chat.ui.widgets.prompt_box import PromptBox
 from chat.ui.widgets.setting_field import SettingField
@@ -257,6 +258,18 @@ def server_app(url: str, resume: int | None = None) -> ChatApp:
 def pages_settled(view: Widget) -> bool:
     """No page of the conversation view is being mounted or set aside."""
     return not any(worker.node is view and not worker.is_finished for worker in view.app.workers)
+
+
+async def opened_and_settled(
+    app: ChatApp, pilot: Pilot[Any], conversation: Conversation
+) -> tuple[ChatScreen, ConversationView]:
+    """Once the model is ready: `conversation` open, its first pages mounted."""
+    screen = await ready(app, pilot)
+    assert await screen.open_conversation(conversation)
+    view = screen.query_one(ConversationView)
+    await wait_for(lambda: pages_settled(view), pilot)
+    await pilot.pause()
+    return screen, view
 
 
 async def replied(app: ChatApp, pilot, text: str) -> ChatScreen:  # type: ignore[no-untyped-def]

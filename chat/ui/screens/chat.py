@@ -211,6 +211,14 @@ class ChatScreen(Screen[None]):
             draft.sent()
         self.refresh_bindings()
 
+    @on(PromptBox.PageRequested)
+    def _on_page_requested(self, event: PromptBox.PageRequested) -> None:
+        view = self.query_one(ConversationView)
+        if event.step < 0:
+            view.scroll_page_up(animate=False)
+        else:
+            view.scroll_page_down(animate=False)
+
     @on(PromptBox.Changed)
     def _on_prompt_changed(self) -> None:
         self.meter.typed()

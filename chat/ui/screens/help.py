@@ -21,6 +21,7 @@ from chat.ui.widgets.status_bar import StatusBar
 TYPING_KEYS = [
     ("Enter", "send the message"),
     ("Shift+Enter, Ctrl+J", "new line in the message"),
+    ("Page Up, Page Down", "scroll the conversation a screenful, also while typing"),
 ]
 """Keys of the prompt box (a TextArea), which are not bindings of the screen."""
 MOVING_FOCUS = {"focus_next", "focus_previous"}

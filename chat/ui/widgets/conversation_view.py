@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from textual import events
 from textual.containers import VerticalScroll
 from textual.content import Content
+from textual.geometry import Size
+from textual.layout import DockArrangeResult
 from textual.message import Message as TextualMessage
 from textual.widgets import Static
 
@@ -141,6 +143,9 @@ class ConversationView(VerticalScroll):
         self._mounting_earlier = False
         self._mounting_later = False
         self._keeping_place = False
+        self._held_place: tuple[MessageView, int] | None = None
+        """While a page mounts above: the view that was the oldest shown and
+        where it was laid out last (see `arrange`)."""
         # Pages are mounted one at a time: scrolling up and find (`reveal`) both mount them.
         self._earlier_lock = asyncio.Lock()
 
@@ -325,7 +330,8 @@ class ConversationView(VerticalScroll):
         marker = self.query_one(EarlierMessages)
         shown = self.message_views_without_system()
         oldest = shown[0] if shown else None
-        oldest_y = oldest.virtual_region.y if oldest is not None else 0
+        if oldest is not None and oldest.virtual_region:
+            self._held_place = (oldest, oldest.virtual_region.y)
         # Set aside in the same refresh as the mount: each refresh lays out
         # every mounted view again, so one is cheaper than two.
         far_below = self._far_below(shown)
@@ -339,17 +345,36 @@ class ConversationView(VerticalScroll):
             await self._set_aside_below(far_below)
         self.post_message(self.PageShown(views))
 
-        def keep_position() -> None:
-            # The new views pushed the content down: scroll by as much, so that
-            # what the user was reading stays where it was. (At the bottom the
-            # anchor already keeps the newest message in view.)
+        def settled() -> None:
+            # The page is mounted and laid out, each layout having kept the
+            # place (`arrange`): see whether another page is needed above.
             self._keeping_place = False
-            if self.scroll_y < self.max_scroll_y and oldest is not None and oldest.is_attached:
-                grown = oldest.virtual_region.y - oldest_y
-                self.scroll_to(y=self.scroll_y + grown, animate=False, immediate=True)
+            self._held_place = None
             self._fill_above()
 
-        self.call_after_refresh(keep_position)
+        self.call_after_refresh(settled)
+
+    def arrange(self, size: Size, optimal: bool = False) -> DockArrangeResult:
+        """Lay out the views; while a page mounts above, scroll by as much as
+        it pushed the views below it down, in the same layout: what the user
+        was reading stays where it was in every frame drawn. (Scrolled after
+        the layout instead, one frame showed the page in its place, and the
+        views grow over two or three layouts as they compose.)"""
+        result = super().arrange(size, optimal)
+        if self._held_place is not None:
+            view, was = self._held_place
+            now = next((p.region.y for p in result.placements if p.widget is view), None)
+            if now is None or not view.is_attached:
+                self._held_place = None
+            elif now != was:
+                self._held_place = (view, now)
+                # What Textual does for its own anchor at this point of a
+                # layout (the compositor reads the scroll offset next).
+                scroll_y = max(0, self.scroll_y + now - was)
+                self.set_reactive(VerticalScroll.scroll_y, scroll_y)
+                self.set_reactive(VerticalScroll.scroll_target_y, scroll_y)
+                self.vertical_scrollbar.position = scroll_y
+        return result
 
     def _far_below(self, shown: list[MessageView]) -> list[MessageView]:
         """The newest of the `shown` views that begin more than KEEP_SCREENS

@@ -50,6 +50,14 @@ class PromptBox(TakesTypedText, UntrustedTextArea):
         prompt_box: PromptBox
         text: str
 
+    @dataclass
+    class PageRequested(Message):
+        """Page Up (`step` -1) or Page Down (1) in the box: the conversation
+        scrolls a screenful, as in a chat where the history pages while one
+        types (the box is a few lines: paging its own text is rarely needed)."""
+
+        step: int
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, soft_wrap=True, show_line_numbers=False, tab_behavior="focus")
         self.placeholder = "Message  (Enter to send · Shift+Enter or Ctrl+J for a new line)"
@@ -85,6 +93,12 @@ class PromptBox(TakesTypedText, UntrustedTextArea):
             event.prevent_default()
             if self.text.strip():
                 self.post_message(self.Submitted(self, self.text))
+            return
+        if event.key in ("pageup", "pagedown") and not self.max_scroll_y:
+            # A message taller than the box still pages its own text.
+            event.stop()
+            event.prevent_default()
+            self.post_message(self.PageRequested(-1 if event.key == "pageup" else 1))
             return
         if event.key == "tab" and self.complete_mention():
             event.stop()

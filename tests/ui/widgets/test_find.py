@@ -18,7 +18,7 @@ from chat.ui.widgets.message_view import MessageView
 from chat.ui.widgets.prompt_box import PromptBox
 from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine
-from tests.ui.conftest import make_app, pages_settled, ready, run_command, send
+from tests.ui.conftest import make_app, opened_and_settled, ready, run_command, send
 
 REPLY = (
     "Use a **list** comprehension:\n\n"
@@ -298,11 +298,7 @@ async def test_a_match_on_the_top_row_brings_its_message_top_into_sight() -> Non
     # lies just above the view: scrolled so that both show.
     app = make_app(ScriptedEngine())
     async with app.run_test(size=(80, 24)) as pilot:
-        screen = await ready(app, pilot)
-        assert await screen.open_conversation(long_conversation())
-        view = screen.query_one(ConversationView)
-        await wait_for(lambda: pages_settled(view), pilot)
-        await pilot.pause()
+        _, view = await opened_and_settled(app, pilot, long_conversation())
         question = next(
             v for v in view.message_views() if v.message.content.startswith("Question 35:")
         )
