@@ -309,9 +309,10 @@ class ConversationView(VerticalScroll):
 
     @property
     def keeping_place(self) -> bool:
-        """A page was mounted above and the scroll that keeps what the user sees
-        in place has not been made yet: a scroll computed now would be moved
-        by it (find waits for it)."""
+        """A page is being mounted above, its views still growing as they
+        compose, each layout scrolling to keep the views below it in place: a
+        scroll computed now, to a place in that page, may be moved (find waits
+        until it has settled)."""
         return self._keeping_place
 
     async def _mount_earlier(self) -> None:
@@ -321,8 +322,19 @@ class ConversationView(VerticalScroll):
         try:
             await self._mount_earlier_page()
         except BaseException:
-            self._keeping_place = False
+            self._stop_keeping_place()
             raise
+        self.call_after_refresh(self._page_settled)
+
+    def _page_settled(self) -> None:
+        """The page is mounted and laid out, each layout having kept the place
+        (`arrange`): see whether another page is needed above."""
+        self._stop_keeping_place()
+        self._fill_above()
+
+    def _stop_keeping_place(self) -> None:
+        self._keeping_place = False
+        self._held_place = None
 
     async def _mount_earlier_page(self) -> None:
         batch = self._earlier[-self.PAGE :]
@@ -344,15 +356,6 @@ class ConversationView(VerticalScroll):
         if far_below:
             await self._set_aside_below(far_below)
         self.post_message(self.PageShown(views))
-
-        def settled() -> None:
-            # The page is mounted and laid out, each layout having kept the
-            # place (`arrange`): see whether another page is needed above.
-            self._keeping_place = False
-            self._held_place = None
-            self._fill_above()
-
-        self.call_after_refresh(settled)
 
     def arrange(self, size: Size, optimal: bool = False) -> DockArrangeResult:
         """Lay out the views; while a page mounts above, scroll by as much as
