@@ -105,6 +105,10 @@ class ChatScreen(Screen[None]):
         """Mounted the first time Ctrl+F opens it."""
         self.tool_flow = ToolFlow(self, turn.tools) if turn.tools is not None else None
         """The question before a call, the calls' blocks, the tools pane."""
+        self.message_draft = Draft(turn)
+        """The message being written (held: `check_action` reads it for every
+        key binding each time the footer asks which keys do something, and a
+        query walks the whole screen)."""
 
     @property
     def session(self) -> ChatSession:
@@ -151,8 +155,7 @@ class ChatScreen(Screen[None]):
         """The footer shows the keys that do something now (so that they fit on
         one line at 100 columns): Esc while there is something to stop, the
         branch keys once a message has alternatives, and so on."""
-        drafts = self.query(Draft)
-        editing = bool(drafts) and drafts.first().editing is not None
+        editing = self.message_draft.editing is not None
         if action == "stop":
             return self.generating or self.turn.waiting is not None or editing
         if action == "copy_message":
@@ -171,7 +174,7 @@ class ChatScreen(Screen[None]):
         yield ConversationView(id="conversation")
         yield Static("", id="notice", markup=False)
         yield ContextMeter(id="meter")
-        with Draft(self.turn):
+        with self.message_draft:
             yield from Draft.parts()
         yield StatusBar(id="status")
         # Compact (styled in app.tcss); narrower than 120 columns it leads with
@@ -198,7 +201,7 @@ class ChatScreen(Screen[None]):
 
     @on(Draft.Submitted)
     def _on_submitted(self, event: Draft.Submitted) -> None:
-        draft = self.query_one(Draft)
+        draft = self.message_draft
         if event.editing is not None:
             refused = self.turn.send_edit(event.editing, event.text)
         else:
@@ -241,20 +244,20 @@ class ChatScreen(Screen[None]):
 
         def chosen(path: str | None) -> None:
             if path is not None:
-                self.query_one(Draft).attach(path)
+                self.message_draft.attach(path)
 
         self.app.push_screen(AttachFileScreen(self.draft.base), chosen)
 
     def action_remove_attachments(self) -> None:
         """Take every file off the message being written."""
-        self.query_one(Draft).remove_attachments()
+        self.message_draft.remove_attachments()
 
     def action_compose_in_editor(self) -> None:
         """Ctrl+G: write the message in the user's editor."""
-        self.query_one(Draft).compose_in_editor()
+        self.message_draft.compose_in_editor()
 
     def stop_editing(self) -> None:
-        self.query_one(Draft).stop_editing()
+        self.message_draft.stop_editing()
 
     def show_not_saving(self, reason: str | None) -> None:
         self.query_one(StatusBar).show_not_saving(reason)
@@ -369,7 +372,7 @@ class ChatScreen(Screen[None]):
         elif message.role == "assistant":
             self.conversations.edit_reply(message)
         else:
-            self.query_one(Draft).edit(message)
+            self.message_draft.edit(message)
             self.refresh_bindings()
 
     async def action_fork(self) -> None:

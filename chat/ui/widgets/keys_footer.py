@@ -5,6 +5,8 @@ open and quit, with the command palette at the right end."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -20,39 +22,115 @@ NARROW_REST = ("escape", "ctrl+n", "ctrl+o", "ctrl+q")
 """Then only these (stop, new, open, quit), so that the line fits 80 columns; F1 lists the rest."""
 
 
+@dataclass(frozen=True)
+class KeySpec:
+    """One key the footer draws, as a FooterKey is made from it."""
+
+    key: str
+    key_display: str
+    description: str
+    action: str
+    enabled: bool
+    tooltip: str
+    palette: bool = False
+    """The command palette's key, drawn at the right end."""
+
+    def widget(self) -> FooterKey:
+        key = FooterKey(
+            self.key,
+            self.key_display,
+            self.description,
+            self.action,
+            disabled=not self.enabled,
+            tooltip=self.tooltip,
+            classes="-command-palette" if self.palette else "",
+        )
+        return key if self.palette else key.data_bind(compact=Footer.compact)
+
+
 class KeysFooter(Footer):
     def __init__(self) -> None:
         super().__init__()
         self._narrow: bool | None = None
-        self._shown: tuple[object, ...] | None = None
-        """What the keys composed last showed (`_keys_shown`)."""
+        self._composed: list[tuple[KeySpec, FooterKey]] = []
+        """The keys composed last, in order, each with its widget (hidden
+        while the key is not active)."""
 
     def bindings_changed(self, screen: Screen[object]) -> None:
         # The screen says its bindings may have changed several times a turn
         # (a reply starts, ends, a key is typed); Textual's footer composes its
         # keys anew each time, which costs the UI thread more than a frame of
-        # streamed text. Only a change the footer shows is composed.
-        unchanged = (
-            self._shown is not None
-            and self.is_attached
-            and screen is self.screen
-            and self._keys_shown() == self._shown
-        )
-        if not unchanged:
-            super().bindings_changed(screen)
+        # streamed text (some 25 ms, as a reply starts and again as it ends:
+        # Esc appears, Regen and Edit go). The footer keeps the widgets of
+        # keys that go, hidden, and shows them again when they come back; it
+        # composes only when a key it never drew comes, or one changes.
+        self._bindings_ready = True
+        if not (screen.app.app_focus and self.is_attached and screen is self.screen):
+            return
+        if self._narrow != (self.app.size.width < WIDE) or not self._show_only(self._key_specs()):
+            self.call_after_refresh(self.recompose)
 
-    def _keys_shown(self) -> tuple[object, ...]:
-        """The active bindings that the footer may draw, with what it draws of
-        them, and the width's form (a binding kept out of the footer may turn
-        on and off at every reply: that is no change here)."""
-        palette = self.app.COMMAND_PALETTE_BINDING
-        return (
-            self.app.size.width < WIDE,
-            tuple(
-                (key, binding.action, binding.description, enabled, tooltip)
-                for key, (_, binding, enabled, tooltip) in self.screen.active_bindings.items()
-                if binding.show or key in FIRST_KEYS or key == palette
-            ),
+    def _show_only(self, specs: list[KeySpec]) -> bool:
+        """Show the composed keys that are `specs` and hide the others, when
+        `specs` are all among them in the same order; else False."""
+        composed = [spec for spec, _ in self._composed]
+        wanted = iter(specs)
+        want = next(wanted, None)
+        shown: list[bool] = []
+        for spec in composed:
+            shown.append(spec == want)
+            if spec == want:
+                want = next(wanted, None)
+        if want is not None or not self._composed:
+            return False
+        for (_, key), show in zip(self._composed, shown, strict=True):
+            key.display = show
+        self.styles.grid_size_columns = sum(
+            show for (spec, _), show in zip(self._composed, shown, strict=True) if not spec.palette
+        )
+        return True
+
+    def _key_specs(self) -> list[KeySpec]:
+        """The keys to draw now: Textual's footer's at 120 columns and more
+        (each action once, with its first key), else the narrow selection."""
+        active = self.screen.active_bindings
+        if self.app.size.width < WIDE:
+            first = [active[key] for key in FIRST_KEYS if key in active]
+            first_actions = {binding.action for _, binding, _, _ in first}
+            rest = [
+                active[key]
+                for key in NARROW_REST
+                if key in active
+                and active[key][1].show
+                and active[key][1].action not in first_actions
+            ]
+            chosen = [*first, *rest]
+        else:
+            chosen = [each for each in active.values() if each[1].show]
+        seen: set[str] = set()
+        specs: list[KeySpec] = []
+        for _, binding, enabled, tooltip in chosen:
+            if binding.action not in seen:
+                seen.add(binding.action)
+                specs.append(self._spec(binding, enabled, tooltip))
+        palette = active.get(self.app.COMMAND_PALETTE_BINDING)
+        if self.show_command_palette and self.app.ENABLE_COMMAND_PALETTE and palette:
+            _, binding, enabled, _ = palette
+            tooltip = binding.tooltip or binding.description
+            specs.append(self._spec(binding, enabled, tooltip, palette=True))
+        return specs
+
+    def _spec(
+        self, binding: Binding, enabled: bool, tooltip: str, palette: bool = False
+    ) -> KeySpec:
+        return KeySpec(
+            binding.key,
+            self.app.get_key_display(binding),
+            binding.description,
+            binding.action,
+            enabled,
+            tooltip,
+            palette,
         )
 
     def on_resize(self, event: events.Resize) -> None:
@@ -62,47 +140,33 @@ class KeysFooter(Footer):
         self._narrow = narrow
 
     def compose(self) -> ComposeResult:
-        self._narrow = self.app.size.width < WIDE
-        if self._bindings_ready:
-            self._shown = self._keys_shown()
-        if not self._narrow:
-            yield from super().compose()
-            return
+        narrow = self.app.size.width < WIDE
+        kept = [spec for spec, _ in self._composed] if narrow == self._narrow else []
+        self._narrow = narrow
+        self._composed = []
         if not self._bindings_ready:
             return
-        active = self.screen.active_bindings
-        first = [active[key] for key in FIRST_KEYS if key in active]
-        first_actions = {binding.action for _, binding, _, _ in first}
-        rest = [
-            active[key]
-            for key in NARROW_REST
-            if key in active and active[key][1].show and active[key][1].action not in first_actions
-        ]
-        seen: set[str] = set()
-        keys: list[tuple[Binding, bool, str]] = []
-        for _, binding, enabled, tooltip in [*first, *rest]:
-            if binding.action not in seen:
-                seen.add(binding.action)
-                keys.append((binding, enabled, tooltip))
-        self.styles.grid_size_columns = len(keys)
-        for binding, enabled, tooltip in keys:
-            yield FooterKey(
-                binding.key,
-                self.app.get_key_display(binding),
-                binding.description,
-                binding.action,
-                disabled=not enabled,
-                tooltip=tooltip,
-            ).data_bind(compact=Footer.compact)
-        palette = active.get(self.app.COMMAND_PALETTE_BINDING)
-        if self.show_command_palette and self.app.ENABLE_COMMAND_PALETTE and palette:
-            _, binding, enabled, tooltip = palette
-            yield FooterKey(
-                binding.key,
-                self.app.get_key_display(binding),
-                binding.description,
-                binding.action,
-                classes="-command-palette",
-                disabled=not enabled,
-                tooltip=binding.tooltip or binding.description,
-            )
+        specs = self._key_specs()
+        self.styles.grid_size_columns = sum(not spec.palette for spec in specs)
+        for spec in _merged(kept, specs):
+            key = spec.widget()
+            key.display = spec in specs
+            self._composed.append((spec, key))
+            yield key
+
+
+def _merged(drawn: list[KeySpec], specs: list[KeySpec]) -> list[KeySpec]:
+    """`specs`, with each key drawn before that is not among them put back
+    after the key it followed (hidden): a reply's start swaps Regen for Esc,
+    its end Esc for Regen, and with both drawn each swap is a matter of
+    showing and hiding."""
+    merged = list(specs)
+    keys = {spec.key for spec in specs}
+    for index, spec in enumerate(drawn):
+        if spec.key in keys:
+            continue
+        before = drawn[index - 1] if index else None
+        place = merged.index(before) + 1 if before in merged else 0
+        merged.insert(place, spec)
+        keys.add(spec.key)
+    return merged

@@ -272,6 +272,7 @@ def markdown_parser() -> MarkdownIt:
 def _reply_markdown_class() -> type[Markdown]:
     """Markdown whose code blocks each carry a copy button. Built on first use:
     importing Markdown costs time that a new chat's first frame need not pay."""
+    from textual.await_complete import AwaitComplete
     from textual.widgets import Label, Markdown
     from textual.widgets._markdown import MarkdownParagraph  # not re-exported by textual 8
     from textual.widgets.markdown import MarkdownFence
@@ -401,6 +402,39 @@ def _reply_markdown_class() -> type[Markdown]:
                 # need no layout of their own.
                 last.styles.min_height = 1 + STREAM_RESERVE_LINES
             return super().mount_all(widgets, **kwargs)
+
+        def append(self, markdown: str) -> AwaitComplete:
+            if is_streaming_answer(self) and self._append_in_place(markdown):
+                return AwaitComplete.nothing()
+            return super().append(markdown)
+
+        def _append_in_place(self, markdown: str) -> bool:
+            """Most deliveries of a streaming reply only add words to its last
+            paragraph. Markdown's own append builds a new paragraph widget from
+            the text parsed again and copies its text into the last one (a
+            widget made and thrown away at each delivery); this sets the
+            paragraph's text directly when the text parsed again is still that
+            one paragraph, and says whether it did. Anything else (a new
+            block, a list, a closing fence) goes Markdown's own way."""
+            blocks = self.children
+            last = blocks[-1] if blocks else None
+            if not isinstance(last, Paragraph) or self.lock.is_locked:
+                return False
+            source = self.source + markdown
+            start_line = self._last_parsed_line
+            tokens = markdown_parser().parse("".join(source.splitlines(keepends=True)[start_line:]))
+            kinds = [token.type for token in tokens]
+            if kinds != ["paragraph_open", "inline", "paragraph_close"]:
+                return False
+            opened, inline = tokens[0], tokens[1]
+            if opened.map is None or opened.map[0] != 0:
+                return False
+            self._markdown = source
+            last.source_range = (start_line, start_line + opened.map[1])
+            last._token = opened
+            last._inline_token = inline
+            last.set_content(last._token_to_content(inline))
+            return True
 
     return ReplyMarkdown
 

@@ -12,6 +12,7 @@ import pytest
 from textual.pilot import Pilot
 
 from chat.tools.permissions import Choice
+from chat.ui.meter_planner import METER_DEBOUNCE_S
 from chat.ui.screens.tools import ToolsScreen
 from chat.ui.widgets.tool_call_block import ToolCallBlock
 from tests.conftest import turn_done
@@ -61,6 +62,11 @@ def test_tool_call_block(folded: bool, snap_compare: Any) -> None:
 
     async def run_before(pilot: Pilot[Any]) -> None:
         await asked(pilot)
+        # The meter plans again a moment after the prompt box changed (it was
+        # emptied as the message went), unless a reply is being drawn then: a
+        # real reply takes longer than that pause, so the picture is taken
+        # with the meter as it was at the reply's end.
+        await pilot.pause(2 * METER_DEBOUNCE_S)
         await pilot.press("o")
         await turn_done(app.chat_screen, pilot, 2)
         (block,) = app.query(ToolCallBlock)

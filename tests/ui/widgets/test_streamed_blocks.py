@@ -208,3 +208,71 @@ async def test_a_new_streamed_paragraph_comes_with_its_reserve(
         heights = [block.size.height for block in streamed.body.children]
     assert len(heights) == len(paragraphs) and all(2 <= height <= 3 for height in heights)
     assert layouts == 0
+
+
+MIXED = (
+    "The keeper's **log, in bold once the marks close**, and `code` inline.\n\n"
+    "A second paragraph\nwith a soft break and a [link](https://example.com).\n\n"
+    "- a list item\n- another, *emphasised*\n\n"
+    "## A heading\n\n"
+    "```python\nprint('a fence')\n```\n\n"
+    "Setext heading\n---\n\n"
+    "The last paragraph " + "grows word by word. " * 8
+)
+
+
+async def test_words_added_to_the_last_paragraph_are_set_in_place_as_markdown_would() -> None:
+    """A delivery that only adds words to the streaming answer's last paragraph
+    sets its text without building a paragraph widget to copy from; after
+    every delivery the answer's blocks are those Markdown's own append builds
+    from the same deliveries."""
+    from textual.app import App, ComposeResult
+
+    from chat.conversations.conversation import Message
+
+    class Host(App[None]):
+        def compose(self) -> ComposeResult:
+            yield AssistantMessageView(Message("assistant", ""))
+            yield AssistantMessageView(Message("assistant", ""))
+
+    def blocks(view: AssistantMessageView) -> list[tuple[str, str, list[object]]]:
+        shown = []
+        for block in view.body.walk_children():
+            content = getattr(block, "_content", None)
+            text = getattr(content, "plain", "")
+            spans = (
+                [(span.start, span.end, str(span.style)) for span in content.spans]
+                if content
+                else []
+            )
+            shown.append((type(block).__name__, text, spans))
+        return shown
+
+    app = Host()
+    async with app.run_test(size=(100, 60)) as pilot:
+        ours, markdowns = app.query(AssistantMessageView).results()
+        in_place: list[bool] = []
+        for view in (ours, markdowns):
+            view.start_stream()
+        body = ours.body
+        append_in_place = type(body)._append_in_place  # type: ignore[attr-defined]
+
+        def counted(self: object, markdown: str) -> bool:
+            done = append_in_place(self, markdown)
+            in_place.append(done)
+            return done
+
+        type(body)._append_in_place = counted  # type: ignore[attr-defined]
+        try:
+            for start in range(0, len(MIXED), 3):
+                piece = MIXED[start : start + 3]
+                await ours.body.append(piece)
+                type(body)._append_in_place = lambda self, markdown: False  # type: ignore[attr-defined]
+                await markdowns.body.append(piece)
+                type(body)._append_in_place = counted  # type: ignore[attr-defined]
+                await pilot.pause()
+                assert blocks(ours) == blocks(markdowns), MIXED[: start + 3]
+        finally:
+            type(body)._append_in_place = append_in_place  # type: ignore[attr-defined]
+    assert in_place.count(True) > len(in_place) / 2
+    assert in_place.count(False) >= 5  # new blocks went Markdown's own way
