@@ -85,14 +85,17 @@ class KeysFooter(Footer):
             return False
         for (_, key), show in zip(self._composed, shown, strict=True):
             key.display = show
-        self.styles.grid_size_columns = sum(
-            show for (spec, _), show in zip(self._composed, shown, strict=True) if not spec.palette
-        )
+        self._set_columns(specs)
         return True
+
+    def _set_columns(self, specs: list[KeySpec]) -> None:
+        """One grid column for each key drawn, the palette's aside."""
+        self.styles.grid_size_columns = sum(not spec.palette for spec in specs)
 
     def _key_specs(self) -> list[KeySpec]:
         """The keys to draw now: Textual's footer's at 120 columns and more
-        (each action once, with its first key), else the narrow selection."""
+        (each action once, with its first key; kvchat's keys have no groups,
+        which Textual's footer would draw as one), else the narrow selection."""
         active = self.screen.active_bindings
         if self.app.size.width < WIDE:
             first = [active[key] for key in FIRST_KEYS if key in active]
@@ -147,7 +150,7 @@ class KeysFooter(Footer):
         if not self._bindings_ready:
             return
         specs = self._key_specs()
-        self.styles.grid_size_columns = sum(not spec.palette for spec in specs)
+        self._set_columns(specs)
         for spec in _merged(kept, specs):
             key = spec.widget()
             key.display = spec in specs

@@ -221,14 +221,18 @@ MIXED = (
 )
 
 
-async def test_words_added_to_the_last_paragraph_are_set_in_place_as_markdown_would() -> None:
+async def test_words_added_to_the_last_paragraph_are_set_in_place_as_markdown_would(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A delivery that only adds words to the streaming answer's last paragraph
     sets its text without building a paragraph widget to copy from; after
     every delivery the answer's blocks are those Markdown's own append builds
     from the same deliveries."""
     from textual.app import App, ComposeResult
+    from textual.widgets import Markdown
 
     from chat.conversations.conversation import Message
+    from chat.ui.widgets import message_view
 
     class Host(App[None]):
         def compose(self) -> ComposeResult:
@@ -248,31 +252,26 @@ async def test_words_added_to_the_last_paragraph_are_set_in_place_as_markdown_wo
             shown.append((type(block).__name__, text, spans))
         return shown
 
+    in_place: list[bool] = []
+    reply_markdown = message_view._reply_markdown_class()
+    append_in_place = reply_markdown._append_in_place  # type: ignore[attr-defined]
+
+    def counted(self: Markdown, markdown: str) -> bool:
+        done: bool = append_in_place(self, markdown)
+        in_place.append(done)
+        return done
+
+    monkeypatch.setattr(reply_markdown, "_append_in_place", counted)
     app = Host()
     async with app.run_test(size=(100, 60)) as pilot:
         ours, markdowns = app.query(AssistantMessageView).results()
-        in_place: list[bool] = []
         for view in (ours, markdowns):
             view.start_stream()
-        body = ours.body
-        append_in_place = type(body)._append_in_place  # type: ignore[attr-defined]
-
-        def counted(self: object, markdown: str) -> bool:
-            done = append_in_place(self, markdown)
-            in_place.append(done)
-            return done
-
-        type(body)._append_in_place = counted  # type: ignore[attr-defined]
-        try:
-            for start in range(0, len(MIXED), 3):
-                piece = MIXED[start : start + 3]
-                await ours.body.append(piece)
-                type(body)._append_in_place = lambda self, markdown: False  # type: ignore[attr-defined]
-                await markdowns.body.append(piece)
-                type(body)._append_in_place = counted  # type: ignore[attr-defined]
-                await pilot.pause()
-                assert blocks(ours) == blocks(markdowns), MIXED[: start + 3]
-        finally:
-            type(body)._append_in_place = append_in_place  # type: ignore[attr-defined]
+        for start in range(0, len(MIXED), 3):
+            piece = MIXED[start : start + 3]
+            await ours.body.append(piece)
+            await Markdown.append(markdowns.body, piece)  # Textual's own
+            await pilot.pause()
+            assert blocks(ours) == blocks(markdowns), MIXED[: start + 3]
     assert in_place.count(True) > len(in_place) / 2
     assert in_place.count(False) >= 5  # new blocks went Markdown's own way
