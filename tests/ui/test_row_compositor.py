@@ -1,12 +1,16 @@
 """The chat screen's compositor draws a partial update exactly as Textual's
-own does, asking each widget only for the update's rows."""
+own does, asking each widget only for the update's rows, and not at all a
+widget that lies under another in all of the update."""
 
 from __future__ import annotations
 
 import random
 
+import pytest
 from textual._compositor import Compositor
 from textual.geometry import Region
+from textual.widget import Widget
+from textual.widgets._markdown import MarkdownParagraph  # not re-exported by textual 8
 
 from chat.ui.row_compositor import RowCroppedCompositor
 from chat.ui.screens.chat import ChatScreen
@@ -23,13 +27,19 @@ REPLY = (
 )
 
 
-def drawn(compositor: Compositor, crop: Region, rows: set[int]) -> list[dict[int, list[object]]]:
+def drawn(compositor: Compositor, crop: Region, rows: set[int]) -> list[tuple[int, int, object]]:
+    """The cells an update of `crop` on `rows` draws (Textual's ChopsUpdate
+    writes only those), as (x, y, segments) per piece of a line."""
     chops = compositor._render_chops(crop, rows.__contains__)
-    return [
-        {cut: None if strip is None else list(strip) for cut, strip in line.items()}
-        for y, line in enumerate(chops)
-        if y in rows
-    ]
+    cells = []
+    for y in sorted(rows):
+        for (cut, strip), end in zip(chops[y].items(), compositor.cuts[y][1:], strict=True):
+            if end <= crop.x or cut >= crop.right:
+                continue
+            assert strip is not None, f"nothing drawn at ({cut}, {y})"
+            left, right = max(cut, crop.x), min(end, crop.right)
+            cells.append((left, y, list(strip.crop(left - cut, right - cut))))
+    return cells
 
 
 async def test_a_partial_update_is_drawn_as_textuals_compositor_draws_it() -> None:
@@ -52,3 +62,33 @@ async def test_a_partial_update_is_drawn_as_textuals_compositor_draws_it() -> No
             crop = Region(left, top, shuffled.randint(1, width - left), rows)
             lines = {y for y in range(top, top + rows) if shuffled.random() < 0.7} or {top}
             assert drawn(compositor, crop, lines) == drawn(textuals, crop, lines)
+
+
+async def test_an_update_inside_a_paragraph_draws_only_the_paragraph(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A streaming paragraph's frame: the screen, the conversation and the
+    reply's containers lie under the paragraph there and are not drawn."""
+    engine = ScriptedEngine(replies=[[REPLY]])
+    app = make_app(engine)
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = await replied(app, pilot, "the log, please")
+        compositor = screen._compositor
+        paragraph = screen.query(MarkdownParagraph).last()
+        region = paragraph.region
+        assert region.height > 1
+        asked: list[Widget] = []
+        render_lines = Widget.render_lines
+
+        def spy(widget: Widget, crop: Region) -> object:
+            asked.append(widget)
+            return render_lines(widget, crop)
+
+        crop = Region(region.x, region.bottom - 2, region.width, 2)
+        rows = set(range(crop.y, crop.bottom))
+        textuals = Compositor()
+        textuals.__dict__.update(compositor.__dict__)
+        expected = drawn(textuals, crop, rows)
+        monkeypatch.setattr(Widget, "render_lines", spy)
+        assert drawn(compositor, crop, rows) == expected
+        assert asked == [paragraph]
