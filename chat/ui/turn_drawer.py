@@ -5,7 +5,9 @@ and notices at the end, a message waiting for the model.
 The turn (chat.session.turn) decides; this draws. The turn reports through
 one callback (`TurnDrawer.listener`), which posts each event to the screen
 as a `TurnUpdate`: the events are drawn one after the other, in order, a
-little after the turn moved on. The screen hands each to `draw`. Until a
+little after the turn moved on. The screen hands each to `draw`. Text that
+comes while the last text posted is not drawn yet joins it: a screen that
+falls behind draws what came meanwhile at once, not one delivery a frame. Until a
 reply's end is drawn the screen counts as generating (`drawing`), so that
 nothing starts over a reply still on its way to the screen.
 """
@@ -13,6 +15,7 @@ nothing starts over a reply still on its way to the screen.
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 from textual.screen import Screen
 from textual.signal import Signal
@@ -49,6 +52,17 @@ from chat.ui.widgets.prompt_box import PromptBox
 from chat.ui.widgets.status_bar import StatusBar
 
 
+def _joined(first: TurnText, then: TurnText) -> TurnText:
+    """Two deliveries of the same reply's text as one."""
+    return TurnText(
+        first.reply,
+        first.text + then.text,
+        first.tokens + then.tokens,
+        first.thinking + then.thinking,
+        first.thinking_tokens + then.thinking_tokens,
+    )
+
+
 def tell(screen: Screen[None], refused: Refused) -> None:
     """A message the turn refused to send, as a notice."""
     screen.notify(
@@ -69,6 +83,8 @@ class TurnDrawer:
         """Replies the turn started whose end is not drawn yet."""
         self._reply_drawn = asyncio.Event()
         self._reply_drawn.set()
+        self._text_waiting: TurnUpdate | None = None
+        """The last update posted, when it is text not drawn yet (text joins it)."""
         self._blink_held: bool | None = None
         """The prompt box's cursor_blink while a reply streams (held steady), else None."""
         self.reply_shown: Signal[int] = Signal(screen, "reply_shown")
@@ -89,10 +105,20 @@ class TurnDrawer:
         if isinstance(event, TurnStarted):
             self._undrawn += 1
             self._reply_drawn.clear()
-        self._screen.post_message(TurnUpdate(event))
+        waiting = self._text_waiting
+        if isinstance(event, TurnText) and waiting is not None:
+            text = cast(TurnText, waiting.event)
+            if text.reply is event.reply:
+                waiting.event = _joined(text, event)
+                return
+        update = TurnUpdate(event)
+        self._text_waiting = update if isinstance(event, TurnText) else None
+        self._screen.post_message(update)
 
     async def draw(self, event: TurnEvent) -> None:
         if isinstance(event, TurnText):
+            if self._text_waiting is not None and self._text_waiting.event is event:
+                self._text_waiting = None  # text from now on is a new update
             await self._show_text(event)
         elif isinstance(event, TurnProgress):
             if self._is_drawing(event.reply):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from rich.style import Style
 from rich.text import Text
+from textual.timer import Timer
 from textual.widgets import Static
 
 from chat.session.context_window import WindowPlan
@@ -143,11 +144,10 @@ class ContextMeter(Static):
 
     # While a reply streams the state changes with every delivery of text;
     # drawing it at most this often keeps the UI thread free for the text. The
-    # meter is drawn with a delivery, or by a timer when no delivery follows.
-    # Twice a second: each drawing costs about as much as a frame of text, and
-    # most are a frame of their own (the Markdown stream puts the delivery's
-    # text on screen in a task of its own, often in the next frame;
-    # docs/performance.md).
+    # meter is drawn with a delivery, in the frame that draws the delivery's
+    # text; a timer draws a change that no delivery follows (a pause in the
+    # reply), after twice this. A timer for every change made most drawings a
+    # frame of their own, each as costly as a frame of text (docs/performance.md).
     STREAM_REDRAW_S = 0.5
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -158,6 +158,8 @@ class ContextMeter(Static):
         shown with ≈; the server's own counts correct them after each reply."""
         self.tooltip = HELP
         self._redraw_scheduled = False
+        self._fallback: Timer | None = None
+        """Draws a change that no delivery of text follows (`_change`)."""
         self._drawn_at = 0.0
         """When the meter was last drawn with a changed state (time.monotonic)."""
         self._segment_styles: dict[str, Style] | None = None
@@ -183,6 +185,9 @@ class ContextMeter(Static):
 
     def _redraw(self) -> None:
         self._redraw_scheduled = False
+        if self._fallback is not None:
+            self._fallback.stop()
+            self._fallback = None
         self._drawn_at = time.monotonic()
         # Its size never depends on the text: no layout, which in Textual would
         # arrange every widget on the screen again, 20 times a second.
@@ -191,7 +196,7 @@ class ContextMeter(Static):
     def add_reply_tokens(self, count: int, thinking: int = 0) -> None:
         """The reply grows by `count` tokens (`thinking` of them its thinking's):
         it takes them from the reserve first. The state is exact at once; the
-        drawing follows within STREAM_REDRAW_S."""
+        drawing follows with a later delivery (see STREAM_REDRAW_S)."""
         if self.state is None:
             return
         s = self.state
@@ -229,9 +234,10 @@ class ContextMeter(Static):
         self.state = state
         if at_once or time.monotonic() - self._drawn_at >= self.STREAM_REDRAW_S:
             self._redraw()
-        elif not self._redraw_scheduled:
+        else:
             self._redraw_scheduled = True
-            self.set_timer(self.STREAM_REDRAW_S, self.draw_pending)
+            if self._fallback is None:
+                self._fallback = self.set_timer(2 * self.STREAM_REDRAW_S, self.draw_pending)
 
     def draw_pending(self) -> None:
         """A change not drawn yet is drawn now (nothing, when a later change

@@ -7,7 +7,6 @@ the user confirms. The user's own text is shown as plain text.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
     from markdown_it import MarkdownIt
     from textual.widget import AwaitMount, Widget
     from textual.widgets import Markdown
-    from textual.widgets.markdown import MarkdownStream
     from typing_extensions import Self
 
 FINISH_NOTES = {
@@ -471,7 +469,8 @@ class AssistantMessageView(MessageView):
 
     def __init__(self, message: Message) -> None:
         super().__init__(message)
-        self._stream: MarkdownStream | None = None
+        self._streaming = False
+        """The answer grows with each delivery (from `start_stream` to `finish`)."""
         self.set_class(_ended_early(message), "ended-early")
         stats = message.stats
         self.thinking = ThinkingBlock(
@@ -500,18 +499,21 @@ class AssistantMessageView(MessageView):
 
     def start_stream(self) -> None:
         self.add_class("streaming")
-        self._stream = self.body.get_stream(self.body)
+        self._streaming = True
 
     async def append(self, text: str, thinking: str = "", thinking_tokens: int = 0) -> None:
-        """Add streamed text (and thinking); the stream batches appends when the
-        UI falls behind."""
+        """Add streamed text (and thinking). Appended here, not through
+        Textual's MarkdownStream (a task of its own): the text then reaches
+        the screen in the same frame as the meter's change that came with it.
+        Deliveries the screen has not drawn yet are joined before they come
+        here (chat.ui.turn_drawer), as the stream would join them."""
         if thinking or thinking_tokens:
             self.thinking.add(thinking, thinking_tokens)
-        if text and self._stream is not None:
+        if text and self._streaming:
             block = self.thinking
             if block.thinking_now:
                 block.answer_began()
-            await self._stream.write(text)
+            await self.body.append(text)
 
     async def tool_steps(self) -> ToolSteps:
         """The reply's tool steps, mounted above the answer on first need."""
@@ -525,16 +527,11 @@ class AssistantMessageView(MessageView):
     async def restart_body(self) -> None:
         """A tool step ended: its text is shown above its calls (`ToolSteps`),
         and the next step's text streams into an empty answer."""
-        if self._stream is not None:
-            await _stop_stream(self._stream)
         await self.body.update("")
-        self._stream = self.body.get_stream(self.body)
 
     async def finish(self, text: str, stats: ReplyStats | None, thinking: str = "") -> None:
         """Stop streaming and render the final text once, in full."""
-        if self._stream is not None:
-            await _stop_stream(self._stream)
-            self._stream = None
+        self._streaming = False
         self.remove_class("streaming")
         self.message.content = text
         self.message.stats = stats
@@ -557,19 +554,6 @@ def _thinking_seconds(stats: ReplyStats | None) -> float | None:
     if stats.thinking_tokens and stats.total_s > stats.ttft_s:
         return stats.total_s - stats.ttft_s
     return None
-
-
-async def _stop_stream(stream: MarkdownStream) -> None:
-    """`stream.stop()`. A stream stopped before its task ever ran (a reply that
-    failed at once) raises the CancelledError of that task (Textual 8.2's
-    MarkdownStream cancels it and awaits it); that one is not ours to pass on."""
-    try:
-        await stream.stop()
-    except asyncio.CancelledError:
-        # Python 3.11 tells whether this handler itself is being cancelled.
-        cancelling = getattr(asyncio.current_task(), "cancelling", None)
-        if cancelling is not None and cancelling():
-            raise
 
 
 def _ended_early(reply: Message) -> bool:
