@@ -7,9 +7,9 @@ one callback (`TurnDrawer.listener`), which posts each event to the screen
 as a `TurnUpdate`: the events are drawn one after the other, in order, a
 little after the turn moved on. The screen hands each to `draw`. Text that
 comes while the last text posted is not drawn yet joins it: a screen that
-falls behind draws what came meanwhile at once, not one delivery a frame. Until a
-reply's end is drawn the screen counts as generating (`drawing`), so that
-nothing starts over a reply still on its way to the screen.
+falls behind draws what came meanwhile at once, not one delivery a frame.
+Until a reply's end is drawn the screen counts as generating (`drawing`), so
+that nothing starts over a reply still on its way to the screen.
 """
 
 from __future__ import annotations

@@ -237,7 +237,11 @@ class ContextMeter(Static):
         else:
             self._redraw_scheduled = True
             if self._fallback is None:
-                self._fallback = self.set_timer(2 * self.STREAM_REDRAW_S, self.draw_pending)
+                self._fallback = self.set_timer(2 * self.STREAM_REDRAW_S, self._fallback_due)
+
+    def _fallback_due(self) -> None:
+        self._fallback = None  # fired: nothing to stop
+        self.draw_pending()
 
     def draw_pending(self) -> None:
         """A change not drawn yet is drawn now (nothing, when a later change
