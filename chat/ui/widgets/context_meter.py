@@ -157,9 +157,9 @@ class ContextMeter(Static):
         """The counts are estimates (a server that cannot count before sending):
         shown with ≈; the server's own counts correct them after each reply."""
         self.tooltip = HELP
-        self._redraw_scheduled = False
         self._fallback: Timer | None = None
-        """Draws a change that no delivery of text follows (`_change`)."""
+        """Set while a change is not drawn yet: draws it if no delivery of
+        text does first (`_change`)."""
         self._drawn_at = 0.0
         """When the meter was last drawn with a changed state (time.monotonic)."""
         self._segment_styles: dict[str, Style] | None = None
@@ -184,7 +184,6 @@ class ContextMeter(Static):
         self.update(Text(f"context: counting {whose} tokens…"))
 
     def _redraw(self) -> None:
-        self._redraw_scheduled = False
         if self._fallback is not None:
             self._fallback.stop()
             self._fallback = None
@@ -234,20 +233,18 @@ class ContextMeter(Static):
         self.state = state
         if at_once or time.monotonic() - self._drawn_at >= self.STREAM_REDRAW_S:
             self._redraw()
-        else:
-            self._redraw_scheduled = True
-            if self._fallback is None:
-                self._fallback = self.set_timer(2 * self.STREAM_REDRAW_S, self._fallback_due)
+        elif self._fallback is None:
+            self._fallback = self.set_timer(2 * self.STREAM_REDRAW_S, self._fallback_due)
 
     def _fallback_due(self) -> None:
         self._fallback = None  # fired: nothing to stop
-        self.draw_pending()
+        self._redraw()
 
     def draw_pending(self) -> None:
-        """A change not drawn yet is drawn now (nothing, when a later change
-        drew it meanwhile): called by the timer after a change, and when the
-        reply ends, so that its last change need not wait for the timer."""
-        if self._redraw_scheduled:
+        """A change not drawn yet is drawn now (nothing, when a delivery drew
+        it meanwhile): called when the reply ends, so that its last change
+        need not wait for the timer."""
+        if self._fallback is not None:
             self._redraw()
 
     def render_text(self) -> Text:

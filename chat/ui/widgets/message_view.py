@@ -469,8 +469,6 @@ class AssistantMessageView(MessageView):
 
     def __init__(self, message: Message) -> None:
         super().__init__(message)
-        self._streaming = False
-        """The answer grows with each delivery (from `start_stream` to `finish`)."""
         self.set_class(_ended_early(message), "ended-early")
         stats = message.stats
         self.thinking = ThinkingBlock(
@@ -498,8 +496,7 @@ class AssistantMessageView(MessageView):
         return cast("Markdown", self.query_one(".message-body"))
 
     def start_stream(self) -> None:
-        self.add_class("streaming")
-        self._streaming = True
+        self.add_class("streaming")  # the answer grows with each delivery, until `finish`
 
     async def append(self, text: str, thinking: str = "", thinking_tokens: int = 0) -> None:
         """Add streamed text (and thinking). Appended here, not through
@@ -509,7 +506,7 @@ class AssistantMessageView(MessageView):
         here (chat.ui.turn_drawer), as the stream would join them."""
         if thinking or thinking_tokens:
             self.thinking.add(thinking, thinking_tokens)
-        if text and self._streaming:
+        if text and self.has_class("streaming"):
             block = self.thinking
             if block.thinking_now:
                 block.answer_began()
@@ -531,7 +528,6 @@ class AssistantMessageView(MessageView):
 
     async def finish(self, text: str, stats: ReplyStats | None, thinking: str = "") -> None:
         """Stop streaming and render the final text once, in full."""
-        self._streaming = False
         self.remove_class("streaming")
         self.message.content = text
         self.message.stats = stats
