@@ -358,7 +358,9 @@ class ChatApp(App[None]):
     def on_mount(self) -> None:
         share_the_gil_quickly()
         self.quiet_collections.take_over()
-        self.set_interval(1.0, self._collect_when_quiet, name="quiet collections")
+        self.set_interval(
+            QuietCollections.TICK_S, self._collect_when_quiet, name="quiet collections"
+        )
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop = asyncio.get_running_loop()
             # SIGTERM (a shutdown, `kill`) ends kvchat as a hang-up does: saved,

@@ -21,7 +21,8 @@ def share_the_gil_quickly() -> None:
 def settle_startup_garbage() -> None:
     """After the first frame: the `chat` command turned the cyclic collector off
     for startup (see chat.cli.main). What startup built lives as long as the
-    app: frozen, later collections skip it. Then collect again."""
+    app: frozen, later collections skip it (until a full one at a quiet
+    moment, `QuietCollections`). Then collect again."""
     if not gc.isenabled():
         gc.freeze()
         gc.enable()
@@ -29,23 +30,38 @@ def settle_startup_garbage() -> None:
 
 class QuietCollections:
     """Python's full collection walks every object the app holds: about 40 ms
-    with a new conversation, 130-240 ms with a long one open (measured while
-    scrolling up 400 messages of a 2,000-message conversation, where it was
-    the longest step's largest part). Left to Python it comes in the middle of
-    whatever allocates: a frame of a streamed reply, a page mounted while the
-    user scrolls. Here the young collections stay Python's (cheap: they walk
-    only new objects), and the full one waits for a quiet moment: no reply
-    drawn and no key or mouse for IDLE_S. One that waited through
-    OVERDUE_YOUNG_COLLECTIONS collections of the middle generation runs
-    anyway, so a busy hour cannot hold garbage without bound."""
+    with a new conversation, 130-280 ms with a long one open (measured while
+    scrolling up a 2,000-message conversation, where it was the longest
+    step's largest part). Left to Python it comes in the middle of whatever
+    allocates: a frame of a streamed reply, a page mounted while the user
+    scrolls. Here the young collections stay Python's (cheap: they walk only
+    new objects), and the full one waits for a quiet moment: no reply drawn
+    and no key or mouse for IDLE_S.
 
+    Busy for long (a user paging up through thousands of messages, each page
+    of views mounted and set aside again), garbage still builds up in the
+    oldest generation: a collection of the middle generation runs anyway
+    once OVERDUE_YOUNG_COLLECTIONS of them have waited, without the objects
+    that survived the last collection, which are frozen after every one
+    (`gc.freeze`: they stay where they are, and collections skip them), so it
+    walks only what the app made since: tens of milliseconds, where a full
+    one after a minute of paging walked 800,000 objects for 1.9 s. What was
+    frozen and has died since is collected at the next quiet moment, which
+    unfreezes everything first."""
+
+    TICK_S = 0.25
+    """How often the app calls `tick`: often enough that an overdue collection
+    finds about OVERDUE_YOUNG_COLLECTIONS waiting, not several times that."""
     IDLE_S = 1.0
     EVERY_S = 30.0
     """At most one full collection this often while idle: an idle app still
     allocates a little (a blinking cursor), and a full collection costs."""
     DUE_YOUNG_COLLECTIONS = 10
     """Python's own trigger: ten collections of the middle generation."""
-    OVERDUE_YOUNG_COLLECTIONS = 500
+    OVERDUE_YOUNG_COLLECTIONS = 10
+    """Python's own trigger for a full collection too; about a page of
+    messages mounted while scrolling up (the benchmark's row "scroll to the
+    top"), tens of milliseconds to collect without the frozen objects."""
     NEVER = 1_000_000_000
 
     def __init__(self) -> None:
@@ -68,16 +84,20 @@ class QuietCollections:
         self._last_input = time.monotonic()
 
     def tick(self, busy: bool) -> bool:
-        """Called about once a second; True when it collected."""
+        """Called every TICK_S; True when it collected."""
         if self._thresholds is None:
             return False
         waited = gc.get_count()[2]
         now = time.monotonic()
         quiet = not busy and now - self._last_input >= self.IDLE_S
         rested = now - self._last_full >= self.EVERY_S
-        due = quiet and rested and waited >= self.DUE_YOUNG_COLLECTIONS
-        if not (due or waited >= self.OVERDUE_YOUNG_COLLECTIONS):
+        if quiet and rested and waited >= self.DUE_YOUNG_COLLECTIONS:
+            gc.unfreeze()  # everything, what startup built included
+            gc.collect()
+            self._last_full = time.monotonic()
+        elif waited >= self.OVERDUE_YOUNG_COLLECTIONS:
+            gc.collect()  # what is not frozen: made since the last collection
+        else:
             return False
-        gc.collect()
-        self._last_full = time.monotonic()
+        gc.freeze()
         return True

@@ -432,10 +432,12 @@ class ConversationView(VerticalScroll):
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
+        # After the frame that shows the scroll: a page mounted first would
+        # hold that frame back while its views compose (about 50 ms a page).
         if new_value < old_value and new_value < self.size.height:
-            self.request_earlier()
+            self.call_after_refresh(self.request_earlier)
         if new_value > old_value and new_value > self.max_scroll_y - self.size.height:
-            self.request_later()
+            self.call_after_refresh(self.request_later)
 
     async def follow_branch(self, messages: Sequence[Message]) -> list[MessageView]:
         """Show `messages` (another branch of the conversation) where they differ

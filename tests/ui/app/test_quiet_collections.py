@@ -52,24 +52,54 @@ def test_python_never_starts_a_full_collection_itself(clock: Clock) -> None:
     assert gc.get_threshold() == before
 
 
+def unfreezes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the full collections: only those unfreeze what was frozen first."""
+    calls: list[int] = []
+    monkeypatch.setattr("chat.ui.tuning.gc.unfreeze", lambda: calls.append(1))
+    return calls
+
+
 def test_a_full_collection_waits_for_quiet(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
     collections = QuietCollections()
     collections.take_over()
-    with_waiting(monkeypatch, QuietCollections.DUE_YOUNG_COLLECTIONS)
+    full = unfreezes(monkeypatch)
+    with_waiting(monkeypatch, QuietCollections.DUE_YOUNG_COLLECTIONS - 1)
     clock.now += QuietCollections.EVERY_S
     assert not collections.tick(busy=True)  # a reply is drawn
     collections.input_seen()
     clock.now += QuietCollections.IDLE_S / 2
     assert not collections.tick(busy=False)  # a key just now
     clock.now += QuietCollections.IDLE_S
+    with_waiting(monkeypatch, QuietCollections.DUE_YOUNG_COLLECTIONS)
     done = full_collections()
     assert collections.tick(busy=False)
-    assert full_collections() == done + 1
+    assert full_collections() == done + 1 and len(full) == 1
     clock.now += 1
-    assert not collections.tick(busy=False)  # not again so soon
     with_waiting(monkeypatch, QuietCollections.DUE_YOUNG_COLLECTIONS - 1)
+    assert not collections.tick(busy=False)  # not again so soon
     clock.now += QuietCollections.EVERY_S
     assert not collections.tick(busy=False)  # nothing much to collect
+    assert len(full) == 1
+    monkeypatch.undo()
+    gc.unfreeze()
+
+
+def test_a_busy_app_collects_only_what_it_made_since_the_last_collection(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Busy (keys, a reply), an overdue collection skips what survived the last
+    one (frozen) and is not a full one: nothing is unfrozen."""
+    collections = QuietCollections()
+    collections.take_over()
+    full = unfreezes(monkeypatch)
+    survivor = [object()]
+    with_waiting(monkeypatch, QuietCollections.OVERDUE_YOUNG_COLLECTIONS)
+    collections.input_seen()
+    assert collections.tick(busy=True)
+    assert not full
+    assert gc.get_freeze_count() > 0 and survivor
+    monkeypatch.undo()
+    gc.unfreeze()
 
 
 def test_an_overdue_collection_runs_even_when_busy(
@@ -80,6 +110,7 @@ def test_an_overdue_collection_runs_even_when_busy(
     with_waiting(monkeypatch, QuietCollections.OVERDUE_YOUNG_COLLECTIONS)
     collections.input_seen()
     assert collections.tick(busy=True)
+    gc.unfreeze()
 
 
 async def test_the_app_holds_full_collections_while_it_runs() -> None:
