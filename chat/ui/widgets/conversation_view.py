@@ -148,6 +148,18 @@ class ConversationView(VerticalScroll):
         where it was laid out last (see `arrange`)."""
         # Pages are mounted one at a time: scrolling up and find (`reveal`) both mount them.
         self._earlier_lock = asyncio.Lock()
+        self._after_scroll_drawn: set[Callable[[], None]] = set()
+        """Pages to mount once the frame that shows a scroll is drawn (`watch_scroll_y`)."""
+
+    def on_mount(self) -> None:
+        self.screen.screen_layout_refresh_signal.subscribe(self, self._scroll_drawn)
+
+    def _scroll_drawn(self, _: object) -> None:
+        """A layout was drawn, with the view's scroll as it is: the pages the
+        scroll asked for start now."""
+        requests, self._after_scroll_drawn = self._after_scroll_drawn, set()
+        for request in requests:
+            request()
 
     @property
     def earlier_count(self) -> int:
@@ -434,10 +446,13 @@ class ConversationView(VerticalScroll):
         super().watch_scroll_y(old_value, new_value)
         # After the frame that shows the scroll: a page mounted first would
         # hold that frame back while its views compose (about 50 ms a page).
+        # Not `call_after_refresh`: it may run after a frame drawn before the
+        # scroll reached the screen (the screen hears of a scroll once the view
+        # is idle). Every layout drawn after this point shows the scroll.
         if new_value < old_value and new_value < self.size.height:
-            self.call_after_refresh(self.request_earlier)
+            self._after_scroll_drawn.add(self.request_earlier)
         if new_value > old_value and new_value > self.max_scroll_y - self.size.height:
-            self.call_after_refresh(self.request_later)
+            self._after_scroll_drawn.add(self.request_later)
 
     async def follow_branch(self, messages: Sequence[Message]) -> list[MessageView]:
         """Show `messages` (another branch of the conversation) where they differ

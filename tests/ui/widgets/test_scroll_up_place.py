@@ -73,3 +73,36 @@ async def test_page_up_and_down_in_the_message_box_scroll_the_conversation() -> 
         await wait_for(lambda: view.scroll_y == view.max_scroll_y, pilot)
         assert box.text == "half a thought"
         assert app.focused is box
+
+
+async def test_a_page_up_is_drawn_before_the_page_above_starts_mounting() -> None:
+    """The page of older messages a Page Up asks for is mounted after the
+    frame that shows the Page Up: composing it first would hold that frame
+    back (a page's views take tens of milliseconds to compose). Waiting for
+    Textual's next refresh was not enough: it failed 7 runs in 8 here."""
+    app = make_app(ScriptedEngine())
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen, view = await opened_and_settled(app, pilot, long_conversation())
+        # Less than two screenfuls from the top: one Page Up asks for a page.
+        view.scroll_to(y=view.size.height + 2, animate=False, immediate=True)
+        await pilot.pause()
+        earlier = view.earlier_count
+        drawn: list[float] = []
+        screen.screen_layout_refresh_signal.subscribe(
+            view, lambda _: drawn.append(view.scroll_y), immediate=True
+        )
+        mount_page = view._mount_earlier_page
+        drawn_when_mounting: list[list[float]] = []
+
+        async def recording() -> None:
+            drawn_when_mounting.append(list(drawn))
+            await mount_page()
+
+        view._mount_earlier_page = recording  # type: ignore[method-assign]
+        # A frame already due (here the message box's) is drawn before the
+        # screen hears of the scroll; the page waits for the frame after it.
+        screen.query_one(PromptBox).refresh()
+        view.scroll_page_up(animate=False)
+        await wait_for(lambda: view.earlier_count < earlier, pilot)
+        # The Page Up (to less than a screenful from the top) was on screen.
+        assert drawn_when_mounting and min(drawn_when_mounting[0]) < view.size.height
