@@ -8,6 +8,7 @@ the user confirms. The user's own text is shown as plain text.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -29,6 +30,8 @@ from chat.wording import counted
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
+    from markdown_it.token import Token
+    from textual.visual import VisualType
     from textual.widget import AwaitMount, Widget
     from textual.widgets import Markdown
     from typing_extensions import Self
@@ -271,6 +274,9 @@ def _reply_markdown_class() -> type[Markdown]:
     """Markdown whose code blocks each carry a copy button. Built on first use:
     importing Markdown costs time that a new chat's first frame need not pay."""
     from textual.await_complete import AwaitComplete
+    from textual.strip import Strip
+    from textual.visual import Visual
+    from textual.widget import _RenderCache  # Textual's own; see CodeLabel
     from textual.widgets import Label, Markdown
     from textual.widgets._markdown import MarkdownParagraph  # not re-exported by textual 8
     from textual.widgets.markdown import MarkdownFence
@@ -284,14 +290,100 @@ def _reply_markdown_class() -> type[Markdown]:
         """The block is in the answer of a reply that streams."""
         return is_streaming_answer(block.parent)
 
+    class CodeLabel(Label):
+        """A code block's code, drawn a line at a time: each render keeps the
+        lines it drew, and a line drawn before (its text and colours the same)
+        is not drawn again; and a change repaints the code from its first
+        changed line down. Textual draws a label's every line at each change,
+        and a streaming code block changes at each delivery: with 100 lines of
+        Python on screen, most of the 27-29 ms of UI thread a delivery took
+        (docs/performance.md). What is drawn is the same: the lines of code
+        are drawn one by one as Textual draws them together (no wrapping: the
+        code is as wide as its widest line)."""
+
+        _drawn_lines: dict[tuple[int, str, tuple[Span, ...]], list[Strip]] | None = None
+        """The lines drawn last, by place, text and styles."""
+        _drawn_for: tuple[int, object] | None = None
+        """The width and base style the kept lines were drawn at."""
+        _drawn_keys: list[tuple[str, tuple[Span, ...]]] = []
+        """The lines drawn last, in order."""
+        _repaint_from: int | None = None
+        """The first line the next refresh repaints (None: all of them)."""
+
+        def update(self, content: VisualType = "", *, layout: bool = True) -> None:
+            """New code: the screen repaints it from its first changed line
+            down (code added at the end changes only its last lines), as the
+            streaming paragraph does."""
+            if isinstance(content, Content) and self._drawn_keys:
+                keys = _line_keys(content)
+                same = 0
+                for old, new in zip(self._drawn_keys, keys, strict=False):
+                    if old != new:
+                        break
+                    same += 1
+                self._repaint_from = same
+            try:
+                super().update(content, layout=layout)
+            finally:
+                self._repaint_from = None
+
+        def refresh(
+            self,
+            *regions: Region,
+            repaint: bool = True,
+            layout: bool = False,
+            recompose: bool = False,
+        ) -> Self:
+            if self._repaint_from is not None and not (regions or layout or recompose):
+                width, height = self.content_size
+                regions = (Region(0, self._repaint_from, width, height - self._repaint_from),)
+            return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+        def _render_content(self) -> None:
+            visual = self._render()
+            if (
+                not isinstance(visual, Content)
+                or self.text_selection is not None
+                or self.styles.content_align != ("left", "top")
+            ):
+                self._drawn_lines, self._drawn_keys = None, []
+                super()._render_content()
+                return
+            width, height = self.size
+            style = self.visual_style
+            if self._drawn_for != (width, style):
+                self._drawn_lines, self._drawn_for = None, (width, style)
+            drawn = self._drawn_lines or {}
+            kept: dict[tuple[int, str, tuple[Span, ...]], list[Strip]] = {}
+            strips: list[Strip] = []
+            lines = visual.split("\n", allow_blank=True)[:height]
+            keys = _line_keys(visual)[:height]
+            for y, (line, (text, spans)) in enumerate(zip(lines, keys, strict=True)):
+                key = (y, text, spans)
+                line_strips = drawn.get(key)
+                if line_strips is None:
+                    # Drawn alone, a line is drawn as the first; each cell
+                    # carries its place, for selecting text with the mouse.
+                    line_strips = [
+                        strip.apply_offsets(0, y) if y else strip
+                        for strip in Visual.to_strips(self, line, width, None, style)
+                    ]
+                kept[key] = line_strips
+                strips.extend(line_strips)
+            self._drawn_lines, self._drawn_keys = kept, keys
+            self._render_cache = _RenderCache(self.size, strips[:height])
+            self._dirty_regions.clear()
+
     class CopyableFence(MarkdownFence):
         _shape: tuple[int, int] | None = None  # of the code shown: lines, widest
+        _highlighted_at = 0.0
+        """When the code was last highlighted whole while it grew (`grow`)."""
         _reserved = 0
         """Lines laid out for the code while it streams (its lines and the reserve)."""
 
         def compose(self) -> ComposeResult:
             yield CopyButton(lambda: self.code, "the code block", classes="fence-copy")
-            yield from super().compose()
+            yield CodeLabel(self._highlighted_code, id="code-content", expand=True)
 
         def set_content(self, content: Content) -> None:
             """New code (a streamed code block grows with each delivery): as for
@@ -315,6 +407,30 @@ def _reply_markdown_class() -> type[Markdown]:
                     else:  # a line more fills a reserved one; wider needs room
                         layout = widest > label.content_size.width
                 label.update(content, layout=layout)
+
+        def grow(self, code: str) -> None:
+            """The streaming block's code is now `code` (the code it had, with
+            more after it). Highlighting costs about 0.13 ms a line of Python
+            here, all of the code each time: 10 ms a delivery by line 80.
+            While the code grows it is highlighted again at most every
+            HIGHLIGHT_EVERY_S; in between, what was added since is drawn in the
+            code's plain colour after the last highlight. The block is
+            highlighted whole when it is complete, or when the reply ends."""
+            highlighted, done = self._highlighted_code, self.code
+            self.code = code
+            now = time.monotonic()
+            if not code.startswith(done) or now - self._highlighted_at >= HIGHLIGHT_EVERY_S:
+                self._highlighted_at = now
+                self._highlighted_code = self.highlight(
+                    code,
+                    self.lexer,
+                    ansi=self.app.native_ansi_color,
+                    dark=self.app.current_theme.dark,
+                )
+            else:
+                added = Content(code[len(done) :]).stylize_before("$text")
+                self._highlighted_code = highlighted + added
+            self.set_content(self._highlighted_code)
 
         def end_reserve(self) -> None:
             """No longer the reply's last block: as tall and wide as its code."""
@@ -416,11 +532,13 @@ def _reply_markdown_class() -> type[Markdown]:
             block, a list, a closing fence) goes Markdown's own way."""
             blocks = self.children
             last = blocks[-1] if blocks else None
-            if not isinstance(last, Paragraph) or self.lock.is_locked:
+            if not isinstance(last, (Paragraph, CopyableFence)) or self.lock.is_locked:
                 return False
             source = self.source + markdown
             start_line = self._last_parsed_line
             tokens = markdown_parser().parse("".join(source.splitlines(keepends=True)[start_line:]))
+            if isinstance(last, CopyableFence):
+                return self._grow_code_in_place(last, source, start_line, tokens)
             kinds = [token.type for token in tokens]
             if kinds != ["paragraph_open", "inline", "paragraph_close"]:
                 return False
@@ -434,12 +552,36 @@ def _reply_markdown_class() -> type[Markdown]:
             last.set_content(last._token_to_content(inline))
             return True
 
+        def _grow_code_in_place(
+            self, last: CopyableFence, source: str, start_line: int, tokens: list[Token]
+        ) -> bool:
+            """As for a paragraph: a delivery that only adds code to the
+            answer's last block, a code block, sets its code in place (Markdown
+            builds a new block, highlighting all of its code, to copy from)."""
+            if len(tokens) != 1:
+                return False
+            (token,) = tokens
+            if (
+                token.type != last._token.type
+                or token.info != last._token.info
+                or token.map is None
+                or token.map[0] != 0
+            ):
+                return False
+            self._markdown = source
+            last.source_range = (start_line, start_line + token.map[1])
+            last._token = token
+            last.grow(token.content.rstrip())
+            return True
+
     return ReplyMarkdown
 
 
 STREAM_RESERVE_LINES = 3
 """Blank lines a streaming paragraph or code block takes ahead of its text: the
 screen is laid out once for these lines, not once for each (docs/performance.md)."""
+HIGHLIGHT_EVERY_S = 0.5
+"""How often a streaming code block's code is highlighted again, whole (`CopyableFence.grow`)."""
 
 
 def _appended_to(old: Content, new: Content) -> bool:
@@ -454,6 +596,11 @@ def _appended_to(old: Content, new: Content) -> bool:
         Span(span.start, min(span.end, end), span.style) for span in new.spans if span.start < end
     ]
     return before == list(old.spans)
+
+
+def _line_keys(content: Content) -> list[tuple[str, tuple[Span, ...]]]:
+    """Each line of `content`: its text and styles (what it is drawn from)."""
+    return [(line.plain, tuple(line.spans)) for line in content.split("\n", allow_blank=True)]
 
 
 def _text_shape(text: str) -> tuple[int, int]:

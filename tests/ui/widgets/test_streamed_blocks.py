@@ -215,19 +215,20 @@ MIXED = (
     "A second paragraph\nwith a soft break and a [link](https://example.com).\n\n"
     "- a list item\n- another, *emphasised*\n\n"
     "## A heading\n\n"
-    "```python\nprint('a fence')\n```\n\n"
+    "```python\nprint('a fence')\nfor line in log:\n    print(line)\n```\n\n"
     "Setext heading\n---\n\n"
     "The last paragraph " + "grows word by word. " * 8
 )
 
 
-async def test_words_added_to_the_last_paragraph_are_set_in_place_as_markdown_would(
+async def test_words_added_to_the_last_block_are_set_in_place_as_markdown_would(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A delivery that only adds words to the streaming answer's last paragraph
-    sets its text without building a paragraph widget to copy from; after
-    every delivery the answer's blocks are those Markdown's own append builds
-    from the same deliveries."""
+    (or code to its last code block) sets its text without building a block
+    widget to copy from; after every delivery the answer's blocks are those
+    Markdown's own append builds from the same deliveries (the code highlighted
+    at each one here, as Markdown does)."""
     from textual.app import App, ComposeResult
     from textual.widgets import Markdown
 
@@ -262,6 +263,17 @@ async def test_words_added_to_the_last_paragraph_are_set_in_place_as_markdown_wo
         return done
 
     monkeypatch.setattr(reply_markdown, "_append_in_place", counted)
+    monkeypatch.setattr(message_view, "HIGHLIGHT_EVERY_S", 0.0)
+    fence_class = reply_markdown.BLOCKS["fence"]
+    grow = fence_class.grow  # type: ignore[attr-defined]
+    grown = 0
+
+    def counted_grow(self: Widget, code: str) -> None:
+        nonlocal grown
+        grown += 1
+        grow(self, code)
+
+    monkeypatch.setattr(fence_class, "grow", counted_grow)
     app = Host()
     async with app.run_test(size=(100, 60)) as pilot:
         ours, markdowns = app.query(AssistantMessageView).results()
@@ -275,3 +287,102 @@ async def test_words_added_to_the_last_paragraph_are_set_in_place_as_markdown_wo
             assert blocks(ours) == blocks(markdowns), MIXED[: start + 3]
     assert in_place.count(True) > len(in_place) / 2
     assert in_place.count(False) >= 5  # new blocks went Markdown's own way
+    assert grown >= 10  # most of the code block's deliveries
+
+
+async def test_a_growing_code_block_is_highlighted_whole_only_now_and_then(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Highlighting costs the whole code at each delivery (0.13 ms a line of
+    Python here): while a code block streams it is highlighted whole at most
+    every HIGHLIGHT_EVERY_S, the code added in between drawn in the code's
+    plain colour. Every delivery shows all of the code; when the reply ends
+    the block is highlighted exactly as Markdown highlights it."""
+    from textual.app import App, ComposeResult
+    from textual.widgets.markdown import MarkdownFence
+
+    from chat.conversations.conversation import Message
+    from chat.ui.widgets import message_view
+
+    monkeypatch.setattr(message_view, "HIGHLIGHT_EVERY_S", 60.0)  # none again while streaming
+    highlights = 0
+    highlight = MarkdownFence.highlight
+
+    def counted(code: str, language: str, ansi: bool = False, dark: bool = False) -> object:
+        nonlocal highlights
+        highlights += bool(code)  # not the empty blocks of "```p", "```py"...
+        return highlight(code, language, ansi=ansi, dark=dark)
+
+    fence_class = message_view._reply_markdown_class().BLOCKS["fence"]
+    monkeypatch.setattr(fence_class, "highlight", staticmethod(counted))
+
+    class Host(App[None]):
+        def compose(self) -> ComposeResult:
+            yield AssistantMessageView(Message("assistant", ""))
+
+    code = "\n".join(CODE_LINES)
+    reply = f"```python\n{code}\n```\n\nDone."
+    async with Host().run_test(size=(100, 30)) as pilot:
+        view = pilot.app.query_one(AssistantMessageView)
+        view.start_stream()
+        sent = ""
+        for piece in token_pieces(reply[: reply.index("```\n\n")]):
+            sent += piece
+            await view.append(piece)
+            await pilot.pause()
+            if sent.startswith("```python\n"):  # the fence's line is complete
+                (fence,) = view.body.query(fence_class)
+                assert fence._content.plain == sent.removeprefix("```python\n").rstrip()
+        assert highlights <= 2  # at its first growth, and one spare
+        await view.finish(reply, None)
+        await pilot.pause()
+        (fence,) = view.body.query(fence_class)
+        exact = highlight(code, "python", dark=True)
+        assert (fence._content.plain, fence._content.spans) == (exact.plain, exact.spans)
+
+
+async def test_a_streamed_code_block_draws_what_textual_draws(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A streaming code block's code is drawn a line at a time, keeping the
+    lines drawn before, and repainted from its first changed line down. After
+    every frame, each of its lines on screen is what Textual's own render of
+    the whole code draws."""
+    from textual._styles_cache import StylesCache
+    from textual.geometry import Region
+    from textual.screen import Screen
+    from textual.visual import Visual
+
+    from chat.ui.widgets import message_view
+
+    monkeypatch.setattr(message_view, "HIGHLIGHT_EVERY_S", 0.05)  # highlighted, and not yet
+    checked: list[int] = []
+    compositor_refresh = Screen._compositor_refresh
+
+    def check_after_frame(self: Screen[object]) -> None:
+        compositor_refresh(self)
+        for view in self.query(AssistantMessageView).filter(".streaming"):
+            for label in view.body.query("#code-content").results(Label):
+                width, height = label.outer_size
+                if not (width and height and label._styles_cache._cache):
+                    continue
+                crop = Region(0, 0, width, height)
+                drawn = label._styles_cache.render_widget(label, crop)
+                fresh = StylesCache().render_widget(label, crop)
+                assert [list(line) for line in drawn] == [list(line) for line in fresh]
+                content_width, content_height = label.size
+                whole = Visual.to_strips(
+                    label, label._render(), content_width, content_height, label.visual_style
+                )
+                assert [list(line) for line in label._render_cache.lines] == [
+                    list(line) for line in whole
+                ]
+                checked.append(height)
+
+    monkeypatch.setattr(Screen, "_compositor_refresh", check_after_frame)
+    code = "\n".join(CODE_LINES * 3)
+    engine = ScriptedEngine(replies=[token_pieces(f"```python\n{code}\n```\n")], delay=0.005)
+    app = make_app(engine)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await replied(app, pilot, "the code, please")
+    assert len(checked) >= 8 and max(checked) > 8
