@@ -20,6 +20,7 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content, Span
 from textual.geometry import Region
 from textual.message import Message as TextualMessage
+from textual.widget import Widget
 from textual.widgets import Static
 
 from chat.conversations.conversation import STATE_NOTES, Message, ReplyStats
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from markdown_it import MarkdownIt
     from markdown_it.token import Token
     from textual.visual import VisualType
-    from textual.widget import AwaitMount, Widget
+    from textual.widget import AwaitMount
     from textual.widgets import Markdown
     from typing_extensions import Self
 
@@ -253,6 +254,27 @@ class SystemMessageView(UserMessageView):
     """The system prompt, shown once at the top of the conversation."""
 
 
+class RepaintsFromALine(Widget):
+    """A widget whose next refresh may repaint only its lines from
+    `_repaint_from` down: text added at the end of a streaming block changes
+    its last lines only, and the lines above are drawn as they were."""
+
+    _repaint_from: int | None = None
+    """The first line the next refresh repaints (None: all of them)."""
+
+    def refresh(
+        self,
+        *regions: Region,
+        repaint: bool = True,
+        layout: bool = False,
+        recompose: bool = False,
+    ) -> Self:
+        if self._repaint_from is not None and not (regions or layout or recompose):
+            width, height = self.content_size
+            regions = (Region(0, self._repaint_from, width, height - self._repaint_from),)
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+
 @functools.cache
 def markdown_parser() -> MarkdownIt:
     """One parser for every reply. Markdown's default builds a new one for each
@@ -290,7 +312,7 @@ def _reply_markdown_class() -> type[Markdown]:
         """The block is in the answer of a reply that streams."""
         return is_streaming_answer(block.parent)
 
-    class CodeLabel(Label):
+    class CodeLabel(RepaintsFromALine, Label):
         """A code block's code, drawn a line at a time: each render keeps the
         lines it drew, and a line drawn before (its text and colours the same)
         is not drawn again; and a change repaints the code from its first
@@ -307,8 +329,6 @@ def _reply_markdown_class() -> type[Markdown]:
         """The width and base style the kept lines were drawn at."""
         _drawn_keys: list[tuple[str, tuple[Span, ...]]] = []
         """The lines drawn last, in order."""
-        _repaint_from: int | None = None
-        """The first line the next refresh repaints (None: all of them)."""
 
         def update(self, content: VisualType = "", *, layout: bool = True) -> None:
             """New code: the screen repaints it from its first changed line
@@ -326,18 +346,6 @@ def _reply_markdown_class() -> type[Markdown]:
                 super().update(content, layout=layout)
             finally:
                 self._repaint_from = None
-
-        def refresh(
-            self,
-            *regions: Region,
-            repaint: bool = True,
-            layout: bool = False,
-            recompose: bool = False,
-        ) -> Self:
-            if self._repaint_from is not None and not (regions or layout or recompose):
-                width, height = self.content_size
-                regions = (Region(0, self._repaint_from, width, height - self._repaint_from),)
-            return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
 
         def _render_content(self) -> None:
             visual = self._render()
@@ -440,11 +448,9 @@ def _reply_markdown_class() -> type[Markdown]:
                     label.styles.min_height = None
                     label.styles.min_width = None
 
-    class Paragraph(MarkdownParagraph):
+    class Paragraph(RepaintsFromALine, MarkdownParagraph):
         _lines_drawn = 0
         """Lines the text took when it was last set (its wrapped height)."""
-        _repaint_from: int | None = None
-        """The first line the next refresh repaints (None: all of them)."""
 
         def set_content(self, content: Content) -> None:
             """New text for the paragraph (a streamed reply's last one grows with
@@ -476,18 +482,6 @@ def _reply_markdown_class() -> type[Markdown]:
             reserve = STREAM_RESERVE_LINES if streaming and needed > height else 0
             self.styles.min_height = needed + reserve if reserve else None
             self.refresh(layout=True)
-
-        def refresh(
-            self,
-            *regions: Region,
-            repaint: bool = True,
-            layout: bool = False,
-            recompose: bool = False,
-        ) -> Self:
-            if self._repaint_from is not None and not (regions or layout or recompose):
-                width, height = self.content_size
-                regions = (Region(0, self._repaint_from, width, height - self._repaint_from),)
-            return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
 
         def end_reserve(self) -> None:
             """No longer the reply's last block: as tall as its text."""

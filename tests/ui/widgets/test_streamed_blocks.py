@@ -29,6 +29,22 @@ def token_pieces(text: str) -> list[str]:
     return [text[i : i + 2] for i in range(0, len(text), 2)]
 
 
+def drawn_as_fresh(widget: Widget) -> bool:
+    """Each of `widget`'s lines as the screen last drew them is what a fresh
+    render draws (asserted); False when it has not been drawn yet."""
+    from textual._styles_cache import StylesCache
+    from textual.geometry import Region
+
+    width, height = widget.outer_size
+    if not (width and height and widget._styles_cache._cache):
+        return False
+    crop = Region(0, 0, width, height)
+    drawn = widget._styles_cache.render_widget(widget, crop)
+    fresh = StylesCache().render_widget(widget, crop)
+    assert [list(line) for line in drawn] == [list(line) for line in fresh]
+    return True
+
+
 async def test_a_streamed_code_block_lays_out_only_when_it_grows(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -127,8 +143,6 @@ async def test_a_streamed_paragraph_draws_again_only_lines_that_change(
     """A delivery repaints the streaming paragraph from its last drawn line
     down; a closing `**` (the words before it turn bold) repaints it all.
     After every frame, each line on screen is what a fresh render draws."""
-    from textual._styles_cache import StylesCache
-    from textual.geometry import Region
     from textual.screen import Screen
 
     checked: list[int] = []
@@ -138,14 +152,8 @@ async def test_a_streamed_paragraph_draws_again_only_lines_that_change(
         compositor_refresh(self)
         for view in self.query(AssistantMessageView).filter(".streaming"):
             for paragraph in view.body.children:
-                width, height = paragraph.outer_size
-                if not (width and height and paragraph._styles_cache._cache):
-                    continue
-                crop = Region(0, 0, width, height)
-                drawn = paragraph._styles_cache.render_widget(paragraph, crop)
-                fresh = StylesCache().render_widget(paragraph, crop)
-                assert [list(line) for line in drawn] == [list(line) for line in fresh]
-                checked.append(height)
+                if drawn_as_fresh(paragraph):
+                    checked.append(paragraph.outer_size.height)
 
     monkeypatch.setattr(Screen, "_compositor_refresh", check_after_frame)
     engine = ScriptedEngine(replies=[token_pieces(STYLED)], delay=0.005)
@@ -348,8 +356,6 @@ async def test_a_streamed_code_block_draws_what_textual_draws(
     lines drawn before, and repainted from its first changed line down. After
     every frame, each of its lines on screen is what Textual's own render of
     the whole code draws."""
-    from textual._styles_cache import StylesCache
-    from textual.geometry import Region
     from textual.screen import Screen
     from textual.visual import Visual
 
@@ -363,13 +369,8 @@ async def test_a_streamed_code_block_draws_what_textual_draws(
         compositor_refresh(self)
         for view in self.query(AssistantMessageView).filter(".streaming"):
             for label in view.body.query("#code-content").results(Label):
-                width, height = label.outer_size
-                if not (width and height and label._styles_cache._cache):
+                if not drawn_as_fresh(label):
                     continue
-                crop = Region(0, 0, width, height)
-                drawn = label._styles_cache.render_widget(label, crop)
-                fresh = StylesCache().render_widget(label, crop)
-                assert [list(line) for line in drawn] == [list(line) for line in fresh]
                 content_width, content_height = label.size
                 whole = Visual.to_strips(
                     label, label._render(), content_width, content_height, label.visual_style
@@ -377,7 +378,7 @@ async def test_a_streamed_code_block_draws_what_textual_draws(
                 assert [list(line) for line in label._render_cache.lines] == [
                     list(line) for line in whole
                 ]
-                checked.append(height)
+                checked.append(label.outer_size.height)
 
     monkeypatch.setattr(Screen, "_compositor_refresh", check_after_frame)
     code = "\n".join(CODE_LINES * 3)
