@@ -20,7 +20,6 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content, Span
 from textual.geometry import Region
 from textual.message import Message as TextualMessage
-from textual.widget import Widget
 from textual.widgets import Static
 
 from chat.conversations.conversation import STATE_NOTES, Message, ReplyStats
@@ -33,7 +32,7 @@ if TYPE_CHECKING:
     from markdown_it import MarkdownIt
     from markdown_it.token import Token
     from textual.visual import VisualType
-    from textual.widget import AwaitMount
+    from textual.widget import AwaitMount, Widget
     from textual.widgets import Markdown
     from typing_extensions import Self
 
@@ -254,8 +253,16 @@ class SystemMessageView(UserMessageView):
     """The system prompt, shown once at the top of the conversation."""
 
 
-class RepaintsFromALine(Widget):
-    """A widget whose next refresh may repaint only its lines from
+# A mixin, not a widget: Textual's CSS follows each widget class's first
+# base that is a widget (a paragraph stays a MarkdownParagraph to its styles).
+if TYPE_CHECKING:
+    _Mixin = Widget
+else:
+    _Mixin = object
+
+
+class RepaintsFromALine(_Mixin):
+    """For a widget whose next refresh may repaint only its lines from
     `_repaint_from` down: text added at the end of a streaming block changes
     its last lines only, and the lines above are drawn as they were."""
 
