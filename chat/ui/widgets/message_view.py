@@ -330,21 +330,18 @@ def _reply_markdown_class() -> type[Markdown]:
         are drawn one by one as Textual draws them together (no wrapping: the
         code is as wide as its widest line)."""
 
-        _drawn_lines: dict[tuple[int, str, tuple[Span, ...]], list[Strip]] | None = None
-        """The lines drawn last, by place, text and styles."""
+        _drawn_lines: dict[LineKey, list[Strip]] | None = None
+        """The lines drawn last, in order, by place, text and styles."""
         _drawn_for: tuple[int, object] | None = None
         """The width and base style the kept lines were drawn at."""
-        _drawn_keys: list[tuple[str, tuple[Span, ...]]] = []
-        """The lines drawn last, in order."""
 
         def update(self, content: VisualType = "", *, layout: bool = True) -> None:
             """New code: the screen repaints it from its first changed line
             down (code added at the end changes only its last lines), as the
             streaming paragraph does."""
-            if isinstance(content, Content) and self._drawn_keys:
-                keys = _line_keys(content)
+            if isinstance(content, Content) and self._drawn_lines:
                 same = 0
-                for old, new in zip(self._drawn_keys, keys, strict=False):
+                for old, (new, _) in zip(self._drawn_lines, _keyed_lines(content), strict=False):
                     if old != new:
                         break
                     same += 1
@@ -361,7 +358,7 @@ def _reply_markdown_class() -> type[Markdown]:
                 or self.text_selection is not None
                 or self.styles.content_align != ("left", "top")
             ):
-                self._drawn_lines, self._drawn_keys = None, []
+                self._drawn_lines = None
                 super()._render_content()
                 return
             width, height = self.size
@@ -369,23 +366,21 @@ def _reply_markdown_class() -> type[Markdown]:
             if self._drawn_for != (width, style):
                 self._drawn_lines, self._drawn_for = None, (width, style)
             drawn = self._drawn_lines or {}
-            kept: dict[tuple[int, str, tuple[Span, ...]], list[Strip]] = {}
+            kept: dict[LineKey, list[Strip]] = {}
             strips: list[Strip] = []
-            lines = visual.split("\n", allow_blank=True)[:height]
-            keys = _line_keys(visual)[:height]
-            for y, (line, (text, spans)) in enumerate(zip(lines, keys, strict=True)):
-                key = (y, text, spans)
+            for key, line in _keyed_lines(visual)[:height]:
                 line_strips = drawn.get(key)
                 if line_strips is None:
                     # Drawn alone, a line is drawn as the first; each cell
                     # carries its place, for selecting text with the mouse.
+                    y = key[0]
                     line_strips = [
                         strip.apply_offsets(0, y) if y else strip
                         for strip in Visual.to_strips(self, line, width, None, style)
                     ]
                 kept[key] = line_strips
                 strips.extend(line_strips)
-            self._drawn_lines, self._drawn_keys = kept, keys
+            self._drawn_lines = kept
             self._render_cache = _RenderCache(self.size, strips[:height])
             self._dirty_regions.clear()
 
@@ -599,9 +594,16 @@ def _appended_to(old: Content, new: Content) -> bool:
     return before == list(old.spans)
 
 
-def _line_keys(content: Content) -> list[tuple[str, tuple[Span, ...]]]:
-    """Each line of `content`: its text and styles (what it is drawn from)."""
-    return [(line.plain, tuple(line.spans)) for line in content.split("\n", allow_blank=True)]
+LineKey = tuple[int, str, tuple[Span, ...]]
+"""A line of code as `CodeLabel` draws it: its place, text and styles."""
+
+
+def _keyed_lines(content: Content) -> list[tuple[LineKey, Content]]:
+    """Each line of `content`, with its key."""
+    return [
+        ((y, line.plain, tuple(line.spans)), line)
+        for y, line in enumerate(content.split("\n", allow_blank=True))
+    ]
 
 
 def _text_shape(text: str) -> tuple[int, int]:
