@@ -15,6 +15,7 @@ that nothing starts over a reply still on its way to the screen.
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import cast
 
 from textual.screen import Screen
@@ -91,6 +92,11 @@ class TurnDrawer:
         """Published each time reply tokens are on screen, with how many (the
         benchmark measures decode speed where the user sees it)."""
 
+    @functools.cached_property
+    def _meter(self) -> ContextMeter:
+        """The screen's meter (looked up once: each delivery draws on it)."""
+        return self._screen.query_one(ContextMeter)
+
     @property
     def drawing(self) -> bool:
         """A reply the turn started is not drawn to its end yet."""
@@ -161,7 +167,7 @@ class TurnDrawer:
             views = view.message_views()
             reply_view = None
         ConversationView.mark_window(views, self._turn.session.window_states)
-        screen.query_one(ContextMeter).show(MeterState.from_plan(started.plan))
+        self._meter.show(MeterState.from_plan(started.plan))
         if reply_view is None:
             reply_view = await view.start_reply(started.reply)
         self._reply_view = reply_view
@@ -174,7 +180,7 @@ class TurnDrawer:
             return
         assert self._reply_view is not None
         if text.tokens:
-            self._screen.query_one(ContextMeter).add_reply_tokens(text.tokens, text.thinking_tokens)
+            self._meter.add_reply_tokens(text.tokens, text.thinking_tokens)
         if text.text or text.thinking or text.thinking_tokens:
             await self._reply_view.append(text.text, text.thinking, text.thinking_tokens)
         if text.tokens:
@@ -188,7 +194,7 @@ class TurnDrawer:
         if not self._undrawn:
             self._reply_drawn.set()
             self._hold_cursor_blink(False)
-            self._screen.query_one(ContextMeter).draw_pending()
+            self._meter.draw_pending()
         self._screen.refresh_bindings()
 
     def _hold_cursor_blink(self, hold: bool) -> None:
@@ -286,9 +292,7 @@ class TurnDrawer:
             # What the step wrote, its call included, is a call now (its
             # thinking stays thinking): the meter's tools segment.
             stats = event.finished.stats
-            self._screen.query_one(ContextMeter).move_reply_to_tools(
-                stats.generated_tokens - stats.thinking_tokens
-            )
+            self._meter.move_reply_to_tools(stats.generated_tokens - stats.thinking_tokens)
         elif isinstance(event, ToolCallAsked):
             await steps.show_call(event.request, "asked")
         elif isinstance(event, ToolCallStarted):
@@ -300,7 +304,7 @@ class TurnDrawer:
             )
             await steps.finish_call(record, request)
             # The result is part of the prompt from the next step on.
-            self._screen.query_one(ContextMeter).add_tool_tokens(record.result_tokens)
+            self._meter.add_tool_tokens(record.result_tokens)
 
     async def _show_waiting(self, text: str) -> None:
         """A message sent while the model loads, shown until the model is ready."""

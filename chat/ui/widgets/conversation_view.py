@@ -47,6 +47,7 @@ from chat.conversations.tree import index_of
 from chat.ui.widgets.message_view import (
     AssistantMessageView,
     MessageView,
+    SizedByTheLayout,
     SystemMessageView,
     view_for,
 )
@@ -113,7 +114,7 @@ class LaterMessages(Static):
             view.run_worker(view.show_latest(), group="latest")
 
 
-class ConversationView(VerticalScroll):
+class ConversationView(SizedByTheLayout, VerticalScroll):
     FIRST_PAGE = 16
     """Message views mounted when a conversation opens: more than a screenful."""
     PAGE = 10

@@ -11,14 +11,14 @@ import functools
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from rich.cells import cell_len
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.content import Content, Span
-from textual.geometry import Region
+from textual.geometry import Region, Size
 from textual.message import Message as TextualMessage
 from textual.widgets import Static
 
@@ -144,7 +144,33 @@ class CopyButton(Static):
         self.post_message(self.Pressed(self._text, self._what))
 
 
-class MessageView(Vertical):
+# A mixin, not a widget: Textual's CSS follows each widget class's first
+# base that is a widget (a paragraph stays a MarkdownParagraph to its styles).
+if TYPE_CHECKING:
+    _Mixin = Widget
+else:
+    _Mixin = object
+
+
+class SizedByTheLayout(_Mixin):
+    """For a widget whose virtual size is what the screen's layout made it
+    (its content's size, as arranged): after a layout it needs no second one.
+    Textual sets each widget's `virtual_size` after a layout through a
+    reactive that asks for another layout when the value changes: every
+    layout that resized the conversation, a message view, the answer or its
+    last block was followed by a second layout of the whole screen a frame
+    later, that moved nothing (two layouts for each paragraph a streaming
+    reply began; docs/performance.md, "the second layout"). A scrollbar that
+    comes or goes still asks for its layout (its own reactive), and a
+    scroll offset past the new end is still corrected (`_scroll_update`)."""
+
+    def _size_updated(
+        self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True
+    ) -> bool:
+        return super()._size_updated(size, virtual_size, container_size, layout=False)
+
+
+class MessageView(SizedByTheLayout, Vertical):
     """Base view: a header, and a body that subclasses provide."""
 
     @dataclass
@@ -251,14 +277,6 @@ class UserMessageView(MessageView):
 
 class SystemMessageView(UserMessageView):
     """The system prompt, shown once at the top of the conversation."""
-
-
-# A mixin, not a widget: Textual's CSS follows each widget class's first
-# base that is a widget (a paragraph stays a MarkdownParagraph to its styles).
-if TYPE_CHECKING:
-    _Mixin = Widget
-else:
-    _Mixin = object
 
 
 class RepaintsFromALine(_Mixin):
@@ -384,7 +402,7 @@ def _reply_markdown_class() -> type[Markdown]:
             self._render_cache = _RenderCache(self.size, strips[:height])
             self._dirty_regions.clear()
 
-    class CopyableFence(MarkdownFence):
+    class CopyableFence(SizedByTheLayout, MarkdownFence):
         _shape: tuple[int, int] | None = None  # of the code shown: lines, widest
         _highlighted_at = 0.0
         """When the code was last highlighted whole while it grew (`grow`)."""
@@ -450,7 +468,7 @@ def _reply_markdown_class() -> type[Markdown]:
                     label.styles.min_height = None
                     label.styles.min_width = None
 
-    class Paragraph(RepaintsFromALine, MarkdownParagraph):
+    class Paragraph(SizedByTheLayout, RepaintsFromALine, MarkdownParagraph):
         _lines_drawn = 0
         """Lines the text took when it was last set (its wrapped height)."""
 
@@ -475,7 +493,12 @@ def _reply_markdown_class() -> type[Markdown]:
             self.update(content, layout=False)
             self._repaint_from = None
             if not width:
-                self.refresh(layout=True)
+                # Not laid out yet: a paragraph built to be mounted (a reply's
+                # next one) is laid out with its text by the layout its mount
+                # asks for; asked here too, it was a second layout of the
+                # whole screen, a frame after the first.
+                if self.is_mounted:
+                    self.refresh(layout=True)
                 return
             needed = self.get_content_height(self.size, self.size, width)
             self._lines_drawn = needed
@@ -490,7 +513,7 @@ def _reply_markdown_class() -> type[Markdown]:
             if self.styles.min_height is not None:
                 self.styles.min_height = None
 
-    class ReplyMarkdown(Markdown):
+    class ReplyMarkdown(SizedByTheLayout, Markdown):
         BLOCKS = {
             **Markdown.BLOCKS,
             "paragraph_open": Paragraph,
@@ -628,22 +651,20 @@ class AssistantMessageView(MessageView):
             folded=not self.show_thinking,
         )
         """Above the answer (held here: a streamed chunk need not look it up)."""
+        self.body: Markdown = _reply_markdown_class()(
+            sanitize(message.content),
+            classes="message-body",
+            open_links=False,
+            parser_factory=markdown_parser,
+        )
+        """The answer (held, as the thinking is: each delivery goes to it)."""
 
     def compose(self) -> ComposeResult:
         yield from super().compose()
         yield self.thinking
         if self.message.tool_steps:
             yield ToolSteps(self.message.tool_steps)
-        yield _reply_markdown_class()(
-            sanitize(self.message.content),
-            classes="message-body",
-            open_links=False,
-            parser_factory=markdown_parser,
-        )
-
-    @property
-    def body(self) -> Markdown:
-        return cast("Markdown", self.query_one(".message-body"))
+        yield self.body
 
     def start_stream(self) -> None:
         self.add_class("streaming")  # the answer grows with each delivery, until `finish`

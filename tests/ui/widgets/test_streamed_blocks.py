@@ -186,6 +186,22 @@ async def test_the_prompt_cursor_stays_lit_while_a_reply_streams() -> None:
         assert box.text == "a"
 
 
+SIX_PARAGRAPHS = [
+    f"Paragraph {n}: " + "the keeper logged the tide and the wind. " * 4 for n in range(6)
+]
+"""Each two or three lines at 100 columns: within a new paragraph's reserve."""
+
+
+async def stream_six_paragraphs() -> list[int]:
+    """A reply of SIX_PARAGRAPHS streamed; the height of each of its blocks."""
+    engine = ScriptedEngine(replies=[token_pieces("\n\n".join(SIX_PARAGRAPHS))], delay=0.005)
+    app = make_app(engine)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await replied(app, pilot, "six paragraphs please")
+        streamed = app.query(AssistantMessageView).last()
+        return [block.size.height for block in streamed.body.children]
+
+
 async def test_a_new_streamed_paragraph_comes_with_its_reserve(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -205,17 +221,38 @@ async def test_a_new_streamed_paragraph_comes_with_its_reserve(
         layouts += self.is_mounted and not before and self._layout_required
 
     monkeypatch.setattr(paragraph_class, "set_content", counting)
-    paragraphs = [
-        f"Paragraph {n}: " + "the keeper logged the tide and the wind. " * 4 for n in range(6)
-    ]
-    engine = ScriptedEngine(replies=[token_pieces("\n\n".join(paragraphs))], delay=0.005)
-    app = make_app(engine)
-    async with app.run_test(size=(100, 40)) as pilot:
-        await replied(app, pilot, "six paragraphs please")
-        streamed = app.query(AssistantMessageView).last()
-        heights = [block.size.height for block in streamed.body.children]
-    assert len(heights) == len(paragraphs) and all(2 <= height <= 3 for height in heights)
+    heights = await stream_six_paragraphs()
+    assert len(heights) == len(SIX_PARAGRAPHS) and all(2 <= height <= 3 for height in heights)
     assert layouts == 0
+
+
+async def test_each_paragraph_a_streaming_reply_begins_costs_one_layout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A paragraph begun while a reply streams is laid out by the layout its
+    mount asks for, and that layout asks for no second one: neither the new
+    paragraph (its text set before it was mounted) nor the views whose
+    virtual size it changed (`SizedByTheLayout`). Each was a second layout
+    of the whole screen a frame later, for every paragraph."""
+    from textual.screen import Screen
+
+    layouts: list[int] = []  # while the reply streams: its blocks at each full layout
+    refresh_layout = Screen._refresh_layout
+
+    def counting(self: Screen[object], size: object = None, scroll: bool = False) -> None:
+        full = not (scroll and not self._layout_widgets)
+        streaming = self.query(AssistantMessageView).filter(".streaming")
+        if full and streaming:
+            layouts.append(len(streaming.last().body.children))
+        refresh_layout(self, size, scroll)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Screen, "_refresh_layout", counting)
+    await stream_six_paragraphs()
+    # From the second paragraph on (the reply's start lays out more: its
+    # view, the status bar): one layout each, none for a paragraph's growth
+    # within its reserve.
+    later = [blocks for blocks in layouts if blocks >= 2]
+    assert len(later) <= len(SIX_PARAGRAPHS) - 1, layouts
 
 
 MIXED = (
