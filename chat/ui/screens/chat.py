@@ -570,7 +570,7 @@ class ChatScreen(Screen[None]):
         # A reply was drawn anew: it ended, or another branch or conversation is
         # shown. (Not one streaming: find leaves it out until it ends.)
         parent = event.markdown.parent
-        if parent is None or not parent.has_class("streaming"):
+        if not (isinstance(parent, MessageView) and parent.streaming):
             self._find_changed()
 
     def action_token_view(self) -> None:

@@ -235,7 +235,7 @@ class ConversationView(SizedByTheLayout, VerticalScroll):
 
     def _streaming(self) -> bool:
         """A reply streams into one of the views: they must stay mounted."""
-        return any(view.has_class("streaming") for view in self.message_views())
+        return any(view.streaming for view in self.message_views())
 
     def _earlier_and_shown_and_later(self) -> list[Message]:
         shown = [view.message for view in self.message_views_without_system()]
@@ -413,7 +413,7 @@ class ConversationView(SizedByTheLayout, VerticalScroll):
         for view in views if above else reversed(views):
             region = view.virtual_region
             past = region.bottom <= bound if above else region.y >= bound
-            if not region or not past or view in held or view.has_class("streaming"):
+            if not region or not past or view in held or view.streaming:
                 break
             gone.append(view)
         return gone if above else gone[::-1]

@@ -195,7 +195,7 @@ class FindBar(Horizontal):
         place = None
         for view in self._view.message_views():
             position = index.get(id(view.message))
-            if position is None or view.has_class("streaming") or not query:
+            if position is None or view.streaming or not query:
                 clear_view(view)
                 continue
             nth = current.nth if current is not None and current.message == position else None

@@ -173,6 +173,12 @@ class SizedByTheLayout(_Mixin):
 class MessageView(SizedByTheLayout, Vertical):
     """Base view: a header, and a body that subclasses provide."""
 
+    streaming = False
+    """A reply streams into this view (from `start_stream` to `finish`). An
+    attribute, not a CSS class: no style depends on it, and a class added or
+    removed restyles the view and everything in it (5-10 ms for a reply of
+    ten paragraphs, at its end; docs/performance.md, "the reply's end")."""
+
     @dataclass
     class Selected(TextualMessage):
         """The user clicked `view`: it is the message the next action applies to."""
@@ -331,7 +337,7 @@ def _reply_markdown_class() -> type[Markdown]:
     def is_streaming_answer(body: object) -> bool:
         """`body` is the answer of a reply that streams."""
         view = body.parent if isinstance(body, ReplyMarkdown) else None
-        return view is not None and view.has_class("streaming")
+        return isinstance(view, MessageView) and view.streaming
 
     def in_streaming_answer(block: Widget) -> bool:
         """The block is in the answer of a reply that streams."""
@@ -667,7 +673,7 @@ class AssistantMessageView(MessageView):
         yield self.body
 
     def start_stream(self) -> None:
-        self.add_class("streaming")  # the answer grows with each delivery, until `finish`
+        self.streaming = True  # the answer grows with each delivery, until `finish`
 
     async def append(self, text: str, thinking: str = "", thinking_tokens: int = 0) -> None:
         """Add streamed text (and thinking). Appended here, not through
@@ -677,7 +683,7 @@ class AssistantMessageView(MessageView):
         here (chat.ui.turn_drawer), as the stream would join them."""
         if thinking or thinking_tokens:
             self.thinking.add(thinking, thinking_tokens)
-        if text and self.has_class("streaming"):
+        if text and self.streaming:
             block = self.thinking
             if block.thinking_now:
                 block.answer_began()
@@ -699,7 +705,7 @@ class AssistantMessageView(MessageView):
 
     async def finish(self, text: str, stats: ReplyStats | None, thinking: str = "") -> None:
         """Stop streaming and render the final text once, in full."""
-        self.remove_class("streaming")
+        self.streaming = False
         self.message.content = text
         self.message.stats = stats
         self.message.thinking = thinking

@@ -231,7 +231,7 @@ async def test_a_reply_joins_the_search_once_it_ends() -> None:
         await wait_for(engine.holding.is_set, pilot)
         await pilot.pause()
         # The reply streaming ("one more ") is left out of the search.
-        streaming = screen.query_one(".streaming")
+        (streaming,) = [view for view in screen.query(MessageView) if view.streaming]
         assert not streaming.query(".find-highlighted")
         engine.release.set()
         await turn_done(screen, pilot, 4)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from textual.dom import DOMNode
 from textual.widget import Widget
 from textual.widgets import Label
 
@@ -23,6 +24,11 @@ CODE_LINES = [
     "print(add(1, 2))  # each takes several deliveries to stream",
 ]
 REPLY = "Here it is:\n\n```python\n" + "\n".join(CODE_LINES) + "\n```\n"
+
+
+def streaming_views(node: DOMNode) -> list[AssistantMessageView]:
+    """The reply views under `node` that a reply streams into."""
+    return [view for view in node.query(AssistantMessageView) if view.streaming]
 
 
 def token_pieces(text: str) -> list[str]:
@@ -105,7 +111,7 @@ async def test_a_streamed_paragraph_lays_out_once_for_several_lines(
     refresh = Widget.refresh
 
     def spy(self: Widget, *regions: object, layout: bool = False, **kwargs: object) -> Widget:
-        streaming = any(view.has_class("streaming") for view in self.ancestors)
+        streaming = any(getattr(view, "streaming", False) for view in self.ancestors)
         if layout and streaming and self.is_mounted and type(self).__name__ == "Paragraph":
             layouts.append(self.size.height)
         return refresh(self, *regions, layout=layout, **kwargs)  # type: ignore[arg-type]
@@ -150,7 +156,7 @@ async def test_a_streamed_paragraph_draws_again_only_lines_that_change(
 
     def check_after_frame(self: Screen[object]) -> None:
         compositor_refresh(self)
-        for view in self.query(AssistantMessageView).filter(".streaming"):
+        for view in streaming_views(self):
             for paragraph in view.body.children:
                 if drawn_as_fresh(paragraph):
                     checked.append(paragraph.outer_size.height)
@@ -177,7 +183,7 @@ async def test_the_prompt_cursor_stays_lit_while_a_reply_streams() -> None:
         box = screen.query_one(PromptBox)
         assert box.cursor_blink
         await send(pilot, "a long paragraph please")
-        await wait_for(lambda: screen.query(AssistantMessageView).filter(".streaming"), pilot)
+        await wait_for(lambda: streaming_views(screen), pilot)
         assert not box.cursor_blink
         await pilot.press("a")  # typing goes on meanwhile
         await turn_done(screen, pilot, 2)
@@ -241,9 +247,9 @@ async def test_each_paragraph_a_streaming_reply_begins_costs_one_layout(
 
     def counting(self: Screen[object], size: object = None, scroll: bool = False) -> None:
         full = not (scroll and not self._layout_widgets)
-        streaming = self.query(AssistantMessageView).filter(".streaming")
+        streaming = streaming_views(self)
         if full and streaming:
-            layouts.append(len(streaming.last().body.children))
+            layouts.append(len(streaming[-1].body.children))
         refresh_layout(self, size, scroll)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Screen, "_refresh_layout", counting)
@@ -404,7 +410,7 @@ async def test_a_streamed_code_block_draws_what_textual_draws(
 
     def check_after_frame(self: Screen[object]) -> None:
         compositor_refresh(self)
-        for view in self.query(AssistantMessageView).filter(".streaming"):
+        for view in streaming_views(self):
             for label in view.body.query("#code-content").results(Label):
                 if not drawn_as_fresh(label):
                     continue
