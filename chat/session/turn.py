@@ -213,6 +213,8 @@ class Turn:
         """The conversation's tools (chat.session.tool_turn); None: no tools at all."""
         self._tool_turn: ToolTurn | None = None
         self._tool_task: asyncio.Task[None] | None = None
+        self._closed = False
+        """The app has ended the turn (`close`): what a reply reports is dropped."""
         session.tool_definitions = self._offered_definitions
 
     @property
@@ -478,7 +480,18 @@ class Turn:
         if self._stream is not None:
             self._stream.frame_s = self._pacer.frame_shown()
 
+    def close(self) -> None:
+        """The app is ending and its database closes next. On quit the app
+        waits a moment for the reply to stop (`stop_and_save` saved it so
+        far); a reply's thread that has not noticed by then (a prompt slow to
+        read) may report later, while the app's loop winds down: it writes
+        nothing and is drawn nowhere then (a write to the closed database was
+        a traceback on the terminal, 1 quit in 100 at random moments)."""
+        self._closed = True
+
     def _on_stream_event(self, reply: Message, event: ReplyEvent) -> None:
+        if self._closed:
+            return
         if reply is not self._reply:
             return  # a reply that has ended already (cannot happen; be safe)
         if isinstance(event, ReplyChunk):
@@ -632,6 +645,8 @@ class Turn:
     def _tool_event(self, event: ToolTurnEvent) -> None:
         """A step of the tool turn: once a call has ended, the reply's row
         holds the steps so far (a crash loses none of them)."""
+        if self._closed:
+            return
         if isinstance(event, ToolCallEnded):
             self._save_tool_progress()
         self.listener(event)
@@ -674,6 +689,8 @@ class Turn:
         """The reply keeps its answer (the last step's, its thinking apart);
         the steps before it were drawn as they came, and are kept so (each
         one's thinking apart)."""
+        if self._closed:
+            return
         answer_text, thinking = tool_turn.text, tool_turn.thinking
         steps = outcome.steps
         if not steps:

@@ -679,5 +679,6 @@ class ChatApp(App[None]):
         # is being written (a state not written in time is only a slower resume).
         self.turn.session.resumer.wait(max(0.0, quit_by - time.monotonic()))
         self.models.close(timeout=max(0.0, quit_by - time.monotonic()))
+        self.turn.close()  # a reply still running past the wait writes nothing now
         if self.store is not None:
             self.store.close()

@@ -126,6 +126,29 @@ async def test_nothing_is_sent_while_a_reply_streams_and_esc_stops_it() -> None:
     assert not turn.stop()  # nothing left to stop
 
 
+async def test_what_a_reply_reports_after_the_turn_is_closed_is_dropped(tmp_path: Path) -> None:
+    """On quit the app waits a moment for the reply to stop, then closes the
+    turn and the database (chat.ui.app); a reply still running then (its
+    prompt slow to read on a loaded machine) reports later: nothing is
+    written to the closed database, nothing is drawn, nothing raises."""
+    errors: list[dict[str, object]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
+    engine = ScriptedEngine(replies=[["slow "] * 20], hold_after=3)
+    store = Store(tmp_path / "c.db")
+    recorded = Recorded(engine, store)
+    turn = recorded.turn
+    assert turn.send("Go") is None
+    await recorded.until(engine.holding.is_set)
+    drawn = len(recorded.events)
+    turn.close()
+    store.close()
+    engine.release.set()  # the reply runs on to its end, and reports it
+    await recorded.until(lambda: not engine.holding.is_set())
+    await asyncio.sleep(0.3)
+    assert not errors, errors
+    assert len(recorded.events) == drawn
+
+
 async def test_esc_while_the_prompt_is_read_keeps_no_reply() -> None:
     engine = ScriptedEngine(prompt_batches=4, prompt_hold_after=1)
     recorded = Recorded(engine)
