@@ -162,7 +162,10 @@ class SizedByTheLayout(_Mixin):
     later, that moved nothing (two layouts for each paragraph a streaming
     reply began; docs/performance.md, "the second layout"). A scrollbar that
     comes or goes still asks for its layout (its own reactive), and a
-    scroll offset past the new end is still corrected (`_scroll_update`)."""
+    scroll offset past the new end is still corrected (`_scroll_update`).
+    It overrides a private method of Textual's `Widget`, checked on the
+    Textual versions in chat.ui.textual_fixes.TESTED_TEXTUAL (pyproject.toml
+    allows only their minor version)."""
 
     def _size_updated(
         self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True
