@@ -335,7 +335,7 @@ def _reply_markdown_class() -> type[Markdown]:
     from textual.widget import _RenderCache  # Textual's own; see CodeLabel
     from textual.widgets import Label, Markdown
     from textual.widgets._markdown import MarkdownParagraph  # not re-exported by textual 8
-    from textual.widgets.markdown import MarkdownFence
+    from textual.widgets.markdown import MarkdownBlock, MarkdownFence
 
     def is_streaming_answer(body: object) -> bool:
         """`body` is the answer of a reply that streams."""
@@ -445,6 +445,18 @@ def _reply_markdown_class() -> type[Markdown]:
                         layout = widest > label.content_size.width
                 label.update(content, layout=layout)
 
+        def highlight_whole(self) -> None:
+            """The code is complete (the reply ended with it): highlighted whole,
+            as Markdown highlights a block it builds."""
+            self._highlighted_at = time.monotonic()
+            self._highlighted_code = self.highlight(
+                self.code,
+                self.lexer,
+                ansi=self.app.native_ansi_color,
+                dark=self.app.current_theme.dark,
+            )
+            self.set_content(self._highlighted_code)
+
         def grow(self, code: str) -> None:
             """The streaming block's code is now `code` (the code it had, with
             more after it). Highlighting costs about 0.13 ms a line of Python
@@ -457,16 +469,10 @@ def _reply_markdown_class() -> type[Markdown]:
             self.code = code
             now = time.monotonic()
             if not code.startswith(done) or now - self._highlighted_at >= HIGHLIGHT_EVERY_S:
-                self._highlighted_at = now
-                self._highlighted_code = self.highlight(
-                    code,
-                    self.lexer,
-                    ansi=self.app.native_ansi_color,
-                    dark=self.app.current_theme.dark,
-                )
-            else:
-                added = Content(code[len(done) :]).stylize_before("$text")
-                self._highlighted_code = highlighted + added
+                self.highlight_whole()
+                return
+            added = Content(code[len(done) :]).stylize_before("$text")
+            self._highlighted_code = highlighted + added
             self.set_content(self._highlighted_code)
 
         def end_reserve(self) -> None:
@@ -602,12 +608,82 @@ def _reply_markdown_class() -> type[Markdown]:
             last.grow(token.content.rstrip())
             return True
 
+        def settle(self, markdown: str) -> bool:
+            """The reply ended, its text `markdown`. When that is the text
+            streamed and the blocks are those Markdown builds from the whole
+            text, they stay: the last one ends its reserve, a code block there
+            is highlighted whole. Else False, and nothing changed (the caller
+            builds the blocks again from the whole text: 25 ms for a reply of a
+            dozen blocks here, 70 ms for three dozen, and a layout of all of
+            them; docs/performance.md, "the reply's end").
+
+            Each block was built from a parse of the text from its first line
+            on, as Markdown's append does, so it is what a parse of the whole
+            text builds when the two parses split the text into the same
+            blocks (kinds and lines), and no link reference definition lets
+            one block change the words of another."""
+            blocks = list(self.children)
+            if markdown != self.source or self.lock.is_locked or not blocks:
+                return False
+            env: dict[str, Any] = {}
+            tokens = markdown_parser().parse(markdown, env)
+            if env.get("references"):
+                return False
+            whole = [
+                (token.type, tuple(token.map))
+                for token in tokens
+                if token.level == 0 and token.nesting >= 0 and token.map is not None
+            ]
+            if any(kind not in SETTLED_KINDS for kind, _ in whole):
+                return False
+            shown = [
+                (block._token.type, tuple(block.source_range))
+                for block in blocks
+                if isinstance(block, MarkdownBlock)
+            ]
+            if len(shown) != len(blocks) or shown != whole:
+                return False
+            fences = [token for token in tokens if token.level == 0 and token.type in FENCES]
+            shown_fences = [block for block in blocks if isinstance(block, CopyableFence)]
+            if [token.content.rstrip() for token in fences] != [
+                fence.code for fence in shown_fences
+            ]:
+                return False  # Markdown's append copies a code block's colours, not its code
+            last = blocks[-1]
+            if isinstance(last, CopyableFence):
+                last.highlight_whole()
+            if isinstance(last, (Paragraph, CopyableFence)):
+                last.end_reserve()
+            # As Markdown's update ends: who waits for a reply drawn whole (find) hears it.
+            self._table_of_contents = None
+            self.post_message(
+                Markdown.TableOfContentsUpdated(self, self.table_of_contents).set_sender(self)
+            )
+            return True
+
     return ReplyMarkdown
 
 
 STREAM_RESERVE_LINES = 3
 """Blank lines a streaming paragraph or code block takes ahead of its text: the
 screen is laid out once for these lines, not once for each (docs/performance.md)."""
+SETTLED_KINDS = frozenset(
+    {
+        "paragraph_open",
+        "heading_open",
+        "hr",
+        "blockquote_open",
+        "bullet_list_open",
+        "ordered_list_open",
+        "fence",
+        "code_block",
+    }
+)
+"""The blocks that stream as Markdown builds them from the whole text, as the
+first token of each: a reply whose text holds another kind is built again
+when it ends (HTML; a table, whose rows Markdown's append updates in place,
+in widgets of other kinds than a table built whole)."""
+FENCES = frozenset({"fence", "code_block"})
 HIGHLIGHT_EVERY_S = 0.5
 """How often a streaming code block's code is highlighted again, whole (`CopyableFence.grow`)."""
 
@@ -716,7 +792,11 @@ class AssistantMessageView(MessageView):
             thinking, stats.thinking_tokens if stats is not None else 0, _thinking_seconds(stats)
         )
         self.set_class(_ended_early(self.message), "ended-early")
-        await self.body.update(text)
+        # The answer is a ReplyMarkdown (its class is built on first use, so
+        # the type checker knows it as Markdown): its blocks stay when they
+        # are what the whole text builds.
+        if not self.body.settle(text):  # type: ignore[attr-defined]
+            await self.body.update(text)
         self.refresh_header()
 
 

@@ -261,6 +261,19 @@ async def test_each_paragraph_a_streaming_reply_begins_costs_one_layout(
     assert len(later) <= len(SIX_PARAGRAPHS) - 1, layouts
 
 
+def blocks(view: AssistantMessageView) -> list[tuple[str, str, list[object]]]:
+    """The answer's blocks, nested ones included: kind, text and styles."""
+    shown = []
+    for block in view.body.walk_children():
+        content = getattr(block, "_content", None)
+        text = getattr(content, "plain", "")
+        spans = (
+            [(span.start, span.end, str(span.style)) for span in content.spans] if content else []
+        )
+        shown.append((type(block).__name__, text, spans))
+    return shown
+
+
 MIXED = (
     "The keeper's **log, in bold once the marks close**, and `code` inline.\n\n"
     "A second paragraph\nwith a soft break and a [link](https://example.com).\n\n"
@@ -290,19 +303,6 @@ async def test_words_added_to_the_last_block_are_set_in_place_as_markdown_would(
         def compose(self) -> ComposeResult:
             yield AssistantMessageView(Message("assistant", ""))
             yield AssistantMessageView(Message("assistant", ""))
-
-    def blocks(view: AssistantMessageView) -> list[tuple[str, str, list[object]]]:
-        shown = []
-        for block in view.body.walk_children():
-            content = getattr(block, "_content", None)
-            text = getattr(content, "plain", "")
-            spans = (
-                [(span.start, span.end, str(span.style)) for span in content.spans]
-                if content
-                else []
-            )
-            shown.append((type(block).__name__, text, spans))
-        return shown
 
     in_place: list[bool] = []
     reply_markdown = message_view._reply_markdown_class()
@@ -430,3 +430,49 @@ async def test_a_streamed_code_block_draws_what_textual_draws(
     async with app.run_test(size=(100, 40)) as pilot:
         await replied(app, pilot, "the code, please")
     assert len(checked) >= 8 and max(checked) > 8
+
+
+@pytest.mark.parametrize(
+    ("reply", "kept"),
+    [
+        (MIXED, True),
+        (MIXED + "\n\n```python\nprint('the reply ends in code')\nfor n in range(3):\n", True),
+        ("> quoted\n\n1. one\n2. two\n\n***\n\n# Heading\n\nEnd.", True),
+        # Markdown's append updates a table's rows in place, in other widgets.
+        ("| a | b |\n|---|---|\n| 1 | 2 |\n\nEnd.", False),
+        # A definition at the end makes the words of the first paragraph a link.
+        ("See [the log][log] first.\n\nThen the rest.\n\n[log]: https://example.com\n", False),
+    ],
+)
+async def test_a_streamed_answer_ends_as_the_reply_shown_whole(reply: str, kept: bool) -> None:
+    """When a reply ends, its answer is exactly the reply shown whole (as when
+    the conversation is opened again), a code block at its end highlighted
+    whole. Its blocks stay as they streamed (none built again) when they are
+    what the whole text builds; a link reference definition changes words
+    above it, and the blocks are built again."""
+    from textual.app import App, ComposeResult
+
+    from chat.conversations.conversation import Message
+
+    class Host(App[None]):
+        def compose(self) -> ComposeResult:
+            yield AssistantMessageView(Message("assistant", ""))
+
+    async with Host().run_test(size=(100, 80)) as pilot:
+        view = pilot.app.query_one(AssistantMessageView)
+        view.start_stream()
+        for n, piece in enumerate(token_pieces(reply)):
+            await view.append(piece)
+            if n % 4 == 0:
+                await pilot.pause()
+        await pilot.pause()
+        streamed = list(view.body.children)
+        await view.finish(reply, None)
+        whole = AssistantMessageView(Message("assistant", reply))
+        await pilot.app.mount(whole)
+        await pilot.pause()
+        assert blocks(view) == blocks(whole)
+        assert (list(view.body.children) == streamed) is kept
+        assert [block.size for block in view.body.children] == [
+            block.size for block in whole.body.children
+        ]
