@@ -615,7 +615,8 @@ def _reply_markdown_class() -> type[Markdown]:
             is highlighted whole. Else False, and nothing changed (the caller
             builds the blocks again from the whole text: 25 ms for a reply of a
             dozen blocks here, 70 ms for three dozen, and a layout of all of
-            them; docs/performance.md, "the reply's end").
+            them; docs/performance.md, "The answer's blocks stay when the
+            reply ends").
 
             Each block was built from a parse of the text from its first line
             on, as Markdown's append does, so it is what a parse of the whole
