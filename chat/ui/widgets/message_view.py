@@ -630,26 +630,21 @@ def _reply_markdown_class() -> type[Markdown]:
             tokens = markdown_parser().parse(markdown, env)
             if env.get("references"):
                 return False
-            whole = [
-                (token.type, tuple(token.map))
+            # The first token of each block of the whole text, in order.
+            firsts = [
+                token
                 for token in tokens
                 if token.level == 0 and token.nesting >= 0 and token.map is not None
             ]
-            if any(kind not in SETTLED_KINDS for kind, _ in whole):
+            if len(firsts) != len(blocks) or any(t.type not in SETTLED_KINDS for t in firsts):
                 return False
-            shown = [
-                (block._token.type, tuple(block.source_range))
-                for block in blocks
-                if isinstance(block, MarkdownBlock)
-            ]
-            if len(shown) != len(blocks) or shown != whole:
-                return False
-            fences = [token for token in tokens if token.level == 0 and token.type in FENCES]
-            shown_fences = [block for block in blocks if isinstance(block, CopyableFence)]
-            if [token.content.rstrip() for token in fences] != [
-                fence.code for fence in shown_fences
-            ]:
-                return False  # Markdown's append copies a code block's colours, not its code
+            for block, token in zip(blocks, firsts, strict=True):
+                if not isinstance(block, MarkdownBlock):
+                    return False
+                if block._token.type != token.type or list(block.source_range) != token.map:
+                    return False
+                if isinstance(block, CopyableFence) and block.code != token.content.rstrip():
+                    return False  # Markdown's append copies a code block's colours, not its code
             last = blocks[-1]
             if isinstance(last, CopyableFence):
                 last.highlight_whole()
@@ -684,7 +679,6 @@ SETTLED_KINDS = frozenset(
 first token of each: a reply whose text holds another kind is built again
 when it ends (HTML; a table, whose rows Markdown's append updates in place,
 in widgets of other kinds than a table built whole)."""
-FENCES = frozenset({"fence", "code_block"})
 HIGHLIGHT_EVERY_S = 0.5
 """How often a streaming code block's code is highlighted again, whole (`CopyableFence.grow`)."""
 
