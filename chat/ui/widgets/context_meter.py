@@ -175,13 +175,13 @@ class ContextMeter(Static):
 
     def show(self, state: MeterState | None) -> None:
         self.state = state
-        self.update(self.render_text())
+        self.update(self.render_text(), layout=False)  # its size never depends on the text
 
     def show_counting(self, whose: str = "the conversation's") -> None:
         """While tokens are counted in the background: a long conversation's, or
         a long message's."""
         self.state = None
-        self.update(Text(f"context: counting {whose} tokens…"))
+        self.update(Text(f"context: counting {whose} tokens…"), layout=False)
 
     def _redraw(self) -> None:
         if self._fallback is not None:

@@ -17,13 +17,14 @@ from rich.cells import cell_len
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.content import Content, Span
+from textual.content import Content
 from textual.geometry import Region, Size
 from textual.message import Message as TextualMessage
 from textual.widgets import Static
 
 from chat.conversations.conversation import STATE_NOTES, Message, ReplyStats
 from chat.sanitize import sanitize
+from chat.ui.widgets.growing_wrap import GrowingWrap, Row, RowKey, appended_to
 from chat.ui.widgets.thinking_block import ThinkingBlock
 from chat.ui.widgets.tool_call_block import ToolSteps
 from chat.wording import counted
@@ -346,30 +347,79 @@ def _reply_markdown_class() -> type[Markdown]:
         """The block is in the answer of a reply that streams."""
         return is_streaming_answer(block.parent)
 
-    class CodeLabel(RepaintsFromALine, Label):
-        """A code block's code, drawn a line at a time: each render keeps the
-        lines it drew, and a line drawn before (its text and colours the same)
-        is not drawn again; and a change repaints the code from its first
-        changed line down. Textual draws a label's every line at each change,
-        and a streaming code block changes at each delivery: with 100 lines of
-        Python on screen, most of the 27-29 ms of UI thread a delivery took
-        (docs/performance.md). What is drawn is the same: the lines of code
-        are drawn one by one as Textual draws them together (no wrapping: the
-        code is as wide as its widest line)."""
+    class DrawsRowsOnce(_Mixin):
+        """Draws its text a row at a time, and keeps the rows it drew by
+        place, text and styles: a row drawn before is not drawn again. A
+        streaming block changes at each delivery, and Textual draws each of
+        its rows again; here only its new rows are drawn (docs/performance.md,
+        "The code is drawn a line at a time", "A paragraph wrapped from its
+        last row"). What is drawn is what Textual draws: each row is drawn
+        alone as Textual draws it among the others, and marked with its place
+        in the text, as Textual marks each cell for selecting with the mouse."""
 
-        _drawn_lines: dict[LineKey, list[Strip]] | None = None
-        """The lines drawn last, in order, by place, text and styles."""
+        _drawn_rows: dict[RowKey, list[Strip]] | None = None
+        """The rows drawn last, in order, by key (`Row.key`)."""
         _drawn_for: tuple[int, object] | None = None
-        """The width and base style the kept lines were drawn at."""
+        """The width and base style the kept rows were drawn at."""
+
+        def _rows(self, content: Content, width: int) -> list[Row] | None:
+            """The rows of `content` at `width`; None where Textual draws it itself."""
+            raise NotImplementedError
+
+        def _render_content(self) -> None:
+            visual = self._render()
+            width, height = self.size
+            rows = None
+            if (
+                isinstance(visual, Content)
+                and self.text_selection is None
+                and self.styles.content_align == ("left", "top")
+            ):
+                rows = self._rows(visual, width)
+            if rows is None:
+                self._drawn_rows = None
+                super()._render_content()
+                return
+            style = self.visual_style
+            if self._drawn_for != (width, style):
+                self._drawn_rows, self._drawn_for = None, (width, style)
+            drawn = self._drawn_rows or {}
+            kept: dict[RowKey, list[Strip]] = {}
+            strips: list[Strip] = []
+            for row in rows[:height]:
+                key = row.key
+                row_strips = drawn.get(key)
+                if row_strips is None:
+                    # Drawn alone, a row is marked as the text's first.
+                    row_strips = [
+                        strip.apply_offsets(row.x, row.y) if row.x or row.y else strip
+                        for strip in Visual.to_strips(self, row.content, width, None, style)
+                    ]
+                kept[key] = row_strips
+                strips.extend(row_strips)
+            self._drawn_rows = kept
+            self._render_cache = _RenderCache(self.size, strips[:height])
+            self._dirty_regions.clear()
+
+    class CodeLabel(DrawsRowsOnce, RepaintsFromALine, Label):
+        """A code block's code, drawn a line at a time (`DrawsRowsOnce`), and
+        a change repaints the code from its first changed line down. Textual
+        draws a label's every line at each change, and a streaming code block
+        changes at each delivery: with 100 lines of Python on screen, most of
+        the 27-29 ms of UI thread a delivery took (docs/performance.md). The
+        code is not wrapped: the block is as wide as its widest line."""
+
+        def _rows(self, content: Content, width: int) -> list[Row]:
+            return code_rows(content)
 
         def update(self, content: VisualType = "", *, layout: bool = True) -> None:
             """New code: the screen repaints it from its first changed line
             down (code added at the end changes only its last lines), as the
             streaming paragraph does."""
-            if isinstance(content, Content) and self._drawn_lines:
+            if isinstance(content, Content) and self._drawn_rows:
                 same = 0
-                for old, (new, _) in zip(self._drawn_lines, _keyed_lines(content), strict=False):
-                    if old != new:
+                for old, new in zip(self._drawn_rows, code_rows(content), strict=False):
+                    if old != new.key:
                         break
                     same += 1
                 self._repaint_from = same
@@ -377,39 +427,6 @@ def _reply_markdown_class() -> type[Markdown]:
                 super().update(content, layout=layout)
             finally:
                 self._repaint_from = None
-
-        def _render_content(self) -> None:
-            visual = self._render()
-            if (
-                not isinstance(visual, Content)
-                or self.text_selection is not None
-                or self.styles.content_align != ("left", "top")
-            ):
-                self._drawn_lines = None
-                super()._render_content()
-                return
-            width, height = self.size
-            style = self.visual_style
-            if self._drawn_for != (width, style):
-                self._drawn_lines, self._drawn_for = None, (width, style)
-            drawn = self._drawn_lines or {}
-            kept: dict[LineKey, list[Strip]] = {}
-            strips: list[Strip] = []
-            for key, line in _keyed_lines(visual)[:height]:
-                line_strips = drawn.get(key)
-                if line_strips is None:
-                    # Drawn alone, a line is drawn as the first; each cell
-                    # carries its place, for selecting text with the mouse.
-                    y = key[0]
-                    line_strips = [
-                        strip.apply_offsets(0, y) if y else strip
-                        for strip in Visual.to_strips(self, line, width, None, style)
-                    ]
-                kept[key] = line_strips
-                strips.extend(line_strips)
-            self._drawn_lines = kept
-            self._render_cache = _RenderCache(self.size, strips[:height])
-            self._dirty_regions.clear()
 
     class CopyableFence(SizedByTheLayout, MarkdownFence):
         _shape: tuple[int, int] | None = None  # of the code shown: lines, widest
@@ -483,9 +500,42 @@ def _reply_markdown_class() -> type[Markdown]:
                     label.styles.min_height = None
                     label.styles.min_width = None
 
-    class Paragraph(SizedByTheLayout, RepaintsFromALine, MarkdownParagraph):
+    class Paragraph(SizedByTheLayout, DrawsRowsOnce, RepaintsFromALine, MarkdownParagraph):
         _lines_drawn = 0
         """Lines the text took when it was last set (its wrapped height)."""
+        _wrap: GrowingWrap | None = None
+        """Its rows, kept from one delivery to the next (made on first need)."""
+
+        def _rows(self, content: Content, width: int) -> list[Row] | None:
+            """While the reply streams, the rows the text wraps to, wrapped
+            again from the last row when words were added at the end
+            (`GrowingWrap`): as Textual wraps a paragraph's text, where it is
+            styled as paragraphs are by default (wrapped at words, a word too
+            long cut, aligned left, no tabs). A paragraph that does not grow
+            is drawn by Textual, in one piece (cheaper than row by row)."""
+            styles = self.styles
+            if not in_streaming_answer(self):
+                self._wrap = None
+                return None
+            if (
+                not width
+                or styles.text_wrap != "wrap"
+                or styles.text_overflow != "fold"
+                or styles.line_pad
+                or styles.text_align not in ("left", "start")
+                or "\t" in content.plain
+            ):
+                return None
+            if self._wrap is None:
+                self._wrap = GrowingWrap()
+            return self._wrap.rows(content, width)
+
+        def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+            visual = self._render()
+            rows = self._rows(visual, width) if isinstance(visual, Content) else None
+            if rows is None:
+                return super().get_content_height(container, viewport, width)
+            return len(rows)
 
         def set_content(self, content: Content) -> None:
             """New text for the paragraph (a streamed reply's last one grows with
@@ -495,16 +545,19 @@ def _reply_markdown_class() -> type[Markdown]:
             again, while a delivery that only fills the last line needs no more
             than this paragraph redrawn. While the reply streams, a paragraph
             that needs a line more takes STREAM_RESERVE_LINES more: its next
-            lines fill blank lines already laid out; and only the lines from
-            the last one drawn down are drawn again (`_repaint_from`)."""
+            lines fill blank lines already laid out; and only the rows from
+            the first one the new words changed down are drawn again
+            (`_repaint_from`)."""
             old = self._content
             self._content = content
             width, height = self.content_size
             streaming = bool(width) and in_streaming_answer(self)
-            if streaming and self._lines_drawn and _appended_to(old, content):
-                # Words added after the text wrap below its last line: the
-                # lines above it are as they were drawn.
-                self._repaint_from = self._lines_drawn - 1
+            if streaming and self._lines_drawn and appended_to(old, content):
+                # Words added after the text wrap from its last row on: the
+                # rows above it are as they were drawn.
+                rows = self._rows(content, width)
+                kept = self._wrap.kept if rows is not None and self._wrap else 0
+                self._repaint_from = kept if rows is not None else self._lines_drawn - 1
             self.update(content, layout=False)
             self._repaint_from = None
             if not width:
@@ -683,30 +736,14 @@ HIGHLIGHT_EVERY_S = 0.5
 """How often a streaming code block's code is highlighted again, whole (`CopyableFence.grow`)."""
 
 
-def _appended_to(old: Content, new: Content) -> bool:
-    """`new` is `old` with text added at its end, styled as it was: the
-    Markdown parsed again left the text before the addition alone (it may
-    not: a closing `**` turns the words before it bold, and the markers
-    go)."""
-    if not new.plain.startswith(old.plain):
-        return False
-    end = len(old.plain)
-    before = [
-        Span(span.start, min(span.end, end), span.style) for span in new.spans if span.start < end
-    ]
-    return before == list(old.spans)
-
-
-LineKey = tuple[int, str, tuple[Span, ...]]
-"""A line of code as `CodeLabel` draws it: its place, text and styles."""
-
-
-def _keyed_lines(content: Content) -> list[tuple[LineKey, Content]]:
-    """Each line of `content`, with its key."""
-    return [
-        ((y, line.plain, tuple(line.spans)), line)
-        for y, line in enumerate(content.split("\n", allow_blank=True))
-    ]
+def code_rows(code: Content) -> list[Row]:
+    """The lines of a code block's code, each a row (code is not wrapped)."""
+    rows: list[Row] = []
+    start = 0
+    for y, line in enumerate(code.split("\n", allow_blank=True)):
+        rows.append(Row(line, 0, y, start))
+        start += len(line.plain) + 1
+    return rows
 
 
 def _text_shape(text: str) -> tuple[int, int]:

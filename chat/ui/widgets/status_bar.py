@@ -140,9 +140,13 @@ class StatusBar(Static):
         return f"{progress_text(progress)} · Esc stops"
 
     def _render_bar(self) -> None:
+        # The bar's size never depends on its text (a row, the screen's width:
+        # app.tcss): drawn without a layout, which in Textual arranges every
+        # widget on the screen again (5-10 ms), for each line of prompt
+        # progress too (docs/performance.md, "the bars draw without a layout").
         width = self.content_size.width
         if width and width < WIDE:
-            self.update(Content(self._compact_text(width)))
+            self.update(Content(self._compact_text(width)), layout=False)
             return
         # Model names come from GGUF metadata: plain Content, never markup.
         # The last reply's figures before the device: a narrow terminal cuts
@@ -153,7 +157,7 @@ class StatusBar(Static):
             # First, where a narrow terminal does not cut it off; "generating…" goes.
             shown = (reading, *shown[:3], shown[4])
         parts = [p for p in shown if p]
-        self.update(Content("  │  ".join(parts)))
+        self.update(Content("  │  ".join(parts)), layout=False)
 
     def _compact_parts(self) -> list[str]:
         """What the bar shows, most wanted first."""

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+from textual.geometry import Region
+from textual.widget import Widget
 from textual.widgets import Static
 
 from chat.session.prompt_progress import SHOW_AFTER_S
@@ -83,3 +86,31 @@ async def test_escape_while_reading_keeps_the_message_and_ctrl_l_answers_it() ->
         assert screen.conversation.messages[-1].content == "Answer."
         assert engine.calls[1][0] == engine.calls[0][0]
         assert engine.continued == [False, False]
+
+
+async def test_the_bars_draw_progress_without_laying_out_the_screen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The status bar and the meter are a row each whatever their text: a
+    change of text asks for no layout (each would arrange the whole screen)."""
+    from chat.ui.widgets.context_meter import ContextMeter
+    from chat.ui.widgets.status_bar import StatusBar
+
+    asked: list[str] = []
+    refresh = Widget.refresh
+
+    def spy(self: Widget, *regions: Region, layout: bool = False, **kwargs: bool) -> Widget:
+        if layout and isinstance(self, (StatusBar, ContextMeter)):
+            asked.append(type(self).__name__)
+        return refresh(self, *regions, layout=layout, **kwargs)
+
+    engine = ScriptedEngine(replies=[["Sure", "."]], prompt_batches=4, prompt_hold_after=2)
+    app = make_app(engine)
+    async with app.run_test() as pilot:
+        screen = await ready(app, pilot)
+        monkeypatch.setattr(Widget, "refresh", spy)
+        await send(pilot, "a long paste")
+        await wait_for(lambda: "Reading prompt" in status(app), pilot)
+        engine.release.set()
+        await turn_done(screen, pilot, 2)
+    assert asked == []

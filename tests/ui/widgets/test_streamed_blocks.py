@@ -476,3 +476,52 @@ async def test_a_streamed_answer_ends_as_the_reply_shown_whole(reply: str, kept:
         assert [block.size for block in view.body.children] == [
             block.size for block in whole.body.children
         ]
+
+
+async def test_a_streaming_paragraph_draws_its_new_rows_as_textual_draws_the_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each frame draws what Textual draws for the paragraph's whole text
+    (every row, its styles, links and the place each cell marks for
+    selecting), while only the rows the new words changed are drawn: the
+    paragraph is wrapped from its last row (docs/performance.md)."""
+    from textual.app import App, ComposeResult
+    from textual.visual import Visual
+
+    from chat.conversations.conversation import Message
+
+    rows_drawn: list[int] = []
+    to_strips = Visual.to_strips.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[Visual], widget: Widget, *args: object, **kwargs: object) -> object:
+        strips = to_strips(cls, widget, *args, **kwargs)
+        if type(widget).__name__ == "Paragraph":
+            rows_drawn[-1] += len(strips)
+        return strips
+
+    class Host(App[None]):
+        def compose(self) -> ComposeResult:
+            yield AssistantMessageView(Message("assistant", ""))
+
+    text = STYLED + "See https://example.com for the log. " + STYLED
+    async with Host().run_test(size=(60, 80)) as pilot:
+        view = pilot.app.query_one(AssistantMessageView)
+        view.start_stream()
+        monkeypatch.setattr(Visual, "to_strips", classmethod(counting))
+        for piece in (text[i : i + 7] for i in range(0, len(text), 7)):
+            rows_drawn.append(0)
+            await view.append(piece)
+            await pilot.pause()
+            (paragraph,) = view.body.children
+            width, height = paragraph.size
+            # What Textual draws for the whole text (not counted).
+            whole = to_strips(
+                Visual, paragraph, paragraph._render(), width, height, paragraph.visual_style
+            )
+            drawn = paragraph._render_cache.lines[: len(whole)]
+            assert [list(strip) for strip in drawn] == [list(strip) for strip in whole]
+        rows = len(whole)
+    assert rows > 20
+    # A row or two a frame (the last, and the next when a word moves down),
+    # not all of them: fewer than 2 on average.
+    assert sum(rows_drawn) < 2 * len(rows_drawn)
