@@ -552,12 +552,14 @@ def _reply_markdown_class() -> type[Markdown]:
             self._content = content
             width, height = self.content_size
             streaming = bool(width) and in_streaming_answer(self)
-            if streaming and self._lines_drawn and appended_to(old, content):
+            if streaming and self._lines_drawn:
                 # Words added after the text wrap from its last row on: the
-                # rows above it are as they were drawn.
-                rows = self._rows(content, width)
-                kept = self._wrap.kept if rows is not None and self._wrap else 0
-                self._repaint_from = kept if rows is not None else self._lines_drawn - 1
+                # rows above it are as they were drawn (GrowingWrap says how
+                # many; none when the words before changed).
+                if self._rows(content, width) is not None and self._wrap is not None:
+                    self._repaint_from = self._wrap.kept or None
+                elif appended_to(old, content):
+                    self._repaint_from = self._lines_drawn - 1
             self.update(content, layout=False)
             self._repaint_from = None
             if not width:
