@@ -563,12 +563,11 @@ def _reply_markdown_class() -> type[Markdown]:
             self.update(content, layout=False)
             self._repaint_from = None
             if not width:
-                # Not laid out yet: a paragraph built to be mounted (a reply's
-                # next one) is laid out with its text by the layout its mount
-                # asks for; asked here too, it was a second layout of the
-                # whole screen, a frame after the first.
-                if self.is_mounted:
-                    self.refresh(layout=True)
+                # Not laid out yet (a paragraph built to be mounted, a reply's
+                # next one, or mounted with its layout still to come): the
+                # layout its mount asks for lays it out with its text; asked
+                # here too, it was a second layout of the whole screen. Laid
+                # out at no width, it is no lines tall whatever its text.
                 return
             needed = self.get_content_height(self.size, self.size, width)
             self._lines_drawn = needed

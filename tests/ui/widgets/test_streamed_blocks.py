@@ -525,3 +525,38 @@ async def test_a_streaming_paragraph_draws_its_new_rows_as_textual_draws_the_who
     # A row or two a frame (the last, and the next when a word moves down),
     # not all of them: fewer than 2 on average.
     assert sum(rows_drawn) < 2 * len(rows_drawn)
+
+
+async def test_text_set_before_a_paragraphs_first_layout_asks_for_no_layout() -> None:
+    """Under load a delivery can reach a paragraph mounted after the layout its
+    mount asked for is due but before it ran: that layout lays the paragraph
+    out with its text, so setting the text asks for no second one (this test
+    counted one now and then under load). Laid out at no width, a paragraph is
+    no lines tall whatever its text: no layout either."""
+    from markdown_it.token import Token
+    from textual.app import App
+    from textual.content import Content
+    from textual.widgets import Markdown
+
+    from chat.ui.widgets import message_view
+
+    paragraph_class = message_view._reply_markdown_class().BLOCKS["paragraph_open"]
+    app: App[None] = App()
+    async with app.run_test(size=(60, 10)) as pilot:
+        markdown = Markdown()
+        await app.screen.mount(markdown)
+        await pilot.pause()
+        paragraph = paragraph_class(markdown, Token("paragraph_open", "p", 1))
+        await markdown.mount(paragraph)
+        assert paragraph.container_size == (0, 0)  # its first layout is to come
+        paragraph.set_content(Content("the keeper logged the tide " * 4))
+        assert not paragraph._layout_required
+        await pilot.pause()
+        assert paragraph.size.height == 2  # laid out with its text
+
+        paragraph.styles.width = 0
+        await pilot.pause()
+        paragraph.set_content(Content("the keeper logged the tide " * 8))
+        assert not paragraph._layout_required
+        await pilot.pause()
+        assert paragraph.size == (0, 0)
