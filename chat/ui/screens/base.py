@@ -18,6 +18,8 @@ from textual.app import ScreenStackError
 from textual.await_complete import AwaitComplete
 from textual.screen import ModalScreen, Screen
 
+from chat.ui.frame_timer import DrawsWhenAsked
+
 ResultType = TypeVar("ResultType")
 
 
@@ -33,7 +35,7 @@ def _on_top(screen: Screen[Any]) -> bool:
 # (Textual reads each class's DEFAULT_CSS along the MRO).
 
 
-class KvchatScreen(Screen[ResultType]):
+class KvchatScreen(DrawsWhenAsked, Screen[ResultType]):
     """A full screen that answers once."""
 
     def dismiss(self, result: ResultType | None = None) -> AwaitComplete:
@@ -72,7 +74,7 @@ class ListScreen(KvchatScreen[ResultType]):
     """
 
 
-class Dialog(ModalScreen[ResultType]):
+class Dialog(DrawsWhenAsked, ModalScreen[ResultType]):
     """A modal dialog that answers once."""
 
     def dismiss(self, result: ResultType | None = None) -> AwaitComplete:

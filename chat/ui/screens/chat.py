@@ -43,6 +43,7 @@ from chat.session.turn import Turn
 from chat.settings.presets import Preset, find_preset
 from chat.settings.schema import Settings
 from chat.ui.commands import ChatScreenCommands, PresetCommands
+from chat.ui.frame_timer import DrawsWhenAsked
 from chat.ui.messages import SwitchModelRequested, TurnUpdate
 from chat.ui.meter_planner import MeterPlanner
 from chat.ui.model_status import ModelStatus
@@ -77,7 +78,7 @@ if TYPE_CHECKING:
     from chat.ui.widgets.find_bar import FindBar
 
 
-class ChatScreen(Screen[None]):
+class ChatScreen(DrawsWhenAsked, Screen[None]):
     BINDINGS = CHAT_KEYS
     COMMANDS = {ChatScreenCommands, PresetCommands}
 
