@@ -21,6 +21,8 @@ def test_a_prefilled_draft_answers_sooner_than_one_sent_at_once() -> None:
     assert row.ok is True and round(row.value or 0) == 300 and row.unit == "ms"
     assert "without prefill 450 ms" in row.note
     assert prefill_row(0.5, 0.45, 0.01).ok is False
+    assert "medians" not in row.note
+    assert prefill_row(0.30, 0.45, 0.01, rounds=5).note.endswith("medians of 5, taking turns")
 
 
 def test_the_ui_cost_of_thinking_is_a_ratio_to_a_plain_reply() -> None:
