@@ -31,8 +31,16 @@ TESTED_TEXTUAL = frozenset({"8.2.8"})
 checked against (pyproject.toml allows only their minor version)."""
 
 
+@functools.cache
+def textual_version() -> str:
+    """Textual's version, read once: `textual.__version__` reads the package's
+    metadata again at each access (about a millisecond), and the screens ask
+    at each frame (`chat.ui.frame_timer`)."""
+    return textual.__version__
+
+
 def textual_known() -> bool:
-    return textual.__version__ in TESTED_TEXTUAL
+    return textual_version() in TESTED_TEXTUAL
 
 
 def untested_textual() -> str | None:
@@ -42,7 +50,7 @@ def untested_textual() -> str | None:
         return None
     tested = ", ".join(sorted(TESTED_TEXTUAL))
     return (
-        f"Textual {textual.__version__} is not a version kvchat was tested with ({tested}): "
+        f"Textual {textual_version()} is not a version kvchat was tested with ({tested}): "
         "Textual's own input handling is used, so a long paste typed as keys is slower "
         "and a closed terminal is noticed later."
     )

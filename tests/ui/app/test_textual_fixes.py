@@ -68,7 +68,29 @@ def test_on_a_textual_not_tested_textual_s_own_ways_are_used(
 ) -> None:
     assert textual_fixes.untested_textual() is None
     assert typing_driver(LinuxDriver) is TypingDriver
-    monkeypatch.setattr(textual_fixes.textual, "__version__", "9.0.0")
+    monkeypatch.setattr(textual_fixes, "textual_version", lambda: "9.0.0")
     notice = textual_fixes.untested_textual()
     assert notice is not None and notice.startswith("Textual 9.0.0 is not a version")
     assert typing_driver(LinuxDriver) is LinuxDriver
+
+
+def test_the_version_is_read_once_not_at_each_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Textual reads its `__version__` from the package's metadata at each
+    access (about a millisecond); the screens ask whether it is a known
+    version at each frame (`chat.ui.frame_timer`)."""
+    import importlib.metadata
+
+    textual_fixes.textual_known()
+    reads: list[str] = []
+    real_version = importlib.metadata.version
+
+    def version(name: str) -> str:
+        reads.append(name)
+        return real_version(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    assert textual_fixes.textual.__version__  # Textual's own: read again
+    assert reads == ["textual"]
+    for _ in range(100):
+        assert textual_fixes.textual_known()
+    assert reads == ["textual"]
