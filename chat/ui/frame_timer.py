@@ -13,8 +13,9 @@ is wanted").
 
 `FrameTimer` draws as soon as something needs drawing, but never sooner
 than one tick after the last frame began: the same 60 frames a second at
-most, without the wait. Installed on kvchat's screens (`DrawsWhenAsked`)
-only on the Textual versions it was checked against (`textual_known`).
+most, without the wait. Installed on kvchat's screens, its dialogs and its
+help screen (`DrawsWhenAsked`) only on the Textual versions it was checked
+against (`textual_known`).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from textual.app import App
 from textual.timer import Timer
 
 from chat.ui.frame_timer import FrameTimer
+from chat.ui.screens.help import HelpScreen
 from tests.fakes import ScriptedEngine
 from tests.ui.conftest import make_app, ready
 
@@ -64,8 +65,12 @@ async def test_textuals_own_timer_waits_a_tick_more_after_a_long_frame() -> None
     assert after_long > INTERVAL_S * 1.2
 
 
-async def test_the_chat_screen_draws_from_a_frame_timer() -> None:
+async def test_the_chat_screen_and_the_help_screen_draw_from_a_frame_timer() -> None:
     app = make_app(ScriptedEngine(replies=[]))
     async with app.run_test() as pilot:
         await ready(app, pilot)
+        assert isinstance(app.screen._update_timer, FrameTimer)
+        await app.push_screen(HelpScreen.of(app.screen))
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
         assert isinstance(app.screen._update_timer, FrameTimer)

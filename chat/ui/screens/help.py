@@ -13,6 +13,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Label, Static
 
+from chat.ui.frame_timer import DrawsWhenAsked
 from chat.ui.screens.dialogs import DIALOG_CSS
 from chat.ui.widgets.context_meter import HELP as CONTEXT_HELP
 from chat.ui.widgets.context_meter import ContextMeter
@@ -43,7 +44,7 @@ def screen_keys(screen: Screen[Any]) -> list[tuple[str, str]]:
     return keys
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(DrawsWhenAsked, ModalScreen[None]):
     DEFAULT_CSS = (
         """
     HelpScreen { align: center middle; }
