@@ -27,8 +27,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import unquote, urlparse
+
+from tests.engine.remote.fake_servers import QuietServer
 
 SEND_CHUNK = 64 * 1024
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -175,8 +177,7 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
 
 @contextmanager
 def running_hub(hub: Hub) -> Iterator[Hub]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))
-    server.daemon_threads = True
+    server = QuietServer(("127.0.0.1", 0), _handler(hub))
     hub.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -13,6 +13,7 @@ import contextlib
 import json
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -49,6 +50,18 @@ class Seen:
     path: str
     body: Any
     headers: dict[str, str]
+
+
+class QuietServer(ThreadingHTTPServer):
+    """A threading HTTP server that says nothing when a client goes away (a
+    reply cancelled, a connection the engine drops): the tests make that
+    happen, and socketserver would print its traceback amid the test run."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 @dataclass
@@ -137,8 +150,7 @@ class FakeServer:
                     server.stream_closed.set()
                     self.close_connection = True
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self._server.daemon_threads = True
+        self._server = QuietServer(("127.0.0.1", port), Handler)
         if self.tls is not None:
             self._server.socket = self.tls.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(
