@@ -25,20 +25,24 @@ SYNC_START = b"\x1b[?2026h"
 
 
 class Terminal:
-    """`chat --model MODEL [ARGS]` on a 120x40 pseudo-terminal; what it draws is kept."""
+    """A program (`argv`) on a 120x40 pseudo-terminal; what it draws is kept."""
 
-    def __init__(self, model: Path, env: dict[str, str], args: Sequence[str] = ()) -> None:
+    def __init__(self, argv: Sequence[str], env: dict[str, str]) -> None:
         import pty
 
         self.pid, self.fd = pty.fork()
-        if self.pid == 0:  # the child: become the app
+        if self.pid == 0:  # the child: become the program
             try:
-                argv = [sys.executable, "-m", "chat", "--model", str(model), *args]
-                os.execve(sys.executable, argv, env)
+                os.execve(argv[0], list(argv), env)
             finally:
                 os._exit(127)
         fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
         self.screen = b""
+
+    @classmethod
+    def chat(cls, model: Path, env: dict[str, str], args: Sequence[str] = ()) -> Terminal:
+        """`chat --model MODEL [ARGS]`, as a user starts it."""
+        return cls([sys.executable, "-m", "chat", "--model", str(model), *args], env)
 
     def _read(self) -> None:
         """Read what the app drew. Like most terminals in use, this one says it
@@ -60,7 +64,7 @@ class Terminal:
         while True:
             readable, _, _ = select.select([self.fd], [], [], max(0, deadline - time.monotonic()))
             if not readable:
-                raise TimeoutError(f"chat did not show {mark!r} within {timeout:.0f} s")
+                raise TimeoutError(f"the app did not show {mark!r} within {timeout:.0f} s")
             self._read()
             if mark in ESCAPE_SEQUENCE.sub(b"", self.screen[max(0, start - 256) :]):
                 return
@@ -77,7 +81,7 @@ class Terminal:
                     self._read()
                 except OSError:
                     tail = ESCAPE_SEQUENCE.sub(b"", self.screen)[-600:].decode(errors="replace")
-                    raise RuntimeError(f"chat exited; its last output: {tail}") from None
+                    raise RuntimeError(f"the app exited; its last output: {tail}") from None
 
     def send(self, data: bytes) -> None:
         os.write(self.fd, data)
@@ -108,7 +112,7 @@ class Terminal:
                     self._read()
                 except OSError:  # closed: the app is exiting
                     time.sleep(0.01)
-        raise TimeoutError(f"chat still running {timeout:.0f} s after Ctrl+Q")
+        raise TimeoutError(f"the app still running {timeout:.0f} s after Ctrl+Q")
 
     def close(self) -> None:
         if self.pid:

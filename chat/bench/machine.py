@@ -26,6 +26,7 @@ from chat.bench.remote import LlamaServer, _post, server_binary
 from chat.bench.rows import Options, Row
 from chat.bench.startup import installed_python_env
 from chat.bench.terminal import LONG_PROMPT, TerminalReply, stream_in_terminal
+from chat.bench.textual_floor import floor_rows
 from chat.bench.ui_cost import ui_cost_rows
 from chat.bench.workload import SAMPLING, STORY
 from chat.engine.llama import LlamaEngine, key_cache_type
@@ -142,6 +143,7 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
             ui_cpu <= 0.04,
             "the UI thread and Textual's output and input threads",
         ),
+        *floor_rows(options, env, min(runs, key=lambda each: each.ui_cpu_per_100_tokens)),
         _decode_thread_row(run),
         *ui_cost_rows(options, env, ui_cpu),
         Row(

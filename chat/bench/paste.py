@@ -38,7 +38,7 @@ def paste_seconds(terminal: Terminal, characters: int) -> float:
 def paste_rows(options: Options) -> list[Row]:
     env = installed_python_env(Path(tempfile.mkdtemp(prefix="kvchat-bench-")))
     short, long = (1_000, 10_000) if options.quick else (2_000, 20_000)
-    terminal = Terminal(options.model, env)
+    terminal = Terminal.chat(options.model, env)
     try:
         terminal.wait_for(MODEL_READY_MARK)
         short_s = paste_seconds(terminal, short)
@@ -47,7 +47,7 @@ def paste_rows(options: Options) -> list[Row]:
         terminal.close()
     # Ctrl+Q a moment into a long paste, in a fresh app.
     quit_during = 50_000 if options.quick else 200_000
-    terminal = Terminal(options.model, env)
+    terminal = Terminal.chat(options.model, env)
     try:
         terminal.wait_for(MODEL_READY_MARK)
         terminal.type_in_background(paste_text(quit_during, "END"))

@@ -184,7 +184,7 @@ def stream_in_terminal(
         env["KVCHAT_MODEL_N_THREADS"] = str(threads.decode)
         env["KVCHAT_MODEL_N_THREADS_BATCH"] = str(threads.batch)
     database = Path(env[DATA_DIR_ENV]) / "conversations.db"
-    terminal = Terminal(model, env, () if resume is None else ("--resume", str(resume)))
+    terminal = Terminal.chat(model, env, () if resume is None else ("--resume", str(resume)))
     pid = terminal.pid
     try:
         terminal.wait_for(MODEL_READY_MARK, timeout)
