@@ -125,14 +125,24 @@ class ThreadWatch:
 
 
 def thread_cpu(pid: int) -> dict[int, float]:
-    """CPU seconds used so far by each thread of `pid`."""
+    """CPU seconds used so far by each thread of `pid`: to the nanosecond from
+    the kernel's schedstat where it keeps one (a UI's few tenths of a second
+    over a reply would be counted in 10 ms clock ticks otherwise)."""
     times: dict[int, float] = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            times[int(tid)] = cpu_seconds(f"/proc/{pid}/task/{tid}/stat")
-        except OSError:  # the thread ended
+            times[int(tid)] = _thread_cpu(f"/proc/{pid}/task/{tid}")
+        except (OSError, ValueError):  # the thread ended
             continue
     return times
+
+
+def _thread_cpu(task: str) -> float:
+    try:
+        with open(f"{task}/schedstat") as stat:
+            return int(stat.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):  # no schedstat in this kernel
+        return cpu_seconds(f"{task}/stat")
 
 
 def thread_names(pid: int) -> dict[int, bytes]:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from chat.bench.terminal import ThreadWatch
+from chat.bench.terminal import ThreadWatch, thread_cpu
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists(f"/proc/{os.getpid()}/task/{threading.get_native_id()}/schedstat"),
@@ -37,3 +37,15 @@ def test_a_thread_that_works_then_sleeps_is_on_a_core_then_blocked() -> None:
     assert times.on_cpu_s >= 0.2
     assert times.blocked_s >= 0.25
     assert abs(times.on_cpu_s + times.waiting_for_core_s + times.blocked_s - times.wall_s) < 1e-6
+
+
+def test_a_threads_cpu_is_read_finer_than_clock_ticks() -> None:
+    """A UI's tenths of a second over a reply: clock ticks are 10 ms."""
+    me = threading.get_native_id()
+    before = thread_cpu(os.getpid())[me]
+    until = time.thread_time() + 0.003  # 3 ms on a core: under one clock tick
+    while time.thread_time() < until:
+        pass
+    used = thread_cpu(os.getpid())[me] - before
+    assert 0.003 <= used < 0.05
+    assert round(used, 9) != round(used, 2)  # not counted in whole ticks
