@@ -1,5 +1,6 @@
-"""`chat` as a user runs it, for the benchmark: in a 120x40 pseudo-terminal,
-sent keys, with what it draws read back."""
+"""`chat` as a user runs it, for the benchmark (or another program: the
+floor app of chat.bench.textual_floor): in a 120x40 pseudo-terminal, sent
+keys, with what it draws read back."""
 
 from __future__ import annotations
 
@@ -112,7 +113,7 @@ class Terminal:
                     self._read()
                 except OSError:  # closed: the app is exiting
                     time.sleep(0.01)
-        raise TimeoutError(f"the app still running {timeout:.0f} s after Ctrl+Q")
+        raise TimeoutError(f"the app was still running {timeout:.0f} s after Ctrl+Q")
 
     def close(self) -> None:
         if self.pid:
