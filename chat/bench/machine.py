@@ -111,7 +111,8 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
             runs.append(stream_in_terminal(options.model, env, options.tokens))
     engine.use_threads(chosen)
     run = max(runs, key=lambda each: each.decode_tps)
-    ui_cpu = min(each.ui_cpu_per_100_tokens for each in runs)
+    least_ui = min(runs, key=lambda each: each.ui_cpu_per_100_tokens)
+    ui_cpu = least_ui.ui_cpu_per_100_tokens
     frames_per_s = min(each.frames_per_s for each in runs)
     app_prompt = max(each.prompt_tps for each in runs)
     decode_share = run.decode_tps / best_decode[top_decode]
@@ -143,7 +144,7 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
             ui_cpu <= 0.04,
             "the UI thread and Textual's output and input threads",
         ),
-        *floor_rows(options, env, min(runs, key=lambda each: each.ui_cpu_per_100_tokens)),
+        *floor_rows(options, env, least_ui),
         _decode_thread_row(run),
         *ui_cost_rows(options, env, ui_cpu),
         Row(

@@ -105,11 +105,10 @@ class ThreadWatch:
             return
         for tid in tids:
             try:
-                with open(f"/proc/{self._pid}/task/{tid}/schedstat") as stat:
-                    on_cpu, waiting, _ = (int(field) for field in stat.read().split())
+                on_cpu, waiting = schedstat(f"/proc/{self._pid}/task/{tid}")
             except (OSError, ValueError):  # ended, or no schedstat in this kernel
                 continue
-            reading = (now, on_cpu / 1e9, waiting / 1e9)
+            reading = (now, on_cpu, waiting)
             self._first.setdefault(int(tid), reading)
             self._last[int(tid)] = reading
 
@@ -139,10 +138,17 @@ def thread_cpu(pid: int) -> dict[int, float]:
 
 def _thread_cpu(task: str) -> float:
     try:
-        with open(f"{task}/schedstat") as stat:
-            return int(stat.read().split()[0]) / 1e9
-    except (OSError, ValueError, IndexError):  # no schedstat in this kernel
+        return schedstat(task)[0]
+    except (OSError, ValueError):  # no schedstat in this kernel
         return cpu_seconds(f"{task}/stat")
+
+
+def schedstat(task: str) -> tuple[float, float]:
+    """A thread's seconds on a core and waiting for one, from the kernel's
+    schedstat (`task`: /proc/PID/task/TID); ValueError if it is malformed."""
+    with open(f"{task}/schedstat") as stat:
+        on_cpu, waiting, _ = (int(field) for field in stat.read().split())
+    return on_cpu / 1e9, waiting / 1e9
 
 
 def thread_names(pid: int) -> dict[int, bytes]:
