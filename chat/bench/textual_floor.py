@@ -23,11 +23,10 @@ from chat.bench.app_terminal import Terminal
 from chat.bench.rows import Options, Row
 from chat.bench.terminal import TerminalReply, thread_cpu, thread_names
 from chat.bench.textual_floor_app import FEEDER_NAME, READY_MARK
+from chat.bench.ui_cost import UI_CPU_TARGET
 
 START_KEY = b"\x14"
 """Ctrl+T: the floor app's key to start the deliveries."""
-UI_TARGET = 0.04
-"""The UI row's target, CPU-s per 100 tokens (issue 33)."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +98,7 @@ def floor_row(variant: str, run: FloorRun, reply: TerminalReply) -> Row:
         f"kvchat's UI {app / cost:.3g}x this; " if cost else ""
     ) + f"{run.frames_per_s:.3g} frames/s, {reply.tokens} tokens over {run_seconds(reply):.2f} s"
     if variant == "line" and cost:
-        note += f"; the UI row's target {UI_TARGET} is {UI_TARGET / cost:.2g}x this"
+        note += f"; the UI row's target {UI_CPU_TARGET} is {UI_CPU_TARGET / cost:.2g}x this"
     return Row(VARIANTS[variant], cost, "CPU-s / 100 tok", note=note)
 
 

@@ -20,6 +20,10 @@ from chat.bench.rows import Options, Row
 from chat.bench.terminal import TerminalReply, stream_in_terminal
 from chat.paths import DATA_DIR_ENV
 
+UI_CPU_TARGET = 0.04
+"""CPU-s per 100 streamed tokens the UI may use (issue 33): the first
+reply's row (chat.bench.machine), the code block's, and the floor rows'
+notes (chat.bench.textual_floor)."""
 REPLY_NUMBER = 40
 """The measured reply's place in the conversation."""
 IMPORTED_TURNS = REPLY_NUMBER - 2
@@ -109,8 +113,8 @@ def code_row(prose: float, code: TerminalReply) -> Row:
         "UI CPU while a code block streams",
         code.ui_cpu_per_100_tokens,
         "CPU-s / 100 tok",
-        "<= 0.04",
-        code.ui_cpu_per_100_tokens <= 0.04,
+        f"<= {UI_CPU_TARGET}",
+        code.ui_cpu_per_100_tokens <= UI_CPU_TARGET,
         ("" if ratio is None else f"{ratio:.3g}x prose, ")
         + f"{code.frames_per_s:.3g} frames/s, {code.tokens} tokens{fenced}",
     )
