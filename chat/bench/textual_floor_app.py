@@ -90,7 +90,9 @@ class FloorApp(App[None]):
             if text:
                 await self._markdown_stream.write(text)
         else:
-            last_line = self._text[:upto].rsplit("\n", 1)[-1][-self.size.width :]
+            # The end of the last line so far, without copying the text before it.
+            line_start, width = self._text.rfind("\n", 0, upto) + 1, self.size.width
+            last_line = self._text[max(line_start, upto - width) if width else line_start : upto]
             self.query_one("#line", Static).update(last_line, layout=False)
 
     def _finish(self) -> None:
