@@ -395,6 +395,12 @@ class UISettings:
         "bool",
         "Show a reasoning model's thinking unfolded (else one line: alt+t or a click unfolds it).",
     )
+    terminal_scroll: bool = _setting(
+        True,
+        "bool",
+        "Scroll the terminal's own rows with the conversation and draw only the new lines "
+        "(off: every row drawn again, for a terminal that draws it wrong).",
+    )
 
 
 @dataclass

@@ -70,6 +70,7 @@ from chat.ui.screens.chat import ChatScreen
 from chat.ui.screens.conversation_flow import ConversationFlow
 from chat.ui.settings_flow import SettingsFlow
 from chat.ui.terminal_input import TerminalGone, TypedText, deliver_typed_text, typing_driver
+from chat.ui.terminal_scroll import ScrollingCompositor
 from chat.ui.textual_fixes import install as install_textual_fixes
 from chat.ui.textual_fixes import untested_textual
 from chat.ui.themes import (
@@ -158,6 +159,7 @@ class ChatApp(App[None]):
         )
         # How a reasoning model's thinking is first shown (the settings pane may change it).
         AssistantMessageView.show_thinking = self.settings.ui.show_thinking
+        ScrollingCompositor.scrolls_terminal = self.settings.ui.terminal_scroll
         presets, self._preset_problems = load_presets()
         self.conversations = ConversationFlow(self)
         session = ChatSession(

@@ -43,6 +43,7 @@ from chat.settings.run_overrides import RunOverrides
 from chat.settings.schema import SERVER_KINDS, ModelSettings, ServerSettings, Settings
 from chat.settings.server import ServerConfig
 from chat.ui.screens.chat import ChatScreen
+from chat.ui.terminal_scroll import ScrollingCompositor
 from chat.ui.widgets.message_view import AssistantMessageView
 
 if TYPE_CHECKING:
@@ -139,6 +140,7 @@ class SettingsFlow:
             self._turn.tools.settings = ToolLoopSettings.from_settings(current.tools)
         # Replies drawn from now on start folded or not (those shown keep theirs).
         AssistantMessageView.show_thinking = current.ui.show_thinking
+        ScrollingCompositor.scrolls_terminal = current.ui.terminal_scroll
         self._screen.defaults_changed()
         if prompt_changed:
             await self._system_prompt_changed()

@@ -47,11 +47,11 @@ from chat.ui.frame_timer import DrawsWhenAsked
 from chat.ui.messages import SwitchModelRequested, TurnUpdate
 from chat.ui.meter_planner import MeterPlanner
 from chat.ui.model_status import ModelStatus
-from chat.ui.row_compositor import RowCroppedCompositor
 from chat.ui.screens.chat_keys import CHAT_KEYS, TOOL_CALLS_KEY
 from chat.ui.screens.conversation_flow import ConversationFlow
 from chat.ui.screens.help import HelpScreen
 from chat.ui.screens.tool_flow import ToolFlow
+from chat.ui.terminal_scroll import ScrollingCompositor
 from chat.ui.textual_fixes import textual_known
 from chat.ui.turn_drawer import TurnDrawer, tell
 from chat.ui.widgets.context_meter import ContextMeter
@@ -91,7 +91,7 @@ class ChatScreen(DrawsWhenAsked, Screen[None]):
     ) -> None:
         super().__init__()
         if textual_known():
-            self._compositor = RowCroppedCompositor()
+            self._compositor = ScrollingCompositor()
         self.turn = turn
         self.conversations = conversations
         self.presets = list(presets)
@@ -184,6 +184,8 @@ class ChatScreen(DrawsWhenAsked, Screen[None]):
 
     async def on_mount(self) -> None:
         self.query_one("#notice").display = False
+        if isinstance(self._compositor, ScrollingCompositor):
+            self._compositor.scroll_view = self.query_one(ConversationView)
         if self.turn.tools is not None and self.turn.tools.configured:
             key, action, description = TOOL_CALLS_KEY
             self._bindings.bind(key, action, description, show=False)

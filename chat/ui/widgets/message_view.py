@@ -605,6 +605,25 @@ def _reply_markdown_class() -> type[Markdown]:
                 last.styles.min_height = 1 + STREAM_RESERVE_LINES
             return super().mount_all(widgets, **kwargs)
 
+        def refresh(
+            self,
+            *regions: Region,
+            repaint: bool = True,
+            layout: bool = False,
+            recompose: bool = False,
+        ) -> Self:
+            if layout and repaint and not regions and is_streaming_answer(self):
+                # A block mounted (Textual's mount refreshes the parent whole):
+                # laid out, not drawn again. The answer draws the same with a
+                # block more (its blocks are in front of it; the layout draws
+                # the block it places and what moved), and drawing it again
+                # was most of the screen, in most frames that scroll with the
+                # terminal's rows (chat.ui.terminal_scroll). Its height comes
+                # from its blocks, so that is measured again.
+                self.clear_cached_dimensions()
+                repaint = False
+            return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
         def append(self, markdown: str) -> AwaitComplete:
             if is_streaming_answer(self) and self._append_in_place(markdown):
                 return AwaitComplete.nothing()
