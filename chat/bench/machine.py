@@ -142,7 +142,8 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
             "CPU-s / 100 tok",
             f"<= {UI_CPU_TARGET}",
             ui_cpu <= UI_CPU_TARGET,
-            "the UI thread and Textual's output and input threads",
+            "the UI thread and Textual's output and input threads; "
+            f"{least_ui.kib_written_per_100_tokens:.3g} KiB written to the terminal per 100 tok",
         ),
         *floor_rows(options, env, least_ui),
         _decode_thread_row(run),

@@ -54,6 +54,8 @@ class TerminalReply:
     """The reply as saved."""
     prompt_tokens: int = 0
     """The measured reply's prompt, in tokens (what the KV cache held included)."""
+    written: int = 0
+    """Bytes the app wrote to the terminal from sending to the reply's end."""
 
     @property
     def frames_per_s(self) -> float:
@@ -62,6 +64,10 @@ class TerminalReply:
     @property
     def ui_cpu_per_100_tokens(self) -> float:
         return self.ui_cpu_s / self.tokens * 100
+
+    @property
+    def kib_written_per_100_tokens(self) -> float:
+        return self.written / 1024 / self.tokens * 100
 
 
 @dataclass(frozen=True)
@@ -243,6 +249,7 @@ def stream_in_terminal(
         terminal.wait_until(watched, timeout)
         wall = time.monotonic() - started
         frames = terminal.frames_since(drawn)
+        written = len(terminal.screen) - drawn
         after, total = thread_cpu(pid), process_cpu(pid) - before_total
         names = thread_names(pid)
     finally:
@@ -272,6 +279,7 @@ def stream_in_terminal(
         decode_thread,
         reply.text,
         reply.prompt_tokens,
+        written,
     )
 
 
