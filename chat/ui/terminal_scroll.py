@@ -1,12 +1,12 @@
 """A frame in which the conversation only scrolled is drawn by scrolling the
-terminal's rows, then drawing what is new, instead of the whole screen.
+terminal's rows, then drawing what is new, instead of the whole conversation.
 
 While a reply streams the conversation follows its end: every few lines the
 reply grows, the screen is laid out and the conversation scrolls up by those
 lines. Textual then draws every row of the conversation again, since every
-widget in it moved (`Compositor.reflow` marks each moved widget's region), though
-all but the new lines are on the terminal already, a few rows higher. That
-redraw was about 60 % of such a frame's UI time (docs/performance.md, "The
+widget in it moved (`Compositor.reflow` marks each moved widget's region),
+though all but the new lines are on the terminal already, a few rows higher:
+2,300 to 4,000 cells a frame at 120x40 (docs/performance.md, "The
 conversation scrolls with the terminal's rows"). The user scrolling by a line
 or three (the mouse wheel, the arrow keys) is the same case.
 
@@ -14,11 +14,9 @@ or three (the mouse wheel, the arrow keys) is the same case.
 conversation's content moved (its scroll offset) and which widgets moved with
 it unchanged. It then asks the terminal to scroll the conversation's rows
 (`TerminalScroll`: VT100 scrolling margins, DECSTBM, and index or reverse
-index, which every terminal kvchat runs in has), and marks for drawing only
-the cells the scroll leaves wrong:
+index, which every terminal in use has), and marks for drawing only the
+cells the scroll leaves wrong:
 - the rows scrolled in;
-- the columns of those rows outside the conversation's content (the
-  terminal scrolls whole rows: the padding, the scrollbar);
 - every widget in those rows that did not move with the content (a new one,
   one that changed size or place, one over the conversation such as a toast),
   where it is now and where its old cells landed;
@@ -26,15 +24,18 @@ the cells the scroll leaves wrong:
   as the reply grows), only its rows from the old bottom's padding down: the
   rows above draw the same as before (its children, in front, are checked on
   their own);
-- what was waiting to be drawn, where it is now.
-Everything else in the frame is drawn as Textual draws it. The cells each
-frame leaves on the terminal are what Textual's full render draws:
+- what was waiting to be drawn, where it is now;
+- beside the content, the widgets there (the scrollbar): the terminal
+  scrolls whole rows, and the view's own padding is the same in every row.
+Everything else in the frame is drawn as Textual draws it.
 tests/ui/test_terminal_scroll.py feeds every frame of streamed replies and of
-scrolling to a terminal emulator and compares its cells with a full render.
+scrolling to a terminal emulator, beside one given what Textual's own
+compositor draws for the same frames, and compares them cell by cell.
 
 It relies on Textual's private compositor internals, like the compositor it
 extends, so the chat screen uses it only on the Textual versions it was
-tested with (chat.ui.textual_fixes.TESTED_TEXTUAL)."""
+tested with (chat.ui.textual_fixes.TESTED_TEXTUAL); `ui.terminal_scroll`
+turns it off."""
 
 from __future__ import annotations
 
