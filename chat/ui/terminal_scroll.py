@@ -27,7 +27,10 @@ cells the scroll leaves wrong:
 - what was waiting to be drawn, where it is now;
 - beside the content, the widgets there (the scrollbar): the terminal
   scrolls whole rows, and the view's own padding is the same in every row.
-Everything else in the frame is drawn as Textual draws it.
+Everything else in the frame is drawn as Textual draws it. Nothing is
+scrolled while the terminal may show something else than the screen's last
+frame: before its first, and after another screen (a dialog) drew over it,
+until it is drawn whole again.
 tests/ui/test_terminal_scroll.py feeds every frame of streamed replies and of
 scrolling to a terminal emulator, beside one given what Textual's own
 compositor draws for the same frames, and compares them cell by cell.
@@ -179,6 +182,15 @@ class ScrollingCompositor(RowCroppedCompositor):
         with the rest, every widget in the rows between would be drawn)."""
         self._scrolled_to: int | None = None
         """The view's scroll offset at the last layout (the rows on the terminal)."""
+        self._covered = True
+        """The terminal may show something else than this screen's last frame
+        (before its first frame; another screen drew over it): no scroll
+        until the screen is drawn whole again."""
+
+    def covered(self) -> None:
+        """Another screen draws over this one (a dialog, the command palette):
+        what the terminal shows is no longer this screen's frame."""
+        self._covered = True
 
     def reflow(self, parent: Widget, size: Size) -> ReflowResult:
         before = self._before_layout()
@@ -196,7 +208,10 @@ class ScrollingCompositor(RowCroppedCompositor):
         self, full: bool = False, screen_stack: list[Screen] | None = None, simplify: bool = False
     ) -> RenderableType | None:
         planned, self._scroll = self._scroll, None
-        if planned is None or full or self.size.region in self._dirty_regions:
+        if full or self.size.region in self._dirty_regions:
+            self._covered = False  # drawn whole: the terminal shows this screen
+            return super().render_update(full, screen_stack, simplify)
+        if planned is None:
             return super().render_update(full, screen_stack, simplify)
         scroll, beside = planned
         visible_screen_stack.set([] if screen_stack is None else screen_stack)
@@ -236,6 +251,8 @@ class ScrollingCompositor(RowCroppedCompositor):
         app = parent.app
         if app.screen is not parent or app.is_inline or app._batch_count:
             return  # drawn through another screen, or later: marked as Textual marks it
+        if self._covered or parent._repaint_required:
+            return  # the terminal shows something else, or all is drawn again next
         old, waiting = before
         new = self.visible_widgets
         if view not in new or old.get(view) != new[view]:

@@ -21,6 +21,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 
 from chat.settings.schema import Settings
+from chat.ui.screens.help import HelpScreen
 from chat.ui.terminal_scroll import (
     ScrolledUpdate,
     ScrollingCompositor,
@@ -143,6 +144,20 @@ def mirrored(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Mirror]]:
 
     for name in ("reflow", "reflow_visible", "update_widgets"):
         monkeypatch.setattr(Compositor, name, marking(getattr(Compositor, name)))
+    others_update = Compositor.render_update
+
+    def others_drawing(self: Compositor, *args, **kwargs):  # type: ignore[no-untyped-def]
+        """Another screen's drawing (a dialog over the chat) reaches the terminal
+        too: both emulators get it as it is."""
+        update = others_update(self, *args, **kwargs)
+        if not isinstance(self, ScrollingCompositor) and isinstance(update, CompositorUpdate):
+            for watched in found:
+                text = update.render_segments(watched.console)
+                pyte.Stream(watched.terminal).feed(text)
+                pyte.Stream(watched.textuals).feed(text)
+        return update
+
+    monkeypatch.setattr(Compositor, "render_update", others_drawing)
     render_update = ScrollingCompositor.render_update
 
     def drawing(self: ScrollingCompositor, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -263,3 +278,31 @@ async def test_scrolling_up_a_long_conversation_as_pages_mount_above_draws_what_
             (mirror,) = mirrors
             mirror.check_whole()
     assert mirror.scrolled >= 30
+
+
+async def test_a_dialog_opened_and_closed_while_a_reply_streams_leaves_what_textual_draws(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reply streams on behind the help screen (the chat screen drawn
+    through it), and on after it closes."""
+    engine = ScriptedEngine(replies=[chunks(STORY)], delay=0.01, hold_after=60)
+    with mirrored(monkeypatch) as mirrors:
+        app = make_app(engine)
+        async with app.run_test(size=(100, 32)) as pilot:
+            screen = await ready(app, pilot)
+            await send(pilot, "Tell me about the lighthouse.")
+            await wait_for(engine.holding.is_set, pilot)
+            await pilot.press("f1")
+            await pilot.pause()
+            assert isinstance(app.screen, HelpScreen)
+            engine.release.set()
+            for _ in range(10):
+                await pilot.pause(0.02)
+            assert screen.generating, "the reply streams on behind the dialog"
+            await pilot.press("escape")
+            assert app.screen is screen
+            await turn_done(screen, pilot, 2)
+            await pilot.pause()
+            (mirror,) = mirrors
+            mirror.check_whole()
+    assert mirror.scrolled >= 2

@@ -194,6 +194,10 @@ class ChatScreen(DrawsWhenAsked, Screen[None]):
         self.query_one(PromptBox).focus()
         await self._show_system_prompt()
 
+    def on_screen_suspend(self) -> None:
+        if isinstance(self._compositor, ScrollingCompositor):
+            self._compositor.covered()
+
     async def _show_system_prompt(self) -> None:
         if self.conversation.system_prompt:
             await self.query_one(ConversationView).add_message(
