@@ -24,7 +24,8 @@ cells the scroll leaves wrong:
   as the reply grows), only its rows from the old bottom's padding down: the
   rows above draw the same as before (its children, in front, are checked on
   their own);
-- what was waiting to be drawn, where it is now;
+- what was waiting to be drawn, where it is now, and what a widget that
+  moved with the content asked to draw and the compositor has not taken yet;
 - beside the content, the widgets there (the scrollbar): the terminal
   scrolls whole rows, and the view's own padding is the same in every row.
 Everything else in the frame is drawn as Textual draws it. Nothing is
@@ -355,6 +356,15 @@ class ScrollDamage:
         if cut(moved, unchanged) != cut(drawn, unchanged):
             return both
         lowest = max(new_region.bottom, old_region.bottom - self.lines)
-        return [
-            cut(Region(new_region.x, changed, new_region.width, max(0, lowest - changed)), band)
-        ]
+        tail = Region(new_region.x, changed, new_region.width, max(0, lowest - changed))
+        if widget.is_container:
+            return [cut(tail, band)]
+        # What it asked to draw that the compositor has not taken yet (its
+        # refresh is a message still in the queue): on the terminal its old
+        # cells moved, so that is drawn now, where it is, and taken (Textual
+        # would have drawn the whole widget in this frame, as it moved). A
+        # container's own cells are its background: what it asks after a
+        # change of size is drawn by the rule above.
+        offset = new_region.offset
+        asked = [cut(part.translate(offset), drawn) for part in widget._exchange_repaint_regions()]
+        return [cut(tail, band), *asked]
