@@ -211,7 +211,7 @@ class ScrollingCompositor(RowCroppedCompositor):
         planned, self._scroll = self._scroll, None
         if full or self.size.region in self._dirty_regions:
             self._covered = False  # drawn whole: the terminal shows this screen
-            return super().render_update(full, screen_stack, simplify)
+            planned = None
         if planned is None:
             return super().render_update(full, screen_stack, simplify)
         scroll, beside = planned
@@ -234,6 +234,8 @@ class ScrollingCompositor(RowCroppedCompositor):
             # shows is older than the map, so the frame is drawn whole.
             self._scroll = None
             self._dirty_regions.add(self.size.region)
+        if not self.scrolls_terminal or self.scroll_view is None or self._covered:
+            return None  # no scroll can be planned: nothing to compare with
         if self.root is None or not self._full_map or self.size.region in self._dirty_regions:
             return None
         return dict(self.visible_widgets), set(self._dirty_regions)
@@ -244,7 +246,7 @@ class ScrollingCompositor(RowCroppedCompositor):
         if view is None or not view.is_attached:
             return
         self._scrolled_to = view.scroll_offset.y
-        if before is None or scrolled_from is None or not self.scrolls_terminal:
+        if before is None or scrolled_from is None:
             return
         lines = self._scrolled_to - scrolled_from
         if not lines:
@@ -252,8 +254,8 @@ class ScrollingCompositor(RowCroppedCompositor):
         app = parent.app
         if app.screen is not parent or app.is_inline or app._batch_count:
             return  # drawn through another screen, or later: marked as Textual marks it
-        if self._covered or parent._repaint_required:
-            return  # the terminal shows something else, or all is drawn again next
+        if parent._repaint_required:
+            return  # all is drawn again next
         old, waiting = before
         new = self.visible_widgets
         if view not in new or old.get(view) != new[view]:
