@@ -25,6 +25,7 @@ from textual.widgets import Static
 from chat.conversations.conversation import STATE_NOTES, Message, ReplyStats
 from chat.sanitize import sanitize
 from chat.ui.widgets.growing_wrap import GrowingWrap, Row, RowKey, appended_to
+from chat.ui.widgets.plain_words import words_added
 from chat.ui.widgets.thinking_block import ThinkingBlock
 from chat.ui.widgets.tool_call_block import ToolSteps
 from chat.wording import counted
@@ -624,9 +625,15 @@ def _reply_markdown_class() -> type[Markdown]:
                 repaint = False
             return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
 
+        _parsed_paragraph: Paragraph | None = None
+        """The last block, when the text from its first line on was last
+        parsed as that one paragraph: plain words added to it need no parse
+        (`words_added`)."""
+
         def append(self, markdown: str) -> AwaitComplete:
             if is_streaming_answer(self) and self._append_in_place(markdown):
                 return AwaitComplete.nothing()
+            self._parsed_paragraph = None
             return super().append(markdown)
 
         def _append_in_place(self, markdown: str) -> bool:
@@ -641,6 +648,15 @@ def _reply_markdown_class() -> type[Markdown]:
             last = blocks[-1] if blocks else None
             if not isinstance(last, (Paragraph, CopyableFence)) or self.lock.is_locked:
                 return False
+            if last is self._parsed_paragraph:
+                added = words_added(self.source, markdown)
+                if added is not None:
+                    # Plain words at the paragraph's end: its text is what a
+                    # parse gives, without the parse (chat.ui.widgets.plain_words).
+                    self._markdown = self.source + markdown
+                    if added:
+                        last.set_content(last._content + added)
+                    return True
             source = self.source + markdown
             start_line = self._last_parsed_line
             tokens = markdown_parser().parse("".join(source.splitlines(keepends=True)[start_line:]))
@@ -657,6 +673,7 @@ def _reply_markdown_class() -> type[Markdown]:
             last._token = opened
             last._inline_token = inline
             last.set_content(last._token_to_content(inline))
+            self._parsed_paragraph = last
             return True
 
         def _grow_code_in_place(

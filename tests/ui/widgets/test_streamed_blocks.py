@@ -281,6 +281,8 @@ MIXED = (
     "## A heading\n\n"
     "```python\nprint('a fence')\nfor line in log:\n    print(line)\n```\n\n"
     "Setext heading\n---\n\n"
+    "Links come as words do: example.com, x.org/path; mail me@host.net.  Spaces   run  \n"
+    "10) not a list, since only 1 interrupts\n1. and a list after all\n\n"
     "The last paragraph " + "grows word by word. " * 8
 )
 
@@ -298,6 +300,7 @@ async def test_words_added_to_the_last_block_are_set_in_place_as_markdown_would(
 
     from chat.conversations.conversation import Message
     from chat.ui.widgets import message_view
+    from chat.ui.widgets.plain_words import words_added
 
     class Host(App[None]):
         def compose(self) -> ComposeResult:
@@ -325,6 +328,14 @@ async def test_words_added_to_the_last_block_are_set_in_place_as_markdown_would(
         grow(self, code)
 
     monkeypatch.setattr(fence_class, "grow", counted_grow)
+    said: list[bool] = []  # plain words added without a parse?
+
+    def counted_words(source: str, added: str) -> str | None:
+        gained = words_added(source, added)
+        said.append(gained is not None)
+        return gained
+
+    monkeypatch.setattr(message_view, "words_added", counted_words)
     app = Host()
     async with app.run_test(size=(100, 60)) as pilot:
         ours, markdowns = app.query(AssistantMessageView).results()
@@ -339,6 +350,7 @@ async def test_words_added_to_the_last_block_are_set_in_place_as_markdown_would(
     assert in_place.count(True) > len(in_place) / 2
     assert in_place.count(False) >= 5  # new blocks went Markdown's own way
     assert grown >= 10  # most of the code block's deliveries
+    assert said.count(True) >= 40 and said.count(False) >= 10  # no parse for most words
 
 
 async def test_a_growing_code_block_is_highlighted_whole_only_now_and_then(
