@@ -47,10 +47,10 @@ from chat.conversations.tree import index_of
 from chat.ui.widgets.message_view import (
     AssistantMessageView,
     MessageView,
-    SizedByTheLayout,
     SystemMessageView,
     view_for,
 )
+from chat.ui.widgets.sized_by_layout import SizedByTheLayout
 
 
 class EarlierMessages(Static):

@@ -14,6 +14,8 @@ from textual.screen import Screen
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
+from chat.ui.widgets.sized_by_layout import SizedByTheLayout
+
 WIDE = 120
 """Terminal width from which Textual's own order is kept."""
 FIRST_KEYS = ("f1", "f2", "f8")
@@ -36,7 +38,7 @@ class KeySpec:
     """The command palette's key, drawn at the right end."""
 
     def widget(self) -> FooterKey:
-        key = FooterKey(
+        key = Key(
             self.key,
             self.key_display,
             self.description,
@@ -48,7 +50,12 @@ class KeySpec:
         return key if self.palette else key.data_bind(compact=Footer.compact)
 
 
-class KeysFooter(Footer):
+class Key(SizedByTheLayout, FooterKey):
+    """A key in the footer; its width changes when keys come and go (a
+    reply starts, ends) without a second layout of the screen."""
+
+
+class KeysFooter(SizedByTheLayout, Footer):
     def __init__(self) -> None:
         super().__init__()
         self._narrow: bool | None = None

@@ -26,6 +26,7 @@ from chat.conversations.conversation import STATE_NOTES, Message, ReplyStats
 from chat.sanitize import sanitize
 from chat.ui.widgets.growing_wrap import GrowingWrap, Row, RowKey, appended_to
 from chat.ui.widgets.plain_words import words_added
+from chat.ui.widgets.sized_by_layout import SizedByTheLayout, WidgetMixin
 from chat.ui.widgets.thinking_block import ThinkingBlock
 from chat.ui.widgets.tool_call_block import ToolSteps
 from chat.wording import counted
@@ -146,33 +147,13 @@ class CopyButton(Static):
         self.post_message(self.Pressed(self._text, self._what))
 
 
-# A mixin, not a widget: Textual's CSS follows each widget class's first
-# base that is a widget (a paragraph stays a MarkdownParagraph to its styles).
-if TYPE_CHECKING:
-    _Mixin = Widget
-else:
-    _Mixin = object
+class MessageHeaderRow(SizedByTheLayout, Horizontal):
+    """A message's header line: who, and for a reply its figures; the branch
+    switch and the copy button beside them."""
 
 
-class SizedByTheLayout(_Mixin):
-    """For a widget whose virtual size is what the screen's layout made it
-    (its content's size, as arranged): after a layout it needs no second one.
-    Textual sets each widget's `virtual_size` after a layout through a
-    reactive that asks for another layout when the value changes: every
-    layout that resized the conversation, a message view, the answer or its
-    last block was followed by a second layout of the whole screen a frame
-    later, that moved nothing (two layouts for each paragraph a streaming
-    reply began; docs/performance.md, "the second layout"). A scrollbar that
-    comes or goes still asks for its layout (its own reactive), and a
-    scroll offset past the new end is still corrected (`_scroll_update`).
-    It overrides a private method of Textual's `Widget`, checked on the
-    Textual versions in chat.ui.textual_fixes.TESTED_TEXTUAL (pyproject.toml
-    allows only their minor version)."""
-
-    def _size_updated(
-        self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True
-    ) -> bool:
-        return super()._size_updated(size, virtual_size, container_size, layout=False)
+class MessageHeader(SizedByTheLayout, Static):
+    """The header's text (`MessageView.header_text`)."""
 
 
 class MessageView(SizedByTheLayout, Vertical):
@@ -197,8 +178,8 @@ class MessageView(SizedByTheLayout, Vertical):
         self._branch: tuple[int, int] = (1, 1)
 
     def compose(self) -> ComposeResult:
-        with Horizontal(classes="message-header-row"):
-            yield Static(self.header_text(), classes="message-header", markup=False)
+        with MessageHeaderRow(classes="message-header-row"):
+            yield MessageHeader(self.header_text(), classes="message-header", markup=False)
             switch = BranchSwitch(self.message)
             switch.show_position(*self._branch)
             yield switch
@@ -290,7 +271,7 @@ class SystemMessageView(UserMessageView):
     """The system prompt, shown once at the top of the conversation."""
 
 
-class RepaintsFromALine(_Mixin):
+class RepaintsFromALine(WidgetMixin):
     """For a widget whose next refresh may repaint only its lines from
     `_repaint_from` down: text added at the end of a streaming block changes
     its last lines only, and the lines above are drawn as they were."""
@@ -348,7 +329,7 @@ def _reply_markdown_class() -> type[Markdown]:
         """The block is in the answer of a reply that streams."""
         return is_streaming_answer(block.parent)
 
-    class DrawsRowsOnce(_Mixin):
+    class DrawsRowsOnce(WidgetMixin):
         """Draws its text a row at a time, and keeps the rows it drew by
         place, text and styles: a row drawn before is not drawn again. A
         streaming block changes at each delivery, and Textual draws each of
@@ -402,7 +383,7 @@ def _reply_markdown_class() -> type[Markdown]:
             self._render_cache = _RenderCache(self.size, strips[:height])
             self._dirty_regions.clear()
 
-    class CodeLabel(DrawsRowsOnce, RepaintsFromALine, Label):
+    class CodeLabel(SizedByTheLayout, DrawsRowsOnce, RepaintsFromALine, Label):
         """A code block's code, drawn a line at a time (`DrawsRowsOnce`), and
         a change repaints the code from its first changed line down. Textual
         draws a label's every line at each change, and a streaming code block
