@@ -47,7 +47,6 @@ PLAIN_ASCII = frozenset(
 gives no meaning within a line. `.` and `:` are allowed only at a word's end."""
 ENDS_A_WORD = frozenset(".:")
 ORDERED_MARKER = re.compile(r"[0-9]{1,9}[.)]")
-LAST_WORD = re.compile(r"\S*\Z")
 SPACES = re.compile(r"\s+")
 
 
@@ -62,12 +61,17 @@ def words_added(source: str, added: str) -> str | None:
     the text drawn for it being what a parse gives."""
     if "\n" in added or not source or source.endswith("\n"):
         return None
-    trimmed = source[len(source.rstrip()) :]  # what Markdown took off the end
+    # Only the text's end is read: a delivery costs the same however long
+    # the reply grew (a regular expression searched from the start did not).
+    end = len(source)
+    while end and source[end - 1].isspace():
+        end -= 1
+    trimmed = source[end:]  # what Markdown took off the end
     if trimmed.strip(" "):
         return None  # a tab or another space than " ": only spaces are put back
     if not _line_kind_is_settled(source[source.rfind("\n") + 1 :] + added):
         return None
-    continued = "" if trimmed or added.startswith(" ") else LAST_WORD.search(source).group()  # type: ignore[union-attr]
+    continued = "" if trimmed or added.startswith(" ") else source.rsplit(maxsplit=1)[-1]
     if not _plain(continued + added):
         return None
     return SPACES.sub(" ", trimmed + added).rstrip()
