@@ -156,6 +156,10 @@ class MessageHeader(SizedByTheLayout, Static):
     """The header's text (`MessageView.header_text`)."""
 
 
+class UserMessageBody(SizedByTheLayout, Static):
+    """The text of the user's message (or the system prompt), as typed."""
+
+
 class MessageView(SizedByTheLayout, Vertical):
     """Base view: a header, and a body that subclasses provide."""
 
@@ -260,7 +264,9 @@ class UserMessageView(MessageView):
     def compose(self) -> ComposeResult:
         yield from super().compose()
         # sanitize: a saved or imported message may hold escape sequences.
-        yield Static(Content(sanitize(self.message.content)), classes="message-body", markup=False)
+        yield UserMessageBody(
+            Content(sanitize(self.message.content)), classes="message-body", markup=False
+        )
         if self.message.attachments:
             # The names only: the files' text is sent to the model, not shown.
             names = "  ".join(f"📎 {sanitize(a.name)}" for a in self.message.attachments)
