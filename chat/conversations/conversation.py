@@ -241,6 +241,10 @@ class Message:
     thinking: str = ""
     """For replies of a reasoning model: its thinking, without the markers;
     `content` is then the answer alone."""
+    thought_open: bool = False
+    """For replies of a reasoning model: it ended inside its thinking (cut
+    short there). Not the same as an empty answer: a thought may close on a
+    reply's last tokens, and going on then starts the answer."""
     tool_steps: tuple[ToolStep, ...] = ()
     """For a reply that called tools: its steps before the answer, in order,
     each an intermediate reply and its calls with their results

@@ -31,7 +31,7 @@ MESSAGE_COLUMNS = (
     "id, role, content, created, token_count, prompt_tokens, prompt_evaluated, "
     "generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s, token_probs, "
     "writer_pid, interrupted, token_ids, parent_id, thinking, thinking_tokens, first_answer_s, "
-    "tool_steps"
+    "tool_steps, thought_open"
 )
 
 STATS_COLUMNS = (
@@ -86,7 +86,7 @@ def message_from_row(row: tuple[Any, ...]) -> Message:
     (id_, role, content, created, token_count, prompt_tokens, prompt_evaluated) = row[:7]
     generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s = row[7:13]
     token_probs, writer_pid, interrupted, token_ids = row[13:17]
-    thinking, thinking_tokens, first_answer_s, tool_steps = row[18:22]
+    thinking, thinking_tokens, first_answer_s, tool_steps, thought_open = row[18:23]
     stats = None
     if finish_reason is not None:  # a reply with stats always has a finish reason
         stats = ReplyStats(
@@ -115,6 +115,7 @@ def message_from_row(row: tuple[Any, ...]) -> Message:
         state=_reply_state(writer_pid, interrupted),
         token_ids=None if token_ids is None else _token_ids_from_blob(token_ids),
         thinking=thinking,
+        thought_open=bool(thought_open),
         tool_steps=_tool_steps(tool_steps),
     )
 

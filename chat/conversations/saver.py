@@ -52,6 +52,10 @@ from chat.settings.values import parse_value
 SAVE_INTERVAL_S = 0.5
 """How often a streaming reply's text is written: a `kill -9` loses at most this much."""
 
+_Parts = tuple[str, str, tuple[ToolStep, ...], bool]
+"""A streaming reply's row so far: its answer, thinking, tool steps, and
+whether it is inside its thinking (`Message.thought_open`)."""
+
 
 @dataclass(frozen=True)
 class ConversationSettings:
@@ -118,8 +122,8 @@ class ConversationSaver:
         self._conversation: Conversation | None = None
         self._settings: ConversationSettings | None = None
         self._reply: Message | None = None
-        # (answer, thinking, tool steps)
-        self._saved_text: tuple[str, str, tuple[ToolStep, ...]] = ("", "", ())
+        # (answer, thinking, tool steps, inside the thinking)
+        self._saved_text: _Parts = ("", "", (), False)
         # A finished reply whose final text could not be written to its row.
         self._final_unsaved: _FinalReply | None = None
         # A switch of the branch shown not recorded yet (the conversation's id and
@@ -159,7 +163,7 @@ class ConversationSaver:
         if self._reply is not None:
             self._reply.id = None
         self._conflict = None
-        self._saved_text = ("", "", ())
+        self._saved_text = ("", "", (), False)
         self.save_messages(conversation, settings)
 
     # -- one turn
@@ -267,7 +271,7 @@ class ConversationSaver:
         self._settings = settings
         self._reply = reply
         # A reply continued is written once it has grown (its row holds it).
-        self._saved_text = ("", reply.thinking, reply.tool_steps)
+        self._saved_text = ("", reply.thinking, reply.tool_steps, reply.thought_open)
         self.save_progress("")
 
     def save_progress(
@@ -276,21 +280,22 @@ class ConversationSaver:
         thinking: str | None = None,
         *,
         tool_steps: Sequence[ToolStep] | None = None,
+        thought_open: bool | None = None,
     ) -> None:
         """Write `text`, the reply so far (a reasoning model's answer so far),
-        `thinking`, its thinking so far, and `tool_steps`, a tool turn's steps
-        so far, if they changed since the last write. `thinking` or
-        `tool_steps` None: the reply's own (`Message.thinking`,
-        `Message.tool_steps`, none for a new reply), as for a model that does
-        not think or a turn without tools. While writes fail, this waits for
-        `retry`."""
+        `thinking`, its thinking so far, `tool_steps`, a tool turn's steps
+        so far, and `thought_open`, whether it is inside its thinking now, if
+        they changed since the last write. Any of them None: the reply's own
+        (`Message.thinking`, `Message.tool_steps`, `Message.thought_open`,
+        none for a new reply), as for a model that does not think or a turn
+        without tools. While writes fail, this waits for `retry`."""
         reply = self._reply
         if reply is None or self.failing:
             return
-        parts = self._parts(reply, text, thinking, tool_steps)
+        parts = self._parts(reply, text, thinking, tool_steps, thought_open)
         if reply.id is not None and parts == self._saved_text:
             return
-        self._write_reply(*parts, None)
+        self._write_reply(parts, None)
 
     @staticmethod
     def _parts(
@@ -298,12 +303,14 @@ class ConversationSaver:
         text: str,
         thinking: str | None,
         tool_steps: Sequence[ToolStep] | None,
-    ) -> tuple[str, str, tuple[ToolStep, ...]]:
-        """(answer, thinking, tool steps): the reply's own where None."""
+        thought_open: bool | None = None,
+    ) -> _Parts:
+        """(answer, thinking, tool steps, inside the thinking): the reply's own where None."""
         return (
             text,
             reply.thinking if thinking is None else thinking,
             reply.tool_steps if tool_steps is None else tuple(tool_steps),
+            reply.thought_open if thought_open is None else thought_open,
         )
 
     def finish_reply(
@@ -314,23 +321,26 @@ class ConversationSaver:
         *,
         thinking: str | None = None,
         tool_steps: Sequence[ToolStep] | None = None,
+        thought_open: bool | None = None,
     ) -> None:
         """The final text (the engine's, authoritative; a reasoning model's
         answer, with its `thinking` apart: None keeps the reply's own
         `Message.thinking`; a tool turn's answer, with its `tool_steps`
-        before it: None keeps the reply's own `Message.tool_steps`), how it
+        before it: None keeps the reply's own `Message.tool_steps`), whether
+        it ended inside its thinking (None: `Message.thought_open`), how it
         was generated and the token ids sampled. If it cannot be written, the
         reply (in the conversation by now) is written whole by `retry` or with
         the next message."""
         reply = self._reply
         if reply is not None:
             final = _FinalReply(
-                reply, *self._parts(reply, text, thinking, tool_steps), stats, token_ids
+                reply,
+                *self._parts(reply, text, thinking, tool_steps, thought_open),
+                stats,
+                token_ids,
             )
             written = self._write_reply(
-                final.text,
-                final.thinking,
-                final.tool_steps,
+                (final.text, final.thinking, final.tool_steps, final.thought_open),
                 stats,
                 token_ids=token_ids,
                 done=True,
@@ -359,16 +369,14 @@ class ConversationSaver:
         reply = self._reply
         if reply is not None and reply_text is not None:
             parts = self._parts(reply, reply_text, reply_thinking, reply_tool_steps)
-            self._write_reply(*parts, None)
+            self._write_reply(parts, None)
         else:
             # The conversation whose save failed first (the user may have opened another).
             self.save_messages(*(self._unsaved or (conversation, settings)))
 
     def _write_reply(
         self,
-        text: str,
-        thinking: str,
-        tool_steps: tuple[ToolStep, ...],
+        parts: _Parts,
         stats: ReplyStats | None,
         *,
         token_ids: list[int] | None = None,
@@ -377,6 +385,7 @@ class ConversationSaver:
         """`done`: the final write. Until then the row says the reply is being
         written, so that a kvchat killed mid-reply leaves it marked interrupted."""
         reply, conversation, settings = self._reply, self._conversation, self._settings
+        text, thinking, tool_steps, thought_open = parts
         assert reply is not None and conversation is not None and settings is not None
         if self.store is None or self._blocked(conversation):
             return False
@@ -393,6 +402,7 @@ class ConversationSaver:
                     reply,
                     content=text,
                     thinking=thinking,
+                    thought_open=thought_open,
                     tool_steps=tool_steps,
                     stats=stats,
                     state=state,
@@ -404,12 +414,12 @@ class ConversationSaver:
                 # The reply ends the branch shown now, as the write recorded.
                 self._shown_unsaved = None
             else:
-                written = _FinalReply(reply, text, thinking, tool_steps, stats, token_ids)
+                written = _FinalReply(reply, *parts, stats, token_ids)
                 _update_reply(self.store, written, done=done)
         except StoreError as error:
             self._failed(conversation, settings, error)
             return False
-        self._saved_text = (text, thinking, tool_steps)
+        self._saved_text = parts
         self._worked()
         return True
 
@@ -506,6 +516,7 @@ class _FinalReply:
     text: str
     thinking: str
     tool_steps: tuple[ToolStep, ...]
+    thought_open: bool
     stats: ReplyStats | None
     token_ids: list[int] | None
 
@@ -523,6 +534,7 @@ def _update_reply(store: Store, write: _FinalReply, *, done: bool) -> None:
         token_probs=reply.token_probs,
         token_ids=write.token_ids,
         thinking=write.thinking,
+        thought_open=write.thought_open,
         # Left as it is when there are none: no search index to update.
         tool_steps=write.tool_steps or None,
         done=done,

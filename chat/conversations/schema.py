@@ -226,6 +226,15 @@ def _migrate_10(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE conversations ADD COLUMN tools_off TEXT NOT NULL DEFAULT ''")
 
 
+def _migrate_11(conn: sqlite3.Connection) -> None:
+    # Whether a reply ended inside its thinking (`Message.thought_open`): a
+    # thought may close on a reply's last tokens, leaving an empty answer
+    # too, and going on from it must then start the answer. Rows before this
+    # migration read as kvchat read them then: open when the answer is empty.
+    conn.execute("ALTER TABLE messages ADD COLUMN thought_open INTEGER NOT NULL DEFAULT 0")
+    conn.execute("UPDATE messages SET thought_open = 1 WHERE thinking != '' AND content = ''")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_1,
     _migrate_2,
@@ -237,6 +246,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_8,
     _migrate_9,
     _migrate_10,
+    _migrate_11,
 ]
 """Forward migrations; after running MIGRATIONS[:n], `PRAGMA user_version` is n."""
 

@@ -67,6 +67,7 @@ _INSERTED_COLUMNS = (
     "role",
     "content",
     "thinking",
+    "thought_open",
     "created",
     "token_count",
     *STATS_COLUMNS,
@@ -268,6 +269,7 @@ class Store:
                 message.role,
                 message.content,
                 message.thinking,
+                int(message.thought_open),
                 message.created,
                 message.token_count,
                 *stats_values(message.stats),
@@ -397,13 +399,15 @@ class Store:
         *,
         token_ids: Sequence[int] | None = None,
         thinking: str | None = None,
+        thought_open: bool | None = None,
         tool_steps: Sequence[ToolStep] | None = None,
         done: bool = False,
     ) -> None:
         """Save a streaming reply's text so far: one UPDATE, committed at once.
 
         `token_count`, `stats`, `token_probs`, `token_ids`, `thinking` (a
-        reasoning model's thinking so far; `content` is its answer) and
+        reasoning model's thinking so far; `content` is its answer),
+        `thought_open` (whether the reply is inside its thinking now) and
         `tool_steps` (a tool turn's steps so far, `Message.tool_steps`;
         `content` is its answer) are left as they are when not given. `done`:
         the reply's final write; from now on it reads as complete.
@@ -413,6 +417,9 @@ class Store:
         if thinking is not None:
             assignments.append("thinking = ?")
             params.append(thinking)
+        if thought_open is not None:
+            assignments.append("thought_open = ?")
+            params.append(int(thought_open))
         if stats is not None:
             assignments.append(", ".join(f"{column} = ?" for column in STATS_COLUMNS))
             params += stats_values(stats)

@@ -258,18 +258,27 @@ class ChatSession:
         finished: Finished,
         thinking: str = "",
         tool_steps: tuple[ToolStep, ...] = (),
+        *,
+        thought_open: bool = False,
     ) -> None:
         """The reply is complete: it joins the conversation, whole, and is saved.
         `thinking`: a reasoning model's, apart from the answer (`finished.text`);
-        `tool_steps`: a tool turn's steps before the answer."""
+        `tool_steps`: a tool turn's steps before the answer; `thought_open`:
+        it ended inside its thinking."""
         reply.content, reply.stats = finished.text, finished.stats
-        reply.thinking = thinking
+        reply.thinking, reply.thought_open = thinking, thought_open
         reply.tool_steps = tool_steps  # saved with it: the saver reads the reply's own
         reply.token_probs = list(finished.choices) or None
         # Sent again as sampled: the KV cache then holds the next prompt's prefix.
         reply.token_ids = list(finished.token_ids) if finished.token_ids is not None else None
         self.conversation.append(reply)
-        self.saver.finish_reply(finished.text, finished.stats, reply.token_ids, thinking=thinking)
+        self.saver.finish_reply(
+            finished.text,
+            finished.stats,
+            reply.token_ids,
+            thinking=thinking,
+            thought_open=thought_open,
+        )
 
     def continuable_reply(self) -> Message | None:
         """The last reply, when it was cut short (max tokens, Esc, or kvchat
@@ -288,11 +297,18 @@ class ChatSession:
         self.mark_window(plan)
         self.saver.start_reply(self.conversation, self.conversation_settings(), reply)
 
-    def end_continue(self, reply: Message, finished: Finished, thinking: str | None = None) -> None:
+    def end_continue(
+        self,
+        reply: Message,
+        finished: Finished,
+        thinking: str | None = None,
+        thought_open: bool = False,
+    ) -> None:
         """The continuation is complete: appended to `reply`, which is saved.
         Its figures add up the two parts' tokens and times; the prompt's are
         the continuation's (how much of it the KV cache held). `thinking`: the
-        reply's whole thinking, when the continuation went on inside it."""
+        reply's whole thinking, when the continuation went on inside it;
+        `thought_open`: it ended inside it again."""
         new = finished.stats
         old = reply.stats
         if old is not None:
@@ -318,8 +334,13 @@ class ChatSession:
         reply.content += finished.text
         reply.stats = new
         reply.state = "complete"
+        reply.thought_open = thought_open
         self.saver.finish_reply(
-            reply.content, reply.stats, reply.token_ids, thinking=reply.thinking or None
+            reply.content,
+            reply.stats,
+            reply.token_ids,
+            thinking=reply.thinking or None,
+            thought_open=thought_open,
         )
 
     def end_continue_failed(self, reply: Message) -> None:
@@ -579,12 +600,13 @@ class ChatSession:
 
 def whole_reply(reply: Message, reasoning: Reasoning) -> dict[str, Any]:
     """`reply`, a reply that thought, as the model wrote it: the opening marker
-    (unless the prompt wrote it), the thinking, and once it was closed, the
+    (unless the prompt wrote it), the thinking, and once it was closed (a
+    thought may close on the reply's last tokens: an empty answer), the
     closing marker and the answer; with its sampled tokens, which spell that
     (whitespace between the parts may differ: the engine then sends the text)."""
     markers = reasoning.markers
     text = ("" if reasoning.prompt_opens_block else f"{markers.open}\n") + reply.thinking
-    if reply.content:
+    if not reply.thought_open:
         text += f"{markers.close}\n\n{reply.prompt_content}"
     data: dict[str, Any] = {"role": "assistant", "content": text, "sampled_whole": True}
     if reply.token_ids:

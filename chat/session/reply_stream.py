@@ -100,6 +100,7 @@ class ReplyStream:
         continue_text: str | None = None,
         reasoning: Reasoning | None = None,
         continue_thinking: str | None = None,
+        continue_after_thought: bool = False,
     ) -> None:
         """`before`: run in the reply's thread before the prompt is evaluated
         (putting back a saved KV cache); its failure is ignored.
@@ -108,13 +109,18 @@ class ReplyStream:
         `reasoning`: how the model thinks (`ModelInfo.reasoning`): its reply is
         split into thinking and answer (a continuation of the answer is all
         answer). `continue_thinking`: the reply continued was cut inside its
-        thinking, which this is so far: the continuation starts inside it."""
+        thinking, which this is so far: the continuation starts inside it.
+        `continue_after_thought`: the reply continued closed its thinking on
+        its last tokens, before any answer: the continuation starts the
+        answer (its leading whitespace not shown, as any answer's)."""
         self._before = before
         self._splitter: ThinkingSplitter | None = None
         if reasoning is not None and continue_text is None:
             self._splitter = ThinkingSplitter(reasoning.markers, reasoning.prompt_opens_block)
         elif reasoning is not None and continue_thinking is not None:
             self._splitter = ThinkingSplitter(reasoning.markers, starts_inside=True)
+        elif reasoning is not None and continue_after_thought:
+            self._splitter = ThinkingSplitter(reasoning.markers, starts_after=True)
         self._thinking: list[str] = [continue_thinking or ""]
         self._thinking_tokens = 0
         self._continue_text = continue_text
@@ -141,6 +147,17 @@ class ReplyStream:
     def thinking(self) -> str:
         """The reply's thinking so far."""
         return "".join(self._thinking)
+
+    @property
+    def in_thought(self) -> bool:
+        """The reply is inside its thinking now: the model's markers say so
+        (a thought closed on the last token has no answer yet, and is not);
+        thinking that came apart from the text (a server's thinking field)
+        is open while no answer has come."""
+        splitter = self._splitter
+        if splitter is not None and splitter.saw_thinking:
+            return splitter.in_thinking
+        return bool(self.thinking) and not any(self._parts)
 
     def _split(self, event: TokenEvent) -> tuple[str, str, int]:
         """`event`'s text as (answer, thinking, thinking tokens)."""
@@ -196,8 +213,7 @@ class ReplyStream:
         stats = replace(stats, thinking_tokens=self._thinking_tokens, first_answer_s=first_answer_s)
         answer = "".join(self._parts)
         kept = replace(finished, text=answer, stats=stats)
-        in_thought = self._splitter is not None and self._splitter.in_thinking
-        return ReplyEnded(kept, thinking, in_thought)
+        return ReplyEnded(kept, thinking, self.in_thought)
 
     def _run(self) -> None:
         text, tokens, thinking, thinking_tokens = "", 0, "", 0

@@ -457,8 +457,12 @@ class Turn:
         context = contextvars.copy_context()
         prompt = self.session.reply_prompt(plan, self._continuing)
         settings = self.session.settings
-        # A reply cut inside its thinking goes on thinking.
-        in_thought = self._continuing and bool(reply.thinking) and not reply.content
+        # A reply cut inside its thinking goes on thinking; one cut as its
+        # thought closed starts its answer.
+        in_thought = self._continuing and reply.thought_open
+        after_thought = (
+            self._continuing and bool(reply.thinking) and not in_thought and not reply.content
+        )
         self._stream = ReplyStream(
             engine,
             prompt,
@@ -470,6 +474,7 @@ class Turn:
             continue_text=reply.content if self._continuing else None,
             reasoning=engine.info.reasoning,
             continue_thinking=reply.thinking if in_thought else None,
+            continue_after_thought=after_thought,
         )
         self._pacer = FramePacer()
         self._stream.start()
@@ -496,7 +501,7 @@ class Turn:
             return  # a reply that has ended already (cannot happen; be safe)
         if isinstance(event, ReplyChunk):
             if event.save_due and self._stream is not None:
-                self.session.saver.save_progress(self._stream.text, self._stream.thinking or None)
+                self._save_progress(self._stream)
             self.listener(
                 TurnText(reply, event.text, event.tokens, event.thinking, event.thinking_tokens)
             )
@@ -516,7 +521,7 @@ class Turn:
         finished = ended.finished
         continuing = self._continuing
         if continuing:
-            self.session.end_continue(reply, finished, ended.thinking or None)
+            self.session.end_continue(reply, finished, ended.thinking or None, ended.in_thought)
         elif finished.stats.finish_reason == "stopped" and not finished.stats.generated_tokens:
             self.session.drop_reply(reply)
             self._done()
@@ -524,7 +529,7 @@ class Turn:
             # No prefill: it would read the rest in the background, which Esc declined.
             return
         else:
-            self.session.end_reply(reply, finished, ended.thinking)
+            self.session.end_reply(reply, finished, ended.thinking, thought_open=ended.in_thought)
         self._done()
         engine = self.session.engine
         if self.session.settings.sampling.repeatable and engine is not None:
@@ -574,7 +579,12 @@ class Turn:
             self._save_tool_progress()
         if self._stream is not None:
             self._stream.cancel()
-            self.session.saver.save_progress(self._stream.text, self._stream.thinking or None)
+            self._save_progress(self._stream)
+
+    def _save_progress(self, stream: ReplyStream) -> None:
+        self.session.saver.save_progress(
+            stream.text, stream.thinking or None, thought_open=stream.in_thought
+        )
 
     def save_all(self) -> None:
         """Write whatever is not saved yet (the reply so far included)."""

@@ -180,6 +180,70 @@ def test_continuing_a_reply_keeps_its_thinking_and_may_add_to_it(store: Store) -
     assert (saved.content, saved.thinking) == ("Four, of course.", "Two plus two is four.")
 
 
+def test_whether_a_reply_ended_inside_its_thinking_is_kept(store: Store, db_path: Path) -> None:
+    """Not the same as an empty answer: a thought that closed on the reply's
+    last tokens leaves one too, and going on from it starts the answer. The
+    row says so while the reply streams (a reply cut off then is continued
+    from it) and at its end."""
+    saver = saver_for(store)
+    conv = Conversation()
+    question(saver, conv, SETTINGS)
+    cut = replace(THOUGHT_STATS, finish_reason="max_tokens", first_answer_s=None)
+    ended: dict[str, bool] = {}
+    for name, open_at_end in (("closed", False), ("open", True)):
+        reply = Message("assistant", "", parent=conv.messages[0])
+        saver.start_reply(conv, SETTINGS, reply)
+        saver.save_progress("", "Two plus", thought_open=True)
+        assert row_thought_open(db_path, reply) == 1
+        saver.save_progress("", "Two plus two", thought_open=open_at_end)
+        assert row_thought_open(db_path, reply) == int(open_at_end)
+        saver.finish_reply("", cut, [1, 2], thinking="Two plus two", thought_open=open_at_end)
+        reply.thinking, reply.stats, reply.thought_open = "Two plus two", cut, open_at_end
+        if conv.messages[-1].role == "user":
+            conv.append(reply)
+        else:
+            conv.add_sibling(conv.messages[-1], reply)
+        ended[name] = open_at_end
+    assert conv.id is not None
+    saved = store.get_conversation(conv.id)
+    replies = saved.tree.siblings(saved.messages[-1])
+    assert sorted(r.thought_open for r in replies) == [False, True]
+    assert all((r.content, r.thinking) == ("", "Two plus two") for r in replies)
+    # A fork copies it.
+    fork_id = store.create_conversation(saved.fork_at(saved.messages[-1]))
+    assert store.get_conversation(fork_id).messages[-1].thought_open == (
+        saved.messages[-1].thought_open
+    )
+
+
+def row_thought_open(db_path: Path, reply: Message) -> int:
+    with sqlite3.connect(db_path) as conn:
+        return conn.execute(
+            "SELECT thought_open FROM messages WHERE id = ?", (reply.id,)
+        ).fetchone()[0]
+
+
+def test_replies_saved_before_the_thought_was_recorded_read_as_kvchat_read_them(
+    db_path: Path,
+) -> None:
+    """Schema 10 did not record it: a reply with thinking and no answer was
+    continued inside its thought, and still is; one with an answer was not."""
+    conn = old_database(db_path, 10)
+    insert_a_question(conn)
+    for id_, content in ((2, ""), (3, "Four.")):
+        conn.execute(
+            "INSERT INTO messages (id, conversation_id, position, parent_id, depth, role, "
+            "content, created, thinking, finish_reason) VALUES "
+            f"({id_}, 1, {id_ - 1}, 1, 1, 'assistant', ?, 3.0, 'Two plus', 'max_tokens')",
+            (content,),
+        )
+    conn.close()
+    with Store(db_path) as store:
+        conv = store.get_conversation(1)
+        replies = {r.content: r.thought_open for r in conv.tree.siblings(conv.messages[-1])}
+    assert replies == {"": True, "Four.": False}
+
+
 def test_a_continuation_that_fails_leaves_the_reply_as_it_was(store: Store) -> None:
     """ChatSession.end_continue_failed writes the reply again as it was."""
     saver = saver_for(store)

@@ -116,6 +116,24 @@ def test_parts_stream_as_they_become_known() -> None:
     assert splitter.thinking_tokens == 4
 
 
+def test_text_that_starts_after_a_closed_thought_is_the_answer() -> None:
+    """A reply cut as its thought closed, continued: what comes is its answer,
+    leading blank lines and the answer's lead marker not shown, and a marker
+    quoted in it is text; the thought stays closed."""
+    for markers, lead in ((THINK, ""), (GPT_OSS, "<|start|>assistant<|channel|>final<|message|>")):
+        for pieces in (
+            ["\n\n", "Four", " <think> is a tag."],
+            [f"{lead}\n", "Four <think> is a tag."],
+        ):
+            splitter = ThinkingSplitter(markers, starts_after=True)
+            for piece in pieces:
+                splitter.feed(piece, 1)
+            splitter.flush()
+            assert (splitter.thinking, splitter.answer) == ("", "Four <think> is a tag."), pieces
+            assert splitter.saw_thinking and not splitter.in_thinking
+            assert (splitter.thinking_tokens, splitter.answer_tokens) == (0, len(pieces))
+
+
 def test_nothing_is_held_once_it_cannot_be_a_marker() -> None:
     plain = ThinkingSplitter(THINK)
     assert plain.feed("Hel", 1) == [ReplyPart("answer", "Hel", 1)]

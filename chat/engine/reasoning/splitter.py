@@ -61,10 +61,23 @@ class ThinkingSplitter:
     and answer parts. Text that may be the start of a marker is held back
     until it is known; `flush` releases it when the reply ends."""
 
-    def __init__(self, markers: ThinkingMarkers | None, starts_inside: bool = False) -> None:
+    def __init__(
+        self,
+        markers: ThinkingMarkers | None,
+        starts_inside: bool = False,
+        starts_after: bool = False,
+    ) -> None:
+        """`starts_inside`: the text fed starts inside the thinking block (the
+        prompt opened it, or a reply cut there goes on); `starts_after`: it
+        starts right after the block closed (a reply cut there goes on with
+        its answer)."""
         self.markers = markers
         self._state: Literal["start", "thinking", "lead", "answer"]
-        self._state = "thinking" if markers and starts_inside else "start"
+        self._state = "start"
+        if markers and starts_inside:
+            self._state = "thinking"
+        elif markers and starts_after:
+            self._state = "lead"
         self._at_part_start = True  # leading whitespace of a part is not shown
         self._buffer = ""  # fed, not yet resolved
         self._resolved = 0  # stream offset of the buffer's first character
@@ -75,8 +88,8 @@ class ThinkingSplitter:
         self.answer = ""
         self.thinking_tokens = 0
         self.answer_tokens = 0
-        self.saw_thinking = bool(markers and starts_inside)
-        self._may_reopen = self.saw_thinking
+        self.saw_thinking = bool(markers and (starts_inside or starts_after))
+        self._may_reopen = bool(markers and starts_inside)
 
     @property
     def in_thinking(self) -> bool:
