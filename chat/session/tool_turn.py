@@ -245,6 +245,15 @@ class ToolTurn:
         """The current step's thinking so far, apart from its answer."""
         return "".join(self._step_thinking)
 
+    @property
+    def in_thought(self) -> bool:
+        """The current step is inside its thinking now (the last step's, once
+        the turn ended), as `ReplyStream.in_thought` says of a reply."""
+        splitter = self._splitter
+        if splitter is not None and splitter.saw_thinking:
+            return splitter.in_thinking
+        return bool(self.thinking) and not self.text
+
     def _new_splitter(self) -> ThinkingSplitter | None:
         """Each step is a reply of its own: its thinking comes first."""
         reasoning = self._reasoning

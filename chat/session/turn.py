@@ -668,7 +668,10 @@ class Turn:
             # (`save_all`, a retry) writes them, not none.
             tool_turn.reply.tool_steps = tool_steps_of(tool_turn.so_far(), tool_turn.shown)
             self.session.saver.save_progress(
-                tool_turn.text, None, tool_steps=tool_turn.reply.tool_steps
+                tool_turn.text,
+                None,
+                tool_steps=tool_turn.reply.tool_steps,
+                thought_open=tool_turn.in_thought,
             )
 
     def _tool_text(
@@ -710,7 +713,10 @@ class Turn:
             self.listener(ToolTurnStopped(reply, outcome.problem))
         last = steps[-1]
         if len(steps) == 1 and not last.calls:  # it called nothing
-            self._ended(reply, ReplyEnded(replace(last.finished, text=answer_text), thinking))
+            ended = ReplyEnded(
+                replace(last.finished, text=answer_text), thinking, tool_turn.in_thought
+            )
+            self._ended(reply, ended)
             return
         stats = last.finished.stats
         if outcome.end == "cancelled":
@@ -720,14 +726,17 @@ class Turn:
         # still follow what they followed. A turn that ended with a call's
         # result has no answer: its last step is kept with its calls.
         answer = answer_of(outcome)
+        in_thought = False
         if answer is not None:
             kept = replace(answer, text=answer_text, stats=stats)
+            in_thought = tool_turn.in_thought
         else:
             kept = replace(last.finished, text="", stats=stats, token_ids=None, tool_calls=())
             thinking = ""
-        self.session.end_reply(reply, kept, thinking, tool_steps_of(outcome, tool_turn.shown))
+        steps_kept = tool_steps_of(outcome, tool_turn.shown)
+        self.session.end_reply(reply, kept, thinking, steps_kept, thought_open=in_thought)
         self._done()
-        self.listener(TurnEnded(reply, kept))
+        self.listener(TurnEnded(reply, kept, in_thought=in_thought))
         self.schedule_prefill()
 
     # Work done ahead while the user pauses.

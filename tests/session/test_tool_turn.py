@@ -183,6 +183,32 @@ async def test_a_reasoning_model_thinks_apart_from_its_answer_in_each_step() -> 
     assert (ended.reply.content, ended.reply.thinking) == ("It says hi.", "Got it.")
 
 
+@pytest.mark.parametrize("called", [True, False], ids=["after-a-call", "no-call"])
+@pytest.mark.parametrize(
+    ("last", "still_thinking"),
+    [(["<think>", "Got", " it."], True), (["<think>", "Got", " it.", "</think>"], False)],
+    ids=["cut-inside", "closed-at-the-end"],
+)
+async def test_a_tool_turns_reply_keeps_whether_it_ended_inside_its_thought(
+    called: bool, last: list[str], still_thinking: bool
+) -> None:
+    """An empty answer does not say it: a thought may close on the reply's
+    last tokens (chat_session.whole_reply then writes the closing marker)."""
+    first = ["<think>", "I", " should", " look.", "</think>", "Let", " me", " look."]
+    engine = ScriptedToolEngine([first, last] if called else [last], {0: echo_call("hi")})
+    if not called:
+        engine.tool_calls = {}
+    engine.info = replace(engine.info, reasoning=Reasoning(THINK, "template"))
+    recorded = Recorded(engine)
+    with_tools(recorded, FakeToolServers(), Answers(Choice.ONCE))
+    assert recorded.turn.send("Echo hi") is None
+    await asyncio.wait_for(recorded.turn.stopped(), 10)
+    (ended,) = recorded.of(TurnEnded)
+    reply = ended.reply
+    assert (reply.content, reply.thinking, len(reply.tool_steps)) == ("", "Got it.", int(called))
+    assert ended.in_thought == reply.thought_open == still_thinking
+
+
 async def test_a_reasoning_models_kept_step_shows_no_markers_and_is_sent_as_it_was(
     tmp_path: Path,
 ) -> None:
