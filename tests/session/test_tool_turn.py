@@ -161,19 +161,26 @@ async def test_a_turn_with_tools_asks_runs_the_call_and_answers(tmp_path: Path) 
         ]
 
 
-async def test_a_reasoning_model_thinks_apart_from_its_answer_in_each_step() -> None:
-    engine = ScriptedToolEngine(
-        [
-            ["<think>", "I", " should", " look.", "</think>", "Let", " me", " look."],
-            ["<think>", "Got", " it.", "</think>", "It", " says", " hi."],
-        ],
-        {0: echo_call("hi")},
-    )
+LOOKS = ["<think>", "I", " should", " look.", "</think>", "Let", " me", " look."]
+"""A reasoning model's first step: it thinks, says so and calls echo."""
+
+
+async def thinking_tool_turn(steps: list[list[str]], calls: bool = True) -> Recorded:
+    """A tool turn of a reasoning model (its steps' tokens; `calls`: the
+    first step calls echo), run to its end."""
+    engine = ScriptedToolEngine(steps, {0: echo_call("hi")} if calls else {})
     engine.info = replace(engine.info, reasoning=Reasoning(THINK, "template"))
     recorded = Recorded(engine)
     with_tools(recorded, FakeToolServers(), Answers(Choice.ONCE))
     assert recorded.turn.send("Echo hi") is None
     await asyncio.wait_for(recorded.turn.stopped(), 10)
+    return recorded
+
+
+async def test_a_reasoning_model_thinks_apart_from_its_answer_in_each_step() -> None:
+    recorded = await thinking_tool_turn(
+        [LOOKS, ["<think>", "Got", " it.", "</think>", "It", " says", " hi."]]
+    )
     (step,) = recorded.of(ToolStepEnded)
     assert step.text == "Let me look."
     thought = "".join(event.thinking for event in recorded.of(TurnText))
@@ -194,15 +201,7 @@ async def test_a_tool_turns_reply_keeps_whether_it_ended_inside_its_thought(
 ) -> None:
     """An empty answer does not say it: a thought may close on the reply's
     last tokens (chat_session.whole_reply then writes the closing marker)."""
-    first = ["<think>", "I", " should", " look.", "</think>", "Let", " me", " look."]
-    engine = ScriptedToolEngine([first, last] if called else [last], {0: echo_call("hi")})
-    if not called:
-        engine.tool_calls = {}
-    engine.info = replace(engine.info, reasoning=Reasoning(THINK, "template"))
-    recorded = Recorded(engine)
-    with_tools(recorded, FakeToolServers(), Answers(Choice.ONCE))
-    assert recorded.turn.send("Echo hi") is None
-    await asyncio.wait_for(recorded.turn.stopped(), 10)
+    recorded = await thinking_tool_turn([LOOKS, last] if called else [last], calls=called)
     (ended,) = recorded.of(TurnEnded)
     reply = ended.reply
     assert (reply.content, reply.thinking, len(reply.tool_steps)) == ("", "Got it.", int(called))
