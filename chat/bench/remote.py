@@ -31,6 +31,7 @@ from chat.bench.rows import Options, Row
 from chat.bench.workload import SAMPLING, STORY, first_token_reply
 from chat.engine.protocol import Engine, Finished, TokenEvent
 from chat.settings.schema import SamplingSettings
+from chat.settings.server import ServerKind
 
 SERVER_ENV = "KVCHAT_LLAMA_SERVER"
 SHORTER = "Now make it shorter."
@@ -67,20 +68,32 @@ def server_binary() -> Path | None:
 def remote_rows(options: Options) -> list[Row]:
     binary = server_binary()
     if binary is None:
-        print(
-            f"remote rows left out: no llama-server (run .ci/llama-server or set {SERVER_ENV})",
-            file=sys.stderr,
-        )
-        return []
-    with (
-        tempfile.TemporaryDirectory() as folder,
-        LlamaServer(binary, options.model, Path(folder)) as url,
-    ):
-        from chat.engine.remote import ServerConfig, connect
+        return left_out("remote", f"no llama-server (run .ci/llama-server or set {SERVER_ENV})")
+    return rows_on_server(
+        lambda folder: LlamaServer(binary, options.model, folder),
+        lambda engine: _measure(engine, options),
+    )
 
-        engine = connect(ServerConfig(url))
+
+def left_out(rows: str, why: str) -> list[Row]:
+    """No rows of this kind: said on stderr, not failed."""
+    print(f"{rows} rows left out: {why}", file=sys.stderr)
+    return []
+
+
+def rows_on_server(
+    server: Callable[[Path], ServerProcess],
+    measure: Callable[[Engine], list[Row]],
+    kind: ServerKind = "auto",
+) -> list[Row]:
+    """`measure`'s rows, with kvchat's engine on `server` (made with a
+    folder for its log), started for them and stopped after."""
+    from chat.engine.remote import ServerConfig, connect
+
+    with tempfile.TemporaryDirectory() as folder, server(Path(folder)) as url:
+        engine = connect(ServerConfig(url, kind=kind))
         try:
-            return _measure(engine, options)
+            return measure(engine)
         finally:
             engine.close()
 
@@ -384,7 +397,58 @@ def _bare_first_token_s(url: str, prompt: str) -> float:
     return waited
 
 
-class LlamaServer:
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    """A server program on loopback (`command`, at `port`), started and ready
+    (its `ready_path` answers) on entering; stopped after."""
+
+    def __init__(
+        self,
+        name: str,
+        command: list[str],
+        port: int,
+        log: Path,
+        ready_path: str,
+        env: dict[str, str] | None = None,
+        start_s: float = 120,
+    ) -> None:
+        self.name, self.command, self.port, self.log = name, command, port, log
+        self.ready_path, self.env, self.start_s = ready_path, env, start_s
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> str:
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env
+            )
+        url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + self.start_s
+        while time.monotonic() < deadline and self.process.poll() is None:
+            try:
+                with urllib.request.urlopen(f"{url}{self.ready_path}", timeout=1) as answer:
+                    if answer.status == 200:
+                        return url
+            except OSError:
+                time.sleep(0.2)
+        self.__exit__()
+        raise RuntimeError(f"{self.name} did not start; its log: {self.log}")
+
+    def __exit__(self, *_: object) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+class LlamaServer(ServerProcess):
     """llama-server with `model` on a free loopback port, ready; stopped after.
     One slot; `threads` (default: every CPU) and a `context` of 4,096 tokens
     unless told; `extra` arguments after those (`--jinja`, `--rpc` ...)."""
@@ -399,39 +463,12 @@ class LlamaServer:
         context: int = 4096,
         extra: Sequence[str] = (),
     ) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = int(sock.getsockname()[1])
+        port = free_port()
         threads = threads if threads is not None else os.cpu_count() or 1
-        self.command = [
+        command = [
             str(binary),
-            *("-m", str(model), "--host", "127.0.0.1", "--port", str(self.port)),
+            *("-m", str(model), "--host", "127.0.0.1", "--port", str(port)),
             *("-c", str(context), "--parallel", "1", "--threads", str(threads)),
             *extra,
         ]
-        self.log = folder / "llama-server.log"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> str:
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and self.process.poll() is None:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=1) as answer:
-                    if answer.status == 200:
-                        return url
-            except OSError:
-                time.sleep(0.2)
-        self.__exit__()
-        raise RuntimeError(f"llama-server did not start; its log: {self.log}")
-
-    def __exit__(self, *_: object) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        super().__init__("llama-server", command, port, folder / "llama-server.log", "/health")

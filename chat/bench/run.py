@@ -26,6 +26,7 @@ from chat.bench.storage import storage_rows
 from chat.bench.thinking import thinking_rows
 from chat.bench.tools import tool_rows
 from chat.bench.ttft import ttft_rows
+from chat.bench.vllm import vllm_rows
 from chat.bench.workload import quiet_load
 from chat.models.files import demo_model_path
 from chat.paths import CACHE_DIR_ENV, CONFIG_DIR_ENV, DATA_DIR_ENV, STATE_DIR_ENV
@@ -48,6 +49,7 @@ def run(options: Options) -> list[Row]:
         rows += storage_rows(options)
         rows += startup_rows(options)
         rows += remote_rows(options)
+        rows += vllm_rows(options)
         rows += rpc_rows(options)
         rows += thinking_rows(options)
         rows += tool_rows(options)

@@ -1,5 +1,7 @@
 """A reply goes back to vLLM as the ids it was sampled as, against a fake vLLM
-on loopback whose model is the real demo model (no vLLM runs here): its
+on loopback whose model is the real demo model, for what a real vLLM here
+cannot play (tests/engine/remote/test_vllm.py runs one): an older vLLM, a
+gateway that refuses token-id prompts, another chat template. Its
 `/tokenize` renders the demo model's chat template and tokenizes with its
 tokenizer, its `/v1/completions` samples with it and streams the ids, and its
 `cached_tokens` are what vLLM's prefix cache would hold (whole blocks)."""
