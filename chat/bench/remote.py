@@ -112,13 +112,12 @@ def _measure(engine: Engine, options: Options) -> list[Row]:
         return [Row("remote: decode through kvchat (llama-server)", None, "tok/s")]
     seen = (len(times) - 1) / (times[-1] - times[0])
     server = finished.stats.decode_tps
-    reply = {"role": "assistant", "content": finished.text}
     follow_up: list[dict[str, Any]] = [
         *story,
-        reply | _ids(finished),
+        sent_back(finished),
         {"role": "user", "content": SHORTER},
     ]
-    second = _reply(engine, follow_up, replace(sampling, max_tokens=8))
+    second = reply_to(engine, follow_up, replace(sampling, max_tokens=8))
     rows = [
         Row(
             "remote: decode through kvchat (llama-server)",
@@ -150,12 +149,18 @@ def _measure(engine: Engine, options: Options) -> list[Row]:
     return rows
 
 
-def _ids(finished: Finished) -> dict[str, Any]:
-    """What kvchat saves with a reply and sends back: its sampled ids."""
-    return {} if finished.token_ids is None else {"token_ids": list(finished.token_ids)}
+def sent_back(finished: Finished) -> dict[str, Any]:
+    """The reply as kvchat saves it and sends it back: its text and its
+    sampled ids."""
+    message: dict[str, Any] = {"role": "assistant", "content": finished.text}
+    if finished.token_ids is not None:
+        message["token_ids"] = list(finished.token_ids)
+    return message
 
 
-def _reply(engine: Engine, messages: list[dict[str, Any]], sampling: SamplingSettings) -> Finished:
+def reply_to(
+    engine: Engine, messages: list[dict[str, Any]], sampling: SamplingSettings
+) -> Finished:
     for event in engine.stream_reply(messages, sampling, threading.Event()):
         if isinstance(event, Finished):
             return event
@@ -178,10 +183,10 @@ class _Turn:
 def _kvchat_turn(
     engine: Engine, messages: list[dict[str, Any]], sampling: SamplingSettings
 ) -> _Turn:
-    done = _reply(engine, messages, sampling)
+    done = reply_to(engine, messages, sampling)
     stats = done.stats
     return _Turn(
-        {"role": "assistant", "content": done.text} | _ids(done),
+        sent_back(done),
         stats.prompt_tokens,
         stats.prompt_evaluated,
         _held(stats.generated_tokens, stats.finish_reason == "done"),

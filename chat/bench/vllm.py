@@ -12,7 +12,6 @@ left out (said on stderr), not failed."""
 from __future__ import annotations
 
 import os
-import threading
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
@@ -25,10 +24,12 @@ from chat.bench.remote import (
     ServerProcess,
     free_port,
     left_out,
+    reply_to,
     rows_on_server,
+    sent_back,
 )
 from chat.bench.rows import Options, Row
-from chat.bench.workload import SAMPLING, STORY, finished
+from chat.bench.workload import SAMPLING, STORY
 from chat.engine.protocol import Engine, Finished
 from chat.settings.schema import SamplingSettings
 
@@ -58,10 +59,6 @@ def vllm_rows(options: Options) -> list[Row]:
     )
 
 
-def _reply(engine: Engine, messages: list[dict[str, Any]], sampling: SamplingSettings) -> Finished:
-    return finished(engine.stream_reply(messages, sampling, threading.Event()))
-
-
 def _held(reply: Finished) -> int:
     """What the prefix cache holds after `reply`: every whole block of its
     prompt and of its tokens, but for its last token (sampled, never
@@ -70,29 +67,20 @@ def _held(reply: Finished) -> int:
     return tokens // BLOCK_TOKENS * BLOCK_TOKENS
 
 
-def _ids(reply: Finished) -> dict[str, Any]:
-    message = {"role": "assistant", "content": reply.text}
-    return message if reply.token_ids is None else message | {"token_ids": list(reply.token_ids)}
-
-
-def _as_text(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"role": m["role"], "content": m["content"]} for m in messages]
-
-
 def _turn_two_rows(engine: Engine, options: Options) -> list[Row]:
     tokens = min(options.tokens, TURN_TWO_REPLY_TOKENS) if options.quick else TURN_TWO_REPLY_TOKENS
     story = [{"role": "user", "content": STORY}]
-    first = _reply(engine, story, replace(SAMPLING, max_tokens=tokens))
-    follow_up = [*story, _ids(first), {"role": "user", "content": SHORTER}]
+    first = reply_to(engine, story, replace(SAMPLING, max_tokens=tokens))
+    follow_up = [*story, sent_back(first), {"role": "user", "content": SHORTER}]
     short = replace(SAMPLING, max_tokens=8)
-    second = _reply(engine, follow_up, short)
+    second = reply_to(engine, follow_up, short)
     least = second.stats.prompt_tokens - _held(first)
     # The text client's turn 2 finds the cache as its own turn 1 left it.
     _reset_prefix_cache(engine)
-    again = _reply(engine, story, replace(SAMPLING, max_tokens=tokens))
+    again = reply_to(engine, story, replace(SAMPLING, max_tokens=tokens))
     same = "the same first reply as kvchat's" if again.text == first.text else "another first reply"
     text_follow_up = [*story, {"role": "assistant", "content": again.text}, follow_up[-1]]
-    as_text = _reply(engine, text_follow_up, short)
+    as_text = reply_to(engine, text_follow_up, short)
     return [
         Row(
             "vllm: turn 2 evaluated by the server (kvchat)",
@@ -134,22 +122,23 @@ def _conversation_rows(engine: Engine, options: Options) -> list[Row]:
         for turn in range(options.turns):
             messages.append({"role": "user", "content": asks[turn % len(asks)]})
             turn_sampling: SamplingSettings = replace(sampling, seed=(SAMPLING.seed or 0) + turn)
-            done = _reply(engine, messages, turn_sampling)
+            done = reply_to(engine, messages, turn_sampling)
             if earlier is not None:
                 least = done.stats.prompt_tokens - _held(earlier)
                 again += max(0, done.stats.prompt_evaluated - least)
                 evaluated += done.stats.prompt_evaluated
             replies += len(done.token_ids or ())
-            messages.append(_ids(done) if keep_ids else {"role": "assistant", "content": done.text})
+            messages.append(
+                sent_back(done) if keep_ids else {"role": "assistant", "content": done.text}
+            )
             earlier = done
-        is_kvchat = keep_ids
         rows.append(
             Row(
                 f"vllm: {options.turns} turns, reply tokens evaluated again ({client})",
                 again,
                 "tokens",
-                "0" if is_kvchat else "",
-                again == 0 if is_kvchat else None,
+                "0" if keep_ids else "",
+                again == 0 if keep_ids else None,
                 note=(
                     f"of {replies:,} reply tokens; {evaluated:,} prompt tokens evaluated "
                     f"after turn 1; beyond the last whole {BLOCK_TOKENS}-token block before "

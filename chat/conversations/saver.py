@@ -333,14 +333,10 @@ class ConversationSaver:
         the next message."""
         reply = self._reply
         if reply is not None:
-            final = _FinalReply(
-                reply,
-                *self._parts(reply, text, thinking, tool_steps, thought_open),
-                stats,
-                token_ids,
-            )
+            parts = self._parts(reply, text, thinking, tool_steps, thought_open)
+            final = _FinalReply(reply, *parts, stats, token_ids)
             written = self._write_reply(
-                (final.text, final.thinking, final.tool_steps, final.thought_open),
+                parts,
                 stats,
                 token_ids=token_ids,
                 done=True,

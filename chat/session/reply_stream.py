@@ -34,7 +34,12 @@ from dataclasses import dataclass, replace
 from chat.conversations.saver import SAVE_INTERVAL_S
 from chat.engine.protocol import ChatMessages, Engine, Finished, PromptProgress, TokenEvent
 from chat.engine.reasoning.markers import Reasoning
-from chat.engine.reasoning.splitter import ReplyPart, ThinkingSplitter, token_parts
+from chat.engine.reasoning.splitter import (
+    ReplyPart,
+    ThinkingSplitter,
+    inside_thought,
+    token_parts,
+)
 from chat.errors import KvchatError, PromptTooLongError, ServerError
 from chat.runtime.background import start_thread
 from chat.runtime.frame_pacing import FASTEST_FRAME_S
@@ -150,14 +155,8 @@ class ReplyStream:
 
     @property
     def in_thought(self) -> bool:
-        """The reply is inside its thinking now: the model's markers say so
-        (a thought closed on the last token has no answer yet, and is not);
-        thinking that came apart from the text (a server's thinking field)
-        is open while no answer has come."""
-        splitter = self._splitter
-        if splitter is not None and splitter.saw_thinking:
-            return splitter.in_thinking
-        return bool(self.thinking) and not any(self._parts)
+        """The reply is inside its thinking now (`inside_thought`)."""
+        return inside_thought(self._splitter, self.thinking, any(self._parts))
 
     def _split(self, event: TokenEvent) -> tuple[str, str, int]:
         """`event`'s text as (answer, thinking, thinking tokens)."""

@@ -25,7 +25,12 @@ from dataclasses import dataclass, field
 from chat.conversations.conversation import Message
 from chat.conversations.tool_switches import ToolSwitches
 from chat.engine.protocol import ChatMessage, Engine, Finished
-from chat.engine.reasoning.splitter import ReplyPart, ThinkingSplitter, token_parts
+from chat.engine.reasoning.splitter import (
+    ReplyPart,
+    ThinkingSplitter,
+    inside_thought,
+    token_parts,
+)
 from chat.engine.tool_calls.calls import ToolDefinition
 from chat.runtime.frame_pacing import FASTEST_FRAME_S
 from chat.session.tool_loop import (
@@ -248,11 +253,8 @@ class ToolTurn:
     @property
     def in_thought(self) -> bool:
         """The current step is inside its thinking now (the last step's, once
-        the turn ended), as `ReplyStream.in_thought` says of a reply."""
-        splitter = self._splitter
-        if splitter is not None and splitter.saw_thinking:
-            return splitter.in_thinking
-        return bool(self.thinking) and not self.text
+        the turn ended: `inside_thought`)."""
+        return inside_thought(self._splitter, self.thinking, bool(self.text))
 
     def _new_splitter(self) -> ThinkingSplitter | None:
         """Each step is a reply of its own: its thinking comes first."""

@@ -77,20 +77,30 @@ async def goes_on_inside_the_thought(
     reply = recorded.turn.session.conversation.messages[-1]
     thought = reply.thinking
     settings.sampling.max_tokens = 120
-    engine.grammar = REST_OF_THOUGHT
-    try:
-        assert recorded.turn.continue_reply() is None
-        await asyncio.wait_for(recorded.turn.stopped(), 120)
-    finally:
-        engine.grammar = None
-    ended = recorded.of(TurnEnded)[-1]
-    assert ended.continued and not ended.in_thought and ended.reply is reply
+    ended = await continued(engine, recorded, REST_OF_THOUGHT)
+    assert ended.reply is reply
     assert reply.thinking.startswith(thought) and len(reply.thinking) > len(thought)
     assert reply.content and reply.content[0].isupper()
     assert "think>" not in reply.content + reply.thinking
     stats = reply.stats
     assert stats is not None and stats.finish_reason == "done"
     return stats
+
+
+async def continued(
+    engine: LlamaEngine | LlamaServerEngine, recorded: Recorded, grammar: str
+) -> TurnEnded:
+    """Ctrl+L on the last reply, the model's tokens held to `grammar`: the
+    continuation's end, outside any thought."""
+    engine.grammar = grammar
+    try:
+        assert recorded.turn.continue_reply() is None
+        await asyncio.wait_for(recorded.turn.stopped(), 120)
+    finally:
+        engine.grammar = None
+    ended: TurnEnded = recorded.of(TurnEnded)[-1]
+    assert ended.continued and not ended.in_thought
+    return ended
 
 
 def test_a_whole_reply_goes_in_as_sampled_whatever_whitespace_its_parts_lost(
@@ -176,15 +186,9 @@ async def test_a_reply_cut_as_its_thought_closed_goes_on_in_its_answer(
     assert sent == [*engine.tokenize_chat(question), *ids[:closes]]
 
     chosen.sampling.max_tokens = 40
-    engine.grammar = "root ::= [\\n]* [A-Z] [a-z ,.]{4,60}"
     thought = reply.thinking
-    try:
-        assert recorded.turn.continue_reply() is None
-        await asyncio.wait_for(recorded.turn.stopped(), 120)
-    finally:
-        engine.grammar = None
-    ended = recorded.of(TurnEnded)[-1]
-    assert ended.continued and not ended.in_thought and ended.reply is reply
+    ended = await continued(engine, recorded, "root ::= [\\n]* [A-Z] [a-z ,.]{4,60}")
+    assert ended.reply is reply
     assert reply.thinking == thought and reply.content[:1].isupper()
     assert not reply.thought_open
     # The reply's last token, never evaluated, in a batch of two (a repeatable

@@ -56,6 +56,17 @@ def token_parts(event: StreamedToken, splitter: ThinkingSplitter | None) -> list
     return splitter.feed(event.text, tokens)
 
 
+def inside_thought(splitter: ThinkingSplitter | None, thinking: str, answered: bool) -> bool:
+    """Whether a reply (or a tool turn's step) is inside its thinking now:
+    its splitter says so once it has seen the model's markers (a thought
+    closed on the last token has no answer yet, and is not); thinking that
+    came apart from the text (a server's thinking field) is open while no
+    answer has come."""
+    if splitter is not None and splitter.saw_thinking:
+        return splitter.in_thinking
+    return bool(thinking) and not answered
+
+
 class ThinkingSplitter:
     """Split a reply's text, fed piece by piece as it streams, into thinking
     and answer parts. Text that may be the start of a marker is held back

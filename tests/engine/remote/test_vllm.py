@@ -36,8 +36,8 @@ GREEDY = SamplingSettings(temperature=0, max_tokens=8)
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RemoteEngine]:
-    with vllm_server(tmp_path_factory.mktemp("vllm")) as server:
-        connected = connect(ServerConfig(url=server.url))  # kind "auto": asked of the server
+    with vllm_server(tmp_path_factory.mktemp("vllm")) as url:
+        connected = connect(ServerConfig(url=url))  # kind "auto": asked of the server
         try:
             yield connected
         finally:
