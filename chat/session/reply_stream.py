@@ -5,7 +5,10 @@ the engine never waits for the screen to draw). No Textual here.
 
 Tokens that arrive within one frame (`frame_s`) of the last delivery travel
 together: the screen cannot show them apart anyway, and every delivery costs
-the UI a Markdown update, which competes with the engine for the CPU.
+the UI a Markdown update, which competes with the engine for the CPU. After
+the reply's first piece (drawn at once: the time to the first token is what
+the user waits for), a piece also waits for a few tokens
+(chat.runtime.frame_pacing.delivery_due).
 
 While the prompt is evaluated, the engine's `PromptProgress` events go to
 `deliver` as they come (one per batch, not per token).
@@ -42,11 +45,11 @@ from chat.engine.reasoning.splitter import (
 )
 from chat.errors import KvchatError, PromptTooLongError, ServerError
 from chat.runtime.background import start_thread
-from chat.runtime.frame_pacing import FASTEST_FRAME_S
+from chat.runtime.frame_pacing import FASTEST_FRAME_S, TOKENS_PER_FRAME, delivery_due
 from chat.settings.schema import SamplingSettings
 
 FRAME_S = FASTEST_FRAME_S
-"""One frame at 30 frames a second, until `ReplyStream.frame_s` is changed."""
+"""One frame at 15 frames a second, until `ReplyStream.frame_s` is changed."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ class ReplyStream:
         *,
         record_probs: bool = False,
         frame_s: float = FRAME_S,
+        tokens_per_frame: int = TOKENS_PER_FRAME,
         save_interval_s: float = SAVE_INTERVAL_S,
         before: Callable[[], object] | None = None,
         continue_text: str | None = None,
@@ -137,6 +141,7 @@ class ReplyStream:
         self.frame_s = frame_s
         """Deliver tokens this long after the last delivery; may change while
         the reply streams (chat.runtime.frame_pacing)."""
+        self._tokens_per_frame = tokens_per_frame
         self._save_interval_s = save_interval_s
         self._cancel = threading.Event()
         self._thread: threading.Thread | None = None
@@ -222,6 +227,7 @@ class ReplyStream:
             with contextlib.suppress(Exception):
                 self._before()
         delivered_at = saved_at = time.monotonic()
+        per_frame = 1  # the first piece goes at once
         ended: ReplyEnded | None = None
         try:
             if self._continue_text is None:
@@ -247,13 +253,16 @@ class ReplyStream:
                     thinking_tokens += thought_tokens
                     self._keep(answer, thought, thought_tokens)
                     tokens += 1 if event.token_id >= 0 else 0  # -1: held-back text at the end
-                    if (text or thinking or tokens) and now - delivered_at >= self.frame_s:
+                    if (text or thinking or tokens) and delivery_due(
+                        now - delivered_at, tokens, self.frame_s, per_frame
+                    ):
                         save_due = now - saved_at >= self._save_interval_s
                         saved_at = now if save_due else saved_at
                         chunk = ReplyChunk(text, tokens, save_due, thinking, thinking_tokens)
                         self._deliver(chunk)
                         text, tokens, thinking, thinking_tokens = "", 0, "", 0
                         delivered_at = now
+                        per_frame = self._tokens_per_frame
                 elif isinstance(event, PromptProgress):
                     self._deliver(event)
                 elif isinstance(event, Finished):

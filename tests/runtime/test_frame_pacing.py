@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from chat.runtime.frame_pacing import FASTEST_FRAME_S, SLOWEST_FRAME_S, FramePacer
+from chat.runtime.frame_pacing import (
+    FASTEST_FRAME_S,
+    SLOWEST_FRAME_S,
+    TOKEN_WAIT_S,
+    FramePacer,
+    delivery_due,
+)
 
 
 class Clocks:
@@ -56,3 +62,18 @@ def test_one_expensive_frame_moves_the_interval_only_part_way() -> None:
     pacing = pacer(clocks)
     clocks.frame(cpu=0.01, wall=FASTEST_FRAME_S)  # a code block rendered at once
     assert pacing.frame_shown() < SLOWEST_FRAME_S
+
+
+def test_a_frame_waits_for_its_tokens_up_to_the_slowest_frame() -> None:
+    assert not delivery_due(FASTEST_FRAME_S / 2, 10, FASTEST_FRAME_S, 5)  # too soon
+    assert delivery_due(FASTEST_FRAME_S, 5, FASTEST_FRAME_S, 5)
+    assert not delivery_due(FASTEST_FRAME_S, 4, FASTEST_FRAME_S, 5)  # a token short
+    assert not delivery_due(TOKEN_WAIT_S * 0.99, 4, FASTEST_FRAME_S, 5)
+    assert delivery_due(TOKEN_WAIT_S, 1, FASTEST_FRAME_S, 5)  # waited long enough
+    assert delivery_due(FASTEST_FRAME_S, 1, FASTEST_FRAME_S, 1)  # the first piece
+
+
+def test_a_slower_pace_than_the_slowest_frame_is_kept() -> None:
+    # Only the pacer's budget decides an interval past the token's wait.
+    assert not delivery_due(SLOWEST_FRAME_S, 1, 0.2, 5)
+    assert delivery_due(0.2, 1, 0.2, 5)

@@ -67,9 +67,30 @@ def test_tokens_within_one_frame_travel_together() -> None:
 
 def test_every_token_is_a_chunk_when_frames_are_shorter_than_tokens() -> None:
     engine = ScriptedEngine(replies=[["a", "b", "c"]], delay=0.01)
-    stream, events = stream_of(engine, frame_s=0.0)
+    stream, events = stream_of(engine, frame_s=0.0, tokens_per_frame=1)
     chunks = [e for e in run_to_end(stream, events) if isinstance(e, ReplyChunk)]
     assert [c.text for c in chunks] == ["a", "b", "c"]
+
+
+def test_after_the_first_token_a_frame_waits_for_a_few_tokens() -> None:
+    # Frames of no length: each piece goes as soon as 5 tokens wait, the
+    # first at once (a stall of 1/12 s would send fewer).
+    engine = ScriptedEngine(replies=[[f"t{i} " for i in range(41)]], delay=0.001)
+    stream, events = stream_of(engine, frame_s=0.0, tokens_per_frame=5)
+    chunks = [e for e in run_to_end(stream, events) if isinstance(e, ReplyChunk)]
+    assert chunks[0].tokens == 1
+    assert all(c.tokens <= 5 for c in chunks)
+    assert sum(c.tokens == 5 for c in chunks) >= 6
+    assert sum(c.tokens for c in chunks) == 41
+
+
+def test_a_very_slow_model_is_still_drawn_twelve_times_a_second() -> None:
+    # 60 ms a token: five tokens would take 0.3 s; a frame waits at most 1/12 s.
+    engine = ScriptedEngine(replies=[[f"t{i} " for i in range(9)]], delay=0.06)
+    stream, events = stream_of(engine)
+    chunks = [e for e in run_to_end(stream, events) if isinstance(e, ReplyChunk)]
+    assert all(c.tokens <= 2 for c in chunks)
+    assert sum(c.tokens for c in chunks) == 9
 
 
 def test_saving_is_due_once_per_interval() -> None:

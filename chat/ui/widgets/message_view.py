@@ -24,6 +24,8 @@ from textual.widgets import Static
 
 from chat.conversations.conversation import STATE_NOTES, Message, ReplyStats
 from chat.sanitize import sanitize
+from chat.ui.widgets.code_lines import grown, with_new_lines_highlighted
+from chat.ui.widgets.fence_growth import fence_code, fence_lines
 from chat.ui.widgets.growing_wrap import GrowingWrap, Row, RowKey, appended_to
 from chat.ui.widgets.plain_words import words_added
 from chat.ui.widgets.sized_by_layout import SizedByTheLayout, WidgetMixin
@@ -66,6 +68,15 @@ def cache_summary(stats: ReplyStats) -> str:
     )
 
 
+def same_content(shown: object, text: Content) -> bool:
+    """Whether a widget showing `shown` already shows `text`. Every message's
+    header and branch switch are set again after each turn; an update, even
+    to the same text, lays out the message and the whole conversation again
+    (about 30 such layouts requested a turn at the 40th reply; docs/performance.md,
+    "Headers set to what they show")."""
+    return isinstance(shown, Content) and (shown.plain, shown.spans) == (text.plain, text.spans)
+
+
 class BranchSwitch(Static):
     """`‹ 2/3 ›` beside a message that has alternatives (an edited message, a
     regenerated reply): which one is shown. A click on its left half shows the
@@ -99,7 +110,9 @@ class BranchSwitch(Static):
     def show_position(self, position: int, count: int) -> None:
         """`position` is 1-based; with one alternative only, nothing is shown."""
         self.display = count > 1
-        self.update(Content(f"‹ {position}/{count} ›"))
+        text = Content(f"‹ {position}/{count} ›")
+        if not same_content(self.content, text):
+            self.update(text)
 
     def on_click(self, event: events.Click) -> None:
         event.stop()
@@ -256,8 +269,10 @@ class MessageView(SizedByTheLayout, Vertical):
         # A view just mounted may not be composed yet (a model that finishes
         # loading while a conversation opens recounts it): compose then draws
         # the header from the same state.
+        text = self.header_text()
         for header in self.query(".message-header").results(Static):
-            header.update(self.header_text())
+            if not same_content(header.content, text):
+                header.update(text)
 
 
 class UserMessageView(MessageView):
@@ -397,13 +412,38 @@ def _reply_markdown_class() -> type[Markdown]:
         the 27-29 ms of UI thread a delivery took (docs/performance.md). The
         code is not wrapped: the block is as wide as its widest line."""
 
+        _known: tuple[Content, list[Row]] | None = None
+        """Code whose rows are known without splitting it (`show_lines`)."""
+
         def _rows(self, content: Content, width: int) -> list[Row]:
+            if self._known is not None and self._known[0] is content:
+                return self._known[1]
             return code_rows(content)
+
+        def show_lines(
+            self, content: Content, lines: list[Content], changed_from: int, layout: bool
+        ) -> None:
+            """New code, `content`, whose lines are `lines`, the same as the
+            code shown before it up to line `changed_from`: neither split nor
+            compared line by line (the code grows at each delivery of a
+            streaming block; a split of all of it cost more with each line)."""
+            rows = self._known[1][:changed_from] if self._known is not None else []
+            start = rows[-1].start + len(rows[-1].content.plain) + 1 if rows else 0
+            for y in range(len(rows), len(lines)):
+                rows.append(Row(lines[y], 0, y, start))
+                start += len(lines[y].plain) + 1
+            self._known = (content, rows)
+            self._repaint_from = changed_from
+            try:
+                Label.update(self, content, layout=layout)
+            finally:
+                self._repaint_from = None
 
         def update(self, content: VisualType = "", *, layout: bool = True) -> None:
             """New code: the screen repaints it from its first changed line
             down (code added at the end changes only its last lines), as the
             streaming paragraph does."""
+            self._known = None
             if isinstance(content, Content) and self._drawn_rows:
                 same = 0
                 for old, new in zip(self._drawn_rows, code_rows(content), strict=False):
@@ -427,58 +467,105 @@ def _reply_markdown_class() -> type[Markdown]:
             yield CopyButton(lambda: self.code, "the code block", classes="fence-copy")
             yield CodeLabel(self._highlighted_code, id="code-content", expand=True)
 
-        def set_content(self, content: Content) -> None:
+        _lines: list[Content] | None = None
+        """The lines of the code shown (None: not kept, split on need)."""
+        _stable = 0
+        """How many of `_lines`, from the first, are highlighted as they are now."""
+
+        def set_content(
+            self,
+            content: Content,
+            *,
+            lines: list[Content] | None = None,
+            changed_from: int = 0,
+        ) -> None:
             """New code (a streamed code block grows with each delivery): as for
             a paragraph, the screen is laid out again only when the code's size
             changes: a line more, or a line wider than any before (the block
             scrolls sideways, so its code is as wide as its widest line). While
             the reply streams, the code is laid out at least as wide as the
             block, and a line more takes STREAM_RESERVE_LINES more, as in a
-            paragraph: most deliveries then draw the block without a layout."""
+            paragraph: most deliveries then draw the block without a layout.
+            `lines`: the code's lines, the same as those shown before up to
+            line `changed_from` (the code grew): neither split nor measured
+            whole again."""
             self._content = content
-            shape = _text_shape(content.plain)
-            old, self._shape = self._shape, shape
-            for label in self.query("#code-content").results(Label):
+            old, self._lines = self._shape, lines
+            if lines is None or old is None:
+                shape = _text_shape(content.plain)
+            else:
+                added = [cell_len(line.plain) for line in lines[changed_from:]]
+                shape = (len(lines), max([old[1], *added]))
+            self._shape = shape
+            for label in self.query("#code-content").results(CodeLabel):
                 layout = shape != old
-                lines, widest = shape
+                count, widest = shape
                 if layout and in_streaming_answer(self):
-                    if lines > self._reserved:
-                        self._reserved = lines + STREAM_RESERVE_LINES
+                    if count > self._reserved:
+                        self._reserved = count + STREAM_RESERVE_LINES
                         label.styles.min_height = self._reserved
                         label.styles.min_width = "100%"
                     else:  # a line more fills a reserved one; wider needs room
                         layout = widest > label.content_size.width
-                label.update(content, layout=layout)
+                if lines is None:
+                    label.update(content, layout=layout)
+                else:
+                    label.show_lines(content, lines, changed_from, layout)
 
         def highlight_whole(self) -> None:
             """The code is complete (the reply ended with it): highlighted whole,
             as Markdown highlights a block it builds."""
             self._highlighted_at = time.monotonic()
-            self._highlighted_code = self.highlight(
-                self.code,
+            self._highlighted_code = self._highlighted(self.code)
+            self.set_content(self._highlighted_code)
+
+        def _highlighted(self, code: str) -> Content:
+            return self.highlight(
+                code,
                 self.lexer,
                 ansi=self.app.native_ansi_color,
                 dark=self.app.current_theme.dark,
             )
-            self.set_content(self._highlighted_code)
 
         def grow(self, code: str) -> None:
             """The streaming block's code is now `code` (the code it had, with
             more after it). Highlighting costs about 0.13 ms a line of Python
-            here, all of the code each time: 10 ms a delivery by line 80.
-            While the code grows it is highlighted again at most every
-            HIGHLIGHT_EVERY_S; in between, what was added since is drawn in the
-            code's plain colour after the last highlight. The block is
-            highlighted whole when it is complete, or when the reply ends."""
+            here: 10 ms by line 80, were all of the code highlighted each time.
+            What a delivery adds is drawn in the code's plain colour; every
+            HIGHLIGHT_EVERY_S the lines added since are highlighted
+            (chat.ui.widgets.code_lines). The block is highlighted whole when
+            it is complete, or when the reply ends."""
             highlighted, done = self._highlighted_code, self.code
             self.code = code
-            now = time.monotonic()
-            if not code.startswith(done) or now - self._highlighted_at >= HIGHLIGHT_EVERY_S:
+            if not code.startswith(done):
                 self.highlight_whole()
                 return
-            added = Content(code[len(done) :]).stylize_before("$text")
-            self._highlighted_code = highlighted + added
-            self.set_content(self._highlighted_code)
+            lines = self._lines
+            if lines is None:  # set whole (Markdown's own append): highlighted whole
+                lines = highlighted.split("\n", allow_blank=True)
+                self._stable = len(lines) - 1
+            if time.monotonic() - self._highlighted_at >= HIGHLIGHT_EVERY_S:
+                self._highlight_new_lines(lines)
+                return
+            added = code[len(done) :]
+            if added:
+                self._highlighted_code = highlighted + Content(added).stylize_before("$text")
+                self.set_content(
+                    self._highlighted_code, lines=grown(lines, added), changed_from=len(lines) - 1
+                )
+
+        def _highlight_new_lines(self, lines: list[Content]) -> None:
+            """The lines added since the last highlight, highlighted; all of
+            the code where that cannot be done alone."""
+            stable = min(self._stable, len(lines) - 1)
+            new_lines = with_new_lines_highlighted(lines, stable, self.code, self._highlighted)
+            if new_lines is None:
+                self.highlight_whole()
+                return
+            self._highlighted_at = time.monotonic()
+            self._stable = len(new_lines) - 1
+            self._highlighted_code = Content("\n").join(new_lines)
+            self.set_content(self._highlighted_code, lines=new_lines, changed_from=stable)
 
         def end_reserve(self) -> None:
             """No longer the reply's last block: as tall and wide as its code."""
@@ -617,6 +704,11 @@ def _reply_markdown_class() -> type[Markdown]:
         parsed as that one paragraph: plain words added to it need no parse
         (`words_added`)."""
 
+        _fence_at: tuple[CopyableFence, int] | None = None
+        """The last block, a fenced code block, and where its source starts,
+        when the text from there on was last parsed as that block: code added
+        to it may need no parse (`fence_code`)."""
+
         def append(self, markdown: str) -> AwaitComplete:
             if is_streaming_answer(self) and self._append_in_place(markdown):
                 return AwaitComplete.nothing()
@@ -635,6 +727,10 @@ def _reply_markdown_class() -> type[Markdown]:
             last = blocks[-1] if blocks else None
             if not isinstance(last, (Paragraph, CopyableFence)) or self.lock.is_locked:
                 return False
+            fence = self._fence_at
+            if fence and fence[0] is last and self._grow_code_unparsed(*fence, markdown):
+                return True
+            self._fence_at = None
             if last is self._parsed_paragraph:
                 added = words_added(self.source, markdown)
                 if added is not None:
@@ -683,6 +779,23 @@ def _reply_markdown_class() -> type[Markdown]:
             last.source_range = (start_line, start_line + token.map[1])
             last._token = token
             last.grow(token.content.rstrip())
+            if token.type == "fence":
+                block = "".join(source.splitlines(keepends=True)[start_line:])
+                self._fence_at = (last, len(source) - len(block))
+            return True
+
+        def _grow_code_unparsed(self, last: CopyableFence, at: int, markdown: str) -> bool:
+            """Code added to the streaming code block, set without a parse
+            where the addition cannot end the block
+            (chat.ui.widgets.fence_growth)."""
+            block = self.source[at:]
+            code = fence_code(block, markdown)
+            if code is None:
+                return False
+            self._markdown = self.source + markdown
+            start_line = last.source_range[0]
+            last.source_range = (start_line, start_line + fence_lines(block, markdown))
+            last.grow(code.rstrip())
             return True
 
         def settle(self, markdown: str) -> bool:
@@ -723,6 +836,7 @@ def _reply_markdown_class() -> type[Markdown]:
                 if isinstance(block, CopyableFence) and block.code != token.content.rstrip():
                     return False  # Markdown's append copies a code block's colours, not its code
             last = blocks[-1]
+            self._fence_at = None  # a continuation parses its first addition
             if isinstance(last, CopyableFence):
                 last.highlight_whole()
             if isinstance(last, (Paragraph, CopyableFence)):

@@ -262,14 +262,18 @@ async def test_each_paragraph_a_streaming_reply_begins_costs_one_layout(
 
 
 def blocks(view: AssistantMessageView) -> list[tuple[str, str, list[object]]]:
-    """The answer's blocks, nested ones included: kind, text and styles."""
+    """The answer's blocks, nested ones included: kind, text and styles (a
+    code block's by line, as it is drawn: a streaming one keeps its lines)."""
     shown = []
     for block in view.body.walk_children():
         content = getattr(block, "_content", None)
         text = getattr(content, "plain", "")
-        spans = (
-            [(span.start, span.end, str(span.style)) for span in content.spans] if content else []
-        )
+        pieces = [content] if content else []
+        if "Fence" in type(block).__name__ and content:
+            pieces = content.split("\n", allow_blank=True)
+        spans = [
+            [(span.start, span.end, str(span.style)) for span in piece.spans] for piece in pieces
+        ]
         shown.append((type(block).__name__, text, spans))
     return shown
 
@@ -572,3 +576,62 @@ async def test_text_set_before_a_paragraphs_first_layout_asks_for_no_layout() ->
         assert not paragraph._layout_required
         await pilot.pause()
         assert paragraph.size == (0, 0)
+
+
+async def test_a_long_code_block_streams_without_a_parse_or_a_whole_highlight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A code block of 60 lines streamed three characters a delivery: its code
+    grows without Markdown parsing the block again (chat.ui.widgets.fence_growth),
+    and each highlight while it streams takes only the lines added since the
+    last one and a few before them (chat.ui.widgets.code_lines), though here
+    it is highlighted at every delivery. It ends highlighted whole, exactly."""
+    from textual.app import App, ComposeResult
+    from textual.widgets.markdown import MarkdownFence
+
+    from chat.conversations.conversation import Message
+    from chat.ui.widgets import message_view
+
+    monkeypatch.setattr(message_view, "HIGHLIGHT_EVERY_S", 0.0)
+    highlighted: list[int] = []  # the lines of each highlight
+    highlight = MarkdownFence.highlight
+
+    def counted(code: str, language: str, ansi: bool = False, dark: bool = False) -> object:
+        highlighted.append(code.count("\n") + 1)
+        return highlight(code, language, ansi=ansi, dark=dark)
+
+    fence_class = message_view._reply_markdown_class().BLOCKS["fence"]
+    monkeypatch.setattr(fence_class, "highlight", staticmethod(counted))
+    parses = 0
+    parser = message_view.markdown_parser()
+
+    class CountedParser:
+        def parse(self, text: str, env: object = None) -> object:
+            nonlocal parses
+            parses += 1
+            return parser.parse(text, env)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(message_view, "markdown_parser", CountedParser)
+
+    class Host(App[None]):
+        def compose(self) -> ComposeResult:
+            yield AssistantMessageView(Message("assistant", ""))
+
+    code = "\n".join(f"step_{n} = keeper.log('hour {n}', tide={n % 7})" for n in range(60))
+    reply = f"```python\n{code}\n```\n"
+    async with Host().run_test(size=(100, 30)) as pilot:
+        view = pilot.app.query_one(AssistantMessageView)
+        view.start_stream()
+        for piece in token_pieces(reply[: reply.index("\n```\n")]):
+            await view.append(piece)
+        await pilot.pause()
+        (fence,) = view.body.query(fence_class)
+        assert fence._content.plain == code
+        assert parses <= 12, parses  # the fence's first lines; not one a delivery
+        assert len(highlighted) > 100 and max(highlighted) <= 6
+        await view.append(reply[reply.index("\n```\n") :])  # the fence closes
+        await view.finish(reply, None)
+        await pilot.pause()
+        assert fence.is_attached  # the blocks streamed stay
+        exact = highlight(code, "python", dark=True)
+        assert (fence._content.plain, fence._content.spans) == (exact.plain, exact.spans)
