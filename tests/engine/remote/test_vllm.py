@@ -54,16 +54,23 @@ def held(earlier: Finished) -> int:
     return evaluated // VLLM_BLOCK_TOKENS * VLLM_BLOCK_TOKENS
 
 
-def a_reply_that_tokenizes_otherwise(engine: RemoteEngine) -> Finished:
-    """A story whose text tokenizes otherwise than it was sampled (a `\\n\\n`
-    sampled as one token, say): the first of a few seeds that gives one."""
-    for seed in range(1, 9):
+def a_story_reply(engine: RemoteEngine) -> tuple[Finished, bool]:
+    """A story reply, and whether its text tokenizes otherwise than it was
+    sampled (a `\\n\\n` sampled as one token, say): the first of a few seeds
+    that gives one, else the first seed's. Whether any does depends on the
+    tokenizer vLLM runs with (transformers' conversion of the GGUF's): seed 1
+    did with the install of 2026-12-04; with the one `.ci/vllm` made on
+    2026-12-05 (transformers 5.19) none of 32 replies did (stories and the
+    benchmark's follow-ups, several seeds each)."""
+    replies = []
+    for seed in range(1, 5):
         sampling = SamplingSettings(temperature=0.8, seed=seed, max_tokens=250)
         _, reply = run_reply(engine, STORY, sampling)
         second_turn = [*answered(STORY, reply), SHORTER]
         if engine.tokenize_chat(second_turn) != engine.tokenize_chat(as_text(second_turn)):
-            return reply
-    raise AssertionError("no reply of the first 8 seeds tokenizes otherwise: pick others")
+            return reply, True
+        replies.append(reply)
+    return replies[0], False
 
 
 def test_it_is_known_for_vllm_and_counts_exactly(engine: RemoteEngine) -> None:
@@ -77,7 +84,7 @@ def test_it_is_known_for_vllm_and_counts_exactly(engine: RemoteEngine) -> None:
 
 
 def test_turn_two_evaluates_the_new_message_and_no_reply_again(engine: RemoteEngine) -> None:
-    first = a_reply_that_tokenizes_otherwise(engine)
+    first, tokenizes_otherwise = a_story_reply(engine)
     second_turn = [*answered(STORY, first), SHORTER]
     sent = engine.tokenize_chat(second_turn)
     _, second = run_reply(engine, second_turn, GREEDY)
@@ -87,10 +94,14 @@ def test_turn_two_evaluates_the_new_message_and_no_reply_again(engine: RemoteEng
     assert second.stats.prompt_evaluated <= len(sent) - held(first), second.stats
     assert second.stats.prompt_evaluated <= TURN_MOST, second.stats
     # What a client that sends the reply as text costs on the same server and
-    # cache: the match ends where the reply first tokenizes otherwise.
+    # cache: the match ends where the reply first tokenizes otherwise; where it
+    # tokenizes back as sampled, that client loses nothing either.
     _, as_text_second = run_reply(engine, as_text(second_turn), GREEDY)
-    assert as_text_second.stats.prompt_evaluated > second.stats.prompt_evaluated
-    assert as_text_second.stats.prompt_evaluated > TURN_MOST, as_text_second.stats
+    if tokenizes_otherwise:
+        assert as_text_second.stats.prompt_evaluated > second.stats.prompt_evaluated
+        assert as_text_second.stats.prompt_evaluated > TURN_MOST, as_text_second.stats
+    else:
+        assert as_text_second.stats.prompt_evaluated <= TURN_MOST, as_text_second.stats
 
 
 def test_a_conversation_reads_no_reply_twice(engine: RemoteEngine) -> None:
