@@ -7,13 +7,14 @@ with every line of the block, at each delivery. But in a fenced block opened
 at the line's start, nothing but a closing fence ends the code, and each line
 of it is the code as written (CommonMark: only a fence's own indentation is
 taken off its lines). So unless the addition could be or start a closing
-fence, the code is the text after the opening line, and `code_added` says so
+fence, the code is the text after the opening line, and `grown_fence` says so
 without a parse. It refuses (None: parse) wherever that might not hold.
 """
 
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 OPENING = re.compile(r"(`{3,}|~{3,})[^\n]*\n")
 """An opening fence at the line's start, its info string, and its line's end."""
@@ -24,11 +25,19 @@ NORMALISED = ("\r", "\0")
 """Characters the parser changes before it reads the text."""
 
 
-def fence_code(block_source: str, added: str) -> str | None:
-    """The raw code of a fenced code block whose source so far (from its
-    opening fence on) is `block_source`, once `added` follows it; None where
-    only a parse can tell (the addition may close the block, or the block is
-    not one this can read)."""
+class GrownFence(NamedTuple):
+    code: str
+    """The block's raw code (as the parser gives it, before its end is trimmed)."""
+    lines: int
+    """The lines the block's source takes, as the parser maps a block: a last
+    line without its newline counts unless it is blank so far."""
+
+
+def grown_fence(block_source: str, added: str) -> GrownFence | None:
+    """A fenced code block whose source so far (from its opening fence on)
+    is `block_source`, once `added` follows it; None where only a parse can
+    tell (the addition may close the block, or the block is not one this can
+    read)."""
     opening = OPENING.match(block_source)
     text = block_source + added
     if opening is None or any(mark in text for mark in NORMALISED):
@@ -36,13 +45,5 @@ def fence_code(block_source: str, added: str) -> str | None:
     code = text[opening.end() :]
     if MAY_CLOSE.search("\n" + code):
         return None
-    return code
-
-
-def fence_lines(block_source: str, added: str) -> int:
-    """How many lines the block's source takes once `added` follows it, as
-    the parser maps a block: a last line without its newline counts unless
-    it is blank so far."""
-    text = block_source + added
     last_line = text[text.rfind("\n") + 1 :]
-    return text.count("\n") + (1 if last_line.strip(" \t") else 0)
+    return GrownFence(code, text.count("\n") + (1 if last_line.strip(" \t") else 0))

@@ -24,8 +24,8 @@ from textual.widgets import Static
 
 from chat.conversations.conversation import STATE_NOTES, Message, ReplyStats
 from chat.sanitize import sanitize
-from chat.ui.widgets.code_lines import grown, with_new_lines_highlighted
-from chat.ui.widgets.fence_growth import fence_code, fence_lines
+from chat.ui.widgets.code_lines import grown, key, with_new_lines_highlighted
+from chat.ui.widgets.fence_growth import grown_fence
 from chat.ui.widgets.growing_wrap import GrowingWrap, Row, RowKey, appended_to
 from chat.ui.widgets.plain_words import words_added
 from chat.ui.widgets.sized_by_layout import SizedByTheLayout, WidgetMixin
@@ -74,7 +74,7 @@ def same_content(shown: object, text: Content) -> bool:
     to the same text, lays out the message and the whole conversation again
     (about 30 such layouts requested a turn at the 40th reply; docs/performance.md,
     "Headers set to what they show")."""
-    return isinstance(shown, Content) and (shown.plain, shown.spans) == (text.plain, text.spans)
+    return isinstance(shown, Content) and key(shown) == key(text)
 
 
 class BranchSwitch(Static):
@@ -427,12 +427,8 @@ def _reply_markdown_class() -> type[Markdown]:
             code shown before it up to line `changed_from`: neither split nor
             compared line by line (the code grows at each delivery of a
             streaming block; a split of all of it cost more with each line)."""
-            rows = self._known[1][:changed_from] if self._known is not None else []
-            start = rows[-1].start + len(rows[-1].content.plain) + 1 if rows else 0
-            for y in range(len(rows), len(lines)):
-                rows.append(Row(lines[y], 0, y, start))
-                start += len(lines[y].plain) + 1
-            self._known = (content, rows)
+            kept = self._known[1][:changed_from] if self._known is not None else []
+            self._known = (content, line_rows(lines, kept))
             self._repaint_from = changed_from
             try:
                 Label.update(self, content, layout=layout)
@@ -707,7 +703,7 @@ def _reply_markdown_class() -> type[Markdown]:
         _fence_at: tuple[CopyableFence, int] | None = None
         """The last block, a fenced code block, and where its source starts,
         when the text from there on was last parsed as that block: code added
-        to it may need no parse (`fence_code`)."""
+        to it may need no parse (`grown_fence`)."""
 
         def append(self, markdown: str) -> AwaitComplete:
             if is_streaming_answer(self) and self._append_in_place(markdown):
@@ -742,9 +738,10 @@ def _reply_markdown_class() -> type[Markdown]:
                     return True
             source = self.source + markdown
             start_line = self._last_parsed_line
-            tokens = markdown_parser().parse("".join(source.splitlines(keepends=True)[start_line:]))
+            block = "".join(source.splitlines(keepends=True)[start_line:])
+            tokens = markdown_parser().parse(block)
             if isinstance(last, CopyableFence):
-                return self._grow_code_in_place(last, source, start_line, tokens)
+                return self._grow_code_in_place(last, source, block, start_line, tokens)
             kinds = [token.type for token in tokens]
             if kinds != ["paragraph_open", "inline", "paragraph_close"]:
                 return False
@@ -760,11 +757,18 @@ def _reply_markdown_class() -> type[Markdown]:
             return True
 
         def _grow_code_in_place(
-            self, last: CopyableFence, source: str, start_line: int, tokens: list[Token]
+            self,
+            last: CopyableFence,
+            source: str,
+            block: str,
+            start_line: int,
+            tokens: list[Token],
         ) -> bool:
             """As for a paragraph: a delivery that only adds code to the
             answer's last block, a code block, sets its code in place (Markdown
-            builds a new block, highlighting all of its code, to copy from)."""
+            builds a new block, highlighting all of its code, to copy from).
+            `block`: the text from the block's first line on, as parsed into
+            `tokens`."""
             if len(tokens) != 1:
                 return False
             (token,) = tokens
@@ -780,7 +784,6 @@ def _reply_markdown_class() -> type[Markdown]:
             last._token = token
             last.grow(token.content.rstrip())
             if token.type == "fence":
-                block = "".join(source.splitlines(keepends=True)[start_line:])
                 self._fence_at = (last, len(source) - len(block))
             return True
 
@@ -788,14 +791,13 @@ def _reply_markdown_class() -> type[Markdown]:
             """Code added to the streaming code block, set without a parse
             where the addition cannot end the block
             (chat.ui.widgets.fence_growth)."""
-            block = self.source[at:]
-            code = fence_code(block, markdown)
-            if code is None:
+            grown = grown_fence(self.source[at:], markdown)
+            if grown is None:
                 return False
             self._markdown = self.source + markdown
             start_line = last.source_range[0]
-            last.source_range = (start_line, start_line + fence_lines(block, markdown))
-            last.grow(code.rstrip())
+            last.source_range = (start_line, start_line + grown.lines)
+            last.grow(grown.code.rstrip())
             return True
 
         def settle(self, markdown: str) -> bool:
@@ -876,11 +878,17 @@ HIGHLIGHT_EVERY_S = 0.5
 
 def code_rows(code: Content) -> list[Row]:
     """The lines of a code block's code, each a row (code is not wrapped)."""
-    rows: list[Row] = []
-    start = 0
-    for y, line in enumerate(code.split("\n", allow_blank=True)):
-        rows.append(Row(line, 0, y, start))
-        start += len(line.plain) + 1
+    return line_rows(code.split("\n", allow_blank=True))
+
+
+def line_rows(lines: list[Content], kept: list[Row] | None = None) -> list[Row]:
+    """Code's `lines`, each a row; the first rows are `kept` (the rows of
+    those lines already made)."""
+    rows = list(kept or ())
+    start = rows[-1].start + len(rows[-1].content.plain) + 1 if rows else 0
+    for y in range(len(rows), len(lines)):
+        rows.append(Row(lines[y], 0, y, start))
+        start += len(lines[y].plain) + 1
     return rows
 
 

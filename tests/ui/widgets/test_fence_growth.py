@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from chat.ui.widgets.fence_growth import MAY_CLOSE, fence_code, fence_lines
+from chat.ui.widgets.fence_growth import MAY_CLOSE, grown_fence
 from chat.ui.widgets.message_view import markdown_parser
 
 OPENINGS = ["```", "~~~", "````", "```python", "~~~ js", "``` py extra", "~~~~~"]
@@ -35,34 +35,34 @@ def test_code_said_without_a_parse_is_what_a_parse_gives() -> None:
         block, added = opening + body[:cut], body[cut:]
         if parsed(block) is None:  # the block so far must be one open fence
             continue
-        code = fence_code(block, added)
-        if code is None:
+        grown = grown_fence(block, added)
+        if grown is None:
             refused += 1
             continue
         whole = parsed(block + added)
         assert whole is not None, (block, added)
-        assert whole[0].rstrip() == code.rstrip(), (block, added)
-        assert whole[1] == [0, fence_lines(block, added)], (block, added)
+        assert whole[0].rstrip() == grown.code.rstrip(), (block, added)
+        assert whole[1] == [0, grown.lines], (block, added)
         said += 1
     assert said > 3_000 and refused > 1_000
 
 
 def test_code_that_cannot_close_the_block_is_said() -> None:
     block = "```python\ndef keeper(log):\n    for entry in log"
-    assert fence_code(block, ":\n        print(entry)\n") == (
-        "def keeper(log):\n    for entry in log:\n        print(entry)\n"
+    assert grown_fence(block, ":\n        print(entry)\n") == (
+        "def keeper(log):\n    for entry in log:\n        print(entry)\n",
+        4,
     )
-    assert fence_lines(block, ":\n        print(entry)\n") == 4
 
 
 def test_what_might_close_the_block_or_be_read_otherwise_is_parsed() -> None:
     block = "```python\nprint(1)\n"
-    assert fence_code(block, "```") is None  # closes it
-    assert fence_code(block, "  `") is None  # may close it with what follows
-    assert fence_code(block, "~~~") is None  # not this fence's, but refused alike
-    assert fence_code(block + "  ", "`") is None  # the line's start was in the block
-    assert fence_code(block, "x\r\ny") is None  # the parser changes \r
-    assert fence_code("  ```\ncode\n", "more") is None  # an indented fence trims its lines
-    assert fence_code("    ```\n", "x") is None  # not a fence at all
+    assert grown_fence(block, "```") is None  # closes it
+    assert grown_fence(block, "  `") is None  # may close it with what follows
+    assert grown_fence(block, "~~~") is None  # not this fence's, but refused alike
+    assert grown_fence(block + "  ", "`") is None  # the line's start was in the block
+    assert grown_fence(block, "x\r\ny") is None  # the parser changes \r
+    assert grown_fence("  ```\ncode\n", "more") is None  # an indented fence trims its lines
+    assert grown_fence("    ```\n", "x") is None  # not a fence at all
     assert MAY_CLOSE.search("\n    ```") is None  # 4 spaces: code, not a fence
-    assert fence_code(block, "    ```") is not None
+    assert grown_fence(block, "    ```") is not None
