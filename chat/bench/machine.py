@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,6 +54,9 @@ def raw_prompt_rate(engine: LlamaEngine, threads: int, prompt: list[int]) -> flo
 
 
 def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) -> list[Row]:
+    """The machine's rates at each count, and the app's beside them. The
+    engine's own counts are put back at the end."""
+    own = engine.info.threads or chosen
     counts = candidates(usable_cores())
     rounds = 1 if options.quick else 3
     # The prompt the app is timed on in the pseudo-terminal.
@@ -63,7 +67,7 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
         for n in counts:
             decode[n].append(raw_decode_rate_at(engine, n, options.tokens))
             prompt[n].append(raw_prompt_rate(engine, n, long_prompt))
-    engine.use_threads(chosen)
+    engine.use_threads(own)
     engine.reset()
     best_decode = {n: max(rates) for n, rates in decode.items()}
     best_prompt = {n: max(rates) for n, rates in prompt.items()}
@@ -82,7 +86,7 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
             "threads kvchat chose (decode / prompt)",
             chosen.decode,
             "",
-            note=f"decode {chosen.decode}, prompt {chosen.batch}, {chosen.how}; "
+            note=f"{chosen.decode_text()}, prompt {chosen.batch}, {chosen.how}; "
             f"fastest raw: decode {top_decode}, prompt {top_prompt}",
         )
     )
@@ -98,36 +102,49 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
         ]
     env = installed_python_env(Path(tempfile.mkdtemp(prefix="kvchat-bench-")))
     # The app chooses its own threads, as for a user (measured at its first
-    # start). Each run follows the raw loop and llama-server's own loop at the
-    # app's decode threads: side by side, the machine's drift shared.
+    # start): `runs`, each after the raw loop at the fastest count. Issue 33's
+    # rows against the raw loop and llama-server's own loop are at one thread:
+    # `at_one`, each after the loop and the server at one thread. Side by
+    # side, the machine's drift shared.
+    one = ThreadCounts(1, chosen.batch, "set")
     runs: list[TerminalReply] = []
+    at_one: list[TerminalReply] = []
+    raw_fastest: list[float] = []
     raw_beside: list[float] = []
     server_beside: list[float] = []
-    with _llama_server(engine, chosen, options) as server_url:
+    with _llama_server(engine, one, options) as server_url:
         for _ in range(1 if options.quick else 3):
-            raw_beside.append(raw_decode_rate_at(engine, chosen.decode, options.tokens))
+            raw_fastest.append(raw_decode_rate_at(engine, top_decode, options.tokens))
+            runs.append(stream_in_terminal(options.model, env, options.tokens))
+            raw_beside.append(raw_decode_rate_at(engine, 1, options.tokens))
             if server_url is not None:
                 server_beside.append(server_decode_rate(engine, server_url, options.tokens))
-            runs.append(stream_in_terminal(options.model, env, options.tokens))
-    engine.use_threads(chosen)
-    run = max(runs, key=lambda each: each.decode_tps)
+            if chosen.decode == 1 and chosen.busy is None:
+                at_one.append(runs[-1])  # the same run
+            else:
+                at_one.append(stream_in_terminal(options.model, env, options.tokens, threads=one))
+    engine.use_threads(own)
     least_ui = min(runs, key=lambda each: each.ui_cpu_per_100_tokens)
     ui_cpu = least_ui.ui_cpu_per_100_tokens
     frames_per_s = min(each.frames_per_s for each in runs)
     app_prompt = max(each.prompt_tps for each in runs)
-    decode_share = run.decode_tps / best_decode[top_decode]
+    app_decode = statistics.median(each.decode_tps for each in runs)
+    decode_share = app_decode / statistics.median(raw_fastest)
     prompt_share = app_prompt / best_prompt[top_prompt]
     rows += [
         Row(
             "decode: the app in a pseudo-terminal, kvchat's threads",
-            run.decode_tps,
+            app_decode,
             "tok/s",
             ">= 90% of the fastest raw",
             decode_share >= 0.9,
-            f"{decode_share:.1%} of raw at {top_decode} thread{'s' * (top_decode > 1)}",
+            f"{decode_share:.1%} of raw at {top_decode} thread{'s' * (top_decode > 1)} "
+            f"(medians of {len(runs)}, taking turns); kvchat decodes with "
+            f"{chosen.decode_text()}",
         ),
-        _beside_raw_row(runs, raw_beside, chosen.decode),
-        _beside_server_row(runs, server_beside, chosen),
+        _beside_raw_row(at_one, raw_beside, 1),
+        _beside_server_row(at_one, server_beside, one),
+        *busy_core_rows(engine, chosen, options, env),
         Row(
             "prompt: the app in a pseudo-terminal, kvchat's threads",
             app_prompt,
@@ -146,7 +163,7 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
             f"{least_ui.kib_written_per_100_tokens:.3g} KiB written to the terminal per 100 tok",
         ),
         *floor_rows(options, env, least_ui),
-        _decode_thread_row(run),
+        _decode_thread_row(max(at_one, key=lambda each: each.decode_tps)),
         *ui_cost_rows(options, env, ui_cpu),
         Row(
             "frames drawn while a reply streams",
@@ -163,14 +180,61 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
         rows += [
             Row(
                 "decode: the app / llama-bench tg128 (fastest)",
-                run.decode_tps / native_decode,
+                app_decode / native_decode,
                 "x",
                 ">= 0.8 (stretch)",
-                run.decode_tps / native_decode >= 0.8,
+                app_decode / native_decode >= 0.8,
             ),
             Row("prompt: the app / llama-bench pp512 (fastest)", app_prompt / native_prompt, "x"),
         ]
     return rows
+
+
+STALLED_TOKENS = 40
+"""Tokens of the raw loop timed with every core's thread while a core is
+taken (a few a second: enough to show the stall)."""
+
+
+@contextlib.contextmanager
+def _busy_core() -> Iterator[None]:
+    """Another program keeping a core busy meanwhile (a build, a second model)."""
+    program = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)  # running before anything is timed
+        yield
+    finally:
+        program.kill()
+        program.wait()
+
+
+def busy_core_rows(
+    engine: LlamaEngine, chosen: ThreadCounts, options: Options, env: dict[str, str]
+) -> list[Row]:
+    """The app's decode while another program keeps a core busy, against the
+    raw loop at the busy machine's count and at kvchat's count, with the same
+    program running: the full team stalls, the app does not stay with it
+    (chat.engine.decode_threads). Only where kvchat names a busy count."""
+    if chosen.busy is None:
+        return []
+    own = engine.info.threads or chosen
+    with _busy_core():
+        stalled = raw_decode_rate_at(engine, chosen.decode, 16 if options.quick else STALLED_TOKENS)
+        raw = raw_decode_rate_at(engine, chosen.busy, options.tokens)
+        app = stream_in_terminal(options.model, env, options.tokens)
+    engine.use_threads(own)
+    share = app.decode_tps / raw
+    return [
+        Row(
+            f"decode, a core taken by another program: the app / the raw loop at {chosen.busy}",
+            share,
+            "x",
+            ">= 0.8",
+            share >= 0.8,
+            f"app {app.decode_tps:.1f} tok/s ({chosen.decode_text()}), raw loop "
+            f"{raw:.1f} tok/s at {chosen.busy} thread{'s' * (chosen.busy > 1)} and "
+            f"{stalled:.1f} at {chosen.decode}; a busy program running meanwhile",
+        )
+    ]
 
 
 def _beside_raw_row(runs: list[TerminalReply], raw: list[float], threads: int) -> Row:

@@ -8,6 +8,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import chat.bench
@@ -40,6 +41,10 @@ def run(options: Options) -> list[Row]:
         rows = memory_rows(engine, log)
         # The thread counts the app would choose on this machine, measured now.
         chosen = engine.choose_threads(ModelSettings(), spare_core=True)
+        # The rows measured in this process (what the engine adds to the raw
+        # loop, TTFT, resume) at one fixed count: a busy machine's where kvchat
+        # names one (one thread on two cores, as in every run before Run 24).
+        engine.use_threads(replace(chosen, decode=chosen.busy or chosen.decode, busy=None))
         rows += decode_rows(engine, options)
         rows += machine_rows(engine, chosen, options)
         rows += ttft_rows(engine, options)

@@ -33,6 +33,7 @@ from chat.conversations.conversation import FinishReason, ReplyStats
 from chat.engine import llama_log
 from chat.engine.batches import PromptBatches, chunks
 from chat.engine.chat_prompt import CHATML_TEMPLATE, ChatPrompt
+from chat.engine.decode_threads import DecodeThreads
 from chat.engine.kv_cache import copy_sequence, identity_of, load_sequence
 from chat.engine.kv_state import KvState, StateIdentity, common_prefix
 from chat.engine.llama_log import route_llama_log
@@ -235,6 +236,9 @@ class LlamaEngine:
         # without that attribute evaluate the last prompt token again, so there
         # the whole batch is (see _prompt_span) and a prefill would save nothing.
         self._samples_cached_prompts = hasattr(llm, "_requires_eval")
+        self._decode_threads: DecodeThreads | None = None
+        """Chooses the decode threads between tokens where the counts give a
+        busy machine's count (`use_threads`); None: a fixed count."""
         # Now, while the file is the one loaded (it could be replaced later).
         self._state_identity = identity_of(llm, self.info)
 
@@ -510,6 +514,9 @@ class LlamaEngine:
         first_token_at: float | None = None
         evaluated = 0
         generated = 0
+        threads = self._decode_threads
+        if threads is not None:
+            threads.reply_started()
         finish: FinishReason = "done"
         # A reasoning model's markers may be special tokens (Qwen3's `<think>`),
         # and so may a call's (`<tool_call>`): their text is kept so that the
@@ -530,6 +537,8 @@ class LlamaEngine:
                     if first_token_at is None:
                         first_token_at = time.perf_counter()
                         evaluated = _prompt_tokens_evaluated(llm.ctx)
+                    if threads is not None:
+                        threads.token_decoded()
                     if llama_cpp.llama_vocab_is_eog(self._vocab, token):
                         break
                     generated += 1
@@ -894,11 +903,31 @@ class LlamaEngine:
         return counts
 
     def use_threads(self, counts: ThreadCounts) -> None:
-        """Decode with `counts.decode` threads and evaluate prompt batches with
+        """Decode with `counts.decode` threads (`counts.busy` while the machine
+        is busy: chat.engine.decode_threads) and evaluate prompt batches with
         `counts.batch` from the next call on."""
         with self._using_context():
             llama_cpp.llama_set_n_threads(self._llm.ctx, counts.decode, counts.batch)
+            self._decode_threads = (
+                None
+                if counts.busy is None or counts.busy == counts.decode
+                else DecodeThreads(counts.decode, counts.busy, self._set_decode_threads)
+            )
         self.info = replace(self.info, threads=counts)
+
+    def _set_decode_threads(self, decode: int) -> None:
+        """The next token decodes with `decode` threads, and prompt batches
+        with the count that goes with it (called by the reply's loop)."""
+        counts = self.info.threads
+        batch = counts.batch_while(decode) if counts is not None else decode
+        llama_cpp.llama_set_n_threads(self._llm.ctx, decode, batch)
+
+    @property
+    def decode_threads(self) -> int | None:
+        """The threads the next token decodes with, where kvchat chose them."""
+        if self._decode_threads is not None:
+            return self._decode_threads.current
+        return self.info.threads.decode if self.info.threads is not None else None
 
     def measure_threads(self, counts: Sequence[int]) -> Measured:
         """Decode and batch rates at each thread count (see chat.engine.threads),
@@ -915,9 +944,9 @@ class LlamaEngine:
             finally:
                 llm.reset()
                 self._batches.clear()
-                threads = self.info.threads
-                if threads is not None:
-                    llama_cpp.llama_set_n_threads(llm.ctx, threads.decode, threads.batch)
+                decode = self.decode_threads
+                if decode is not None:
+                    self._set_decode_threads(decode)
 
     def close(self) -> None:
         """Free the model once no call uses it: a reply under way ends after its

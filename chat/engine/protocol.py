@@ -126,7 +126,7 @@ class ModelInfo:
         threads = (
             ""
             if self.threads is None
-            else f" · threads {self.threads.decode} decode, {self.threads.batch} prompt"
+            else f" · threads {self.threads.decode_text()}, {self.threads.batch} prompt"
         )
         if not self.gpu_supported:
             if self.gpu_missing:

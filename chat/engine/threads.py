@@ -10,14 +10,18 @@ model, each candidate count on a few tokens right after the model loads
 CPU), and remembers the rates in the cache folder. `model.n_threads` and
 `model.n_threads_batch` override the choice.
 
-One core is left to the UI when decoding in the app. llama.cpp's CPU backend
-runs each token on an OpenMP team whose threads meet at a barrier after
-every operation (hundreds per token); a team as large as the machine stalls
-whenever anything else needs a core, and the app's own UI does, drawing the
-reply as it streams: on a small machine the app streamed fastest with a
-thread fewer than the raw loop (docs/performance.md, "Figures behind the
-code"). Prompt batches use every core (the UI is idle meanwhile, and a
-batch's few long steps do not suffer the same way).
+In the app, decoding uses the fastest count while the machine is free, and
+the fastest that leaves a core to other work while it is not
+(chat.engine.decode_threads). llama.cpp's CPU backend runs each token on a
+team of threads that meet at a barrier after every operation (hundreds per
+token); a team as large as the machine stalls whenever anything else needs a
+core. The app's own UI is light, and on a 2-core machine the app streams
+about 1.5x faster with both threads than with one (docs/performance.md,
+"Decode threads"), but another busy program makes the full team collapse
+(a third of one thread's rate): the app then decodes with a thread fewer
+until the full team is faster again. `chat -p` has no UI and uses the
+fastest count. Prompt batches use every core (the UI is idle meanwhile, and
+a batch's few long steps do not suffer the same way).
 """
 
 from __future__ import annotations
@@ -56,6 +60,25 @@ class ThreadCounts:
     how: str = "measured"
     """"measured" now, "remembered" from an earlier measure, "set" by the
     settings, or "default" (llama-cpp-python's, when measuring failed)."""
+    busy: int | None = None
+    """The decode count while the machine is busy (`decode` uses every core
+    and something else needs one: chat.engine.decode_threads); None: always
+    `decode`."""
+    busy_batch: int | None = None
+    """The prompt batches' count meanwhile (a batch of a few hundred tokens
+    took 1.5x as long with every core as with a thread fewer while another
+    program ran); None: always `batch`."""
+
+    def batch_while(self, decode: int) -> int:
+        """The prompt batches' count while decoding with `decode` threads."""
+        if decode == self.busy and self.busy_batch is not None:
+            return self.busy_batch
+        return self.batch
+
+    def decode_text(self) -> str:
+        """ "2 decode (1 when busy)", as the status bar says it."""
+        busy = f" ({self.busy} when busy)" if self.busy is not None else ""
+        return f"{self.decode} decode{busy}"
 
 
 @dataclass(frozen=True)
@@ -66,12 +89,18 @@ class Measured:
     batch: dict[int, float]
 
     def best(self, spare_core: bool) -> ThreadCounts:
-        """The fastest counts; with `spare_core` (the app, whose UI needs a core
-        while a reply streams), decoding leaves one core free."""
+        """The fastest counts; with `spare_core` (the app), where the fastest
+        decode count uses every core, the fastest that leaves one free is the
+        count for a busy machine."""
+        fastest = _fastest(self.decode)
+        batch = _fastest(self.batch)
         most = max(self.decode)
         spared = {n: rate for n, rate in self.decode.items() if n < most}
-        decode = spared if spare_core and spared else self.decode
-        return ThreadCounts(_fastest(decode), _fastest(self.batch))
+        if not spare_core or not spared or fastest < most:
+            return ThreadCounts(fastest, batch)
+        spared_batch = {n: rate for n, rate in self.batch.items() if n < most}
+        busy_batch = _fastest(spared_batch) if spared_batch and batch >= most else None
+        return ThreadCounts(fastest, batch, busy=_fastest(spared), busy_batch=busy_batch)
 
 
 def _fastest(rates: dict[int, float], close: float = 0.05) -> int:
@@ -220,4 +249,8 @@ def choose_threads(
     best = measured.best(spare_core)
     if decode is not None or batch is not None:
         how = "set"
-    return ThreadCounts(decode or best.decode, batch or best.batch, how)
+    if decode is not None:  # the user's count, busy or not
+        return ThreadCounts(decode, batch or best.batch, how)
+    if batch is not None:  # the user's count for prompts, busy or not
+        return ThreadCounts(best.decode, batch, how, best.busy)
+    return ThreadCounts(best.decode, best.batch, how, best.busy, best.busy_batch)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -31,12 +32,18 @@ def test_candidates_cover_small_machines_and_sample_large_ones() -> None:
     assert candidates(16) == [1, 4, 8, 12, 15, 16]
 
 
-def test_the_app_leaves_a_core_to_its_ui_when_decoding() -> None:
-    # Two cores: the raw loop is fastest with both, but the app streams
-    # faster with one (its UI needs the other), so the app decodes with one.
-    measured = Measured(decode={1: 164.0, 2: 182.0}, batch={1: 255.0, 2: 490.0})
-    assert measured.best(spare_core=True) == ThreadCounts(1, 2)
+def test_the_app_decodes_with_every_core_and_names_a_count_for_a_busy_machine() -> None:
+    # Two cores, both faster: the app decodes with both, and with one while
+    # something else takes a core (chat.engine.decode_threads).
+    measured = Measured(decode={1: 100.0, 2: 170.0}, batch={1: 255.0, 2: 490.0})
+    assert measured.best(spare_core=True) == ThreadCounts(2, 2, busy=1, busy_batch=1)
+    assert measured.best(spare_core=True).batch_while(1) == 1
+    assert measured.best(spare_core=True).batch_while(2) == 2
+    # One-shot mode has no UI: the fastest, nothing more.
     assert measured.best(spare_core=False) == ThreadCounts(2, 2)
+    # Where a count that leaves a core is as fast, it is the count, busy or not.
+    assert Measured({1: 100.0, 2: 104.0}, {1: 1.0}).best(spare_core=True) == ThreadCounts(1, 1)
+    assert Measured({4: 40.0, 6: 50.0, 8: 45.0}, {8: 1.0}).best(True) == ThreadCounts(6, 8)
     # One core: nothing to leave.
     assert Measured({1: 50.0}, {1: 80.0}).best(spare_core=True) == ThreadCounts(1, 1)
 
@@ -65,32 +72,33 @@ class Measures:
         return self.measured
 
 
-FAST_WITH_ONE = Measured(decode={1: 100.0, 2: 110.0}, batch={1: 100.0, 2: 190.0})
+FAST_WITH_TWO = Measured(decode={1: 100.0, 2: 170.0}, batch={1: 100.0, 2: 190.0})
 
 
 def test_measured_once_then_remembered(tmp_path: Path) -> None:
     remembered = RememberedRates(tmp_path / "cache" / "threads.json")
-    measure = Measures(FAST_WITH_ONE)
+    measure = Measures(FAST_WITH_TWO)
     first = choose_threads(None, None, measure, remembered, "model-a")
     again = choose_threads(None, None, measure, remembered, "model-a")
-    assert (first.decode, first.batch, first.how) == (1, 2, "measured")
-    assert (again.decode, again.batch, again.how) == (1, 2, "remembered")
+    assert first == ThreadCounts(2, 2, "measured", busy=1, busy_batch=1)
+    assert again == ThreadCounts(2, 2, "remembered", busy=1, busy_batch=1)
     assert measure.calls == 1
     # Another model is measured on its own.
     choose_threads(None, None, measure, remembered, "model-b")
     assert measure.calls == 2
-    # One-shot mode reads the same rates, and may decode with every core.
-    assert choose_threads(None, None, measure, remembered, "model-a", spare_core=False).decode == 2
+    # One-shot mode reads the same rates, with no count for a busy machine.
+    one_shot = choose_threads(None, None, measure, remembered, "model-a", spare_core=False)
+    assert one_shot == ThreadCounts(2, 2, "remembered")
     assert measure.calls == 2
 
 
 def test_the_settings_override_either_count(tmp_path: Path) -> None:
     remembered = RememberedRates(tmp_path / "threads.json")
-    measure = Measures(FAST_WITH_ONE)
+    measure = Measures(FAST_WITH_TWO)
     assert choose_threads(3, 5, measure, remembered, "m") == ThreadCounts(3, 5, "set")
     assert measure.calls == 0
     assert choose_threads(3, None, measure, remembered, "m") == ThreadCounts(3, 2, "set")
-    assert choose_threads(None, 4, measure, remembered, "m") == ThreadCounts(1, 4, "set")
+    assert choose_threads(None, 4, measure, remembered, "m") == ThreadCounts(2, 4, "set", busy=1)
 
 
 def test_a_failed_measure_falls_back_to_llama_cpp_defaults(
@@ -112,16 +120,16 @@ def test_an_unreadable_file_only_means_measuring_again(tmp_path: Path, content: 
     path.write_text(content)
     remembered = RememberedRates(path)
     assert remembered.get("k") is None
-    remembered.put("k", FAST_WITH_ONE)
-    assert remembered.get("k") == FAST_WITH_ONE
+    remembered.put("k", FAST_WITH_TWO)
+    assert remembered.get("k") == FAST_WITH_TWO
     assert set(json.loads(path.read_text())["k"]) == {"decode", "batch", "when"}
 
 
 def test_a_file_that_cannot_be_written_is_no_error(tmp_path: Path) -> None:
     (tmp_path / "blocked").write_text("a file where the folder would go")
     remembered = RememberedRates(tmp_path / "blocked" / "threads.json")
-    counts = choose_threads(None, None, Measures(FAST_WITH_ONE), remembered, "m")
-    assert counts.decode == 1
+    counts = choose_threads(None, None, Measures(FAST_WITH_TWO), remembered, "m")
+    assert counts == ThreadCounts(2, 2, "measured", busy=1, busy_batch=1)
 
 
 # --- with the real demo model ---------------------------------------------------------
@@ -148,7 +156,7 @@ def test_the_app_measures_once_per_machine_and_model(demo_model: Path) -> None:
         first.close()
     again = load_llama(demo_model, ModelSettings(n_ctx=1024))
     try:
-        assert again.info.threads == ThreadCounts(counts.decode, counts.batch, "remembered")
+        assert again.info.threads == replace(counts, how="remembered")
     finally:
         again.close()
     pinned = load_llama(demo_model, ModelSettings(n_ctx=1024, n_threads=1, n_threads_batch=1))

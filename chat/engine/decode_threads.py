@@ -1,0 +1,127 @@
+"""How many threads decode the next token: every core's worth while that is
+faster, a thread fewer while the machine is busy.
+
+llama.cpp's CPU backend runs a token on a team of threads that meet at a
+barrier after every operation (hundreds per token). With as many threads as
+cores, a core taken by anything else stalls the whole team: on a 2-core
+machine the demo model decodes 90 tok/s with both threads and 52 with one,
+but with one other busy program 17 with both and still 52 with one
+(docs/performance.md, "Decode threads"). The app's own UI is light (a few
+per cent of a core while a reply streams) and costs the full team about a
+tenth; another program's build or a second model is not light.
+
+So the engine decodes with the `wide` count and measures each window of a
+few tokens. When a window at `wide` is slower than the latest window at
+`narrow` (or none has been measured), the next window tries `narrow`, and the
+faster of the two goes on. While at `narrow`, `wide` is tried again after a
+while, waiting twice as long after each try it loses (the busy program may
+run for minutes), up to a limit. A reply's tokens are the same whichever
+count decodes them: each thread computes whole rows of a matrix.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+WINDOW_TOKENS = 8
+"""Tokens timed together: a window holds a frame or two of the UI's drawing
+at usual rates, so its rate is what the reply gets."""
+
+FIRST_TRY_AFTER = 64
+"""Tokens at `narrow` before `wide` is tried again, after a `wide` that won."""
+
+LONGEST_TRY_AFTER = 1024
+"""The most tokens at `narrow` between tries of `wide`."""
+
+
+class DecodeThreads:
+    """Chooses between `wide` and `narrow` decode threads as tokens come.
+    `set_threads(n)` makes the next token decode with n threads. Called on
+    the thread that decodes, between tokens."""
+
+    def __init__(
+        self,
+        wide: int,
+        narrow: int,
+        set_threads: Callable[[int], None],
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.wide = wide
+        self.narrow = narrow
+        self.current = wide
+        self._set_threads = set_threads
+        self._clock = clock
+        self._rates: dict[int, float] = {}
+        """The latest window's rate at each count (tokens a second)."""
+        self._on_trial = False
+        """The current count decodes one window, then the faster of the two goes on."""
+        self._try_after = FIRST_TRY_AFTER
+        self._at_narrow = 0
+        """Tokens decoded at `narrow` since it won."""
+        self._window_began: float | None = None
+        self._window_tokens = 0
+        self.switches = 0
+
+    def reply_started(self) -> None:
+        """Time between replies is not decoding: the window starts again."""
+        self._window_began = None
+
+    def token_decoded(self) -> None:
+        """A token was decoded (and sampled); the next is about to be."""
+        now = self._clock()
+        if self._window_began is None:  # the reply's first token came after its prompt
+            self._window_began, self._window_tokens = now, 0
+            return
+        self._window_tokens += 1
+        elapsed = now - self._window_began
+        if self._window_tokens < WINDOW_TOKENS and not self._behind_narrow(elapsed):
+            return
+        self._window_began, self._window_tokens, tokens = now, 0, self._window_tokens
+        if elapsed > 0:
+            self._judge(tokens / elapsed)
+
+    def _behind_narrow(self, elapsed: float) -> bool:
+        """At `wide`, whether this window is already a token's time behind
+        `narrow`'s rate: judged at once, since a stalled team takes ten times
+        a token's time or more (a whole window of it would cost seconds)."""
+        narrow_rate = self._rates.get(self.narrow)
+        return (
+            self.current == self.wide
+            and narrow_rate is not None
+            and elapsed * narrow_rate > self._window_tokens + 1
+        )
+
+    def _judge(self, rate: float) -> None:
+        count = self.current
+        other = self.narrow if count == self.wide else self.wide
+        self._rates[count] = rate
+        if self._on_trial:
+            self._on_trial = False
+            other_rate = self._rates.get(other)
+            winner = count if other_rate is None or rate >= other_rate else other
+            if winner == self.wide:
+                self._try_after = FIRST_TRY_AFTER
+            elif count == self.wide:  # a try of `wide` lost: wait longer next time
+                self._try_after = min(2 * self._try_after, LONGEST_TRY_AFTER)
+            self._at_narrow = 0
+            self._use(winner)
+        elif count == self.wide:
+            narrow_rate = self._rates.get(self.narrow)
+            if narrow_rate is None or rate < narrow_rate:
+                self._try(self.narrow)
+        else:
+            self._at_narrow += WINDOW_TOKENS
+            if self._at_narrow >= self._try_after:
+                self._try(self.wide)
+
+    def _try(self, count: int) -> None:
+        self._on_trial = True
+        self._use(count)
+
+    def _use(self, count: int) -> None:
+        if count != self.current:
+            # A change costs well under a millisecond: the window starts now.
+            self.current = count
+            self.switches += 1
+            self._set_threads(count)

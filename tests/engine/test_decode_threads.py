@@ -1,0 +1,191 @@
+"""Decode threads chosen between tokens: the full team while it is faster, a
+thread fewer while the machine is busy (chat.engine.decode_threads)."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+
+import llama_cpp
+import pytest
+
+from chat.engine.decode_threads import (
+    FIRST_TRY_AFTER,
+    LONGEST_TRY_AFTER,
+    WINDOW_TOKENS,
+    DecodeThreads,
+)
+from chat.engine.llama import LlamaEngine
+from chat.engine.protocol import Finished
+from chat.engine.threads import ThreadCounts, usable_cores
+from chat.settings.schema import SamplingSettings
+
+
+class Machine:
+    """A clock and a decode rate per thread count, as a busy or free machine
+    would give them."""
+
+    def __init__(self, rates: dict[int, float]) -> None:
+        self.rates = rates
+        self.now = 0.0
+        self.used: list[int] = []
+
+    def decode(self, threads: DecodeThreads, tokens: int) -> None:
+        for _ in range(tokens):
+            self.used.append(threads.current)
+            self.now += 1 / self.rates[threads.current]
+            threads.token_decoded()
+
+
+def governed(machine: Machine) -> DecodeThreads:
+    set_to: list[int] = []
+    threads = DecodeThreads(2, 1, set_to.append, clock=lambda: machine.now)
+    threads.reply_started()
+    return threads
+
+
+def test_a_free_machine_decodes_with_the_full_team_after_one_window_of_reference() -> None:
+    machine = Machine({2: 80.0, 1: 50.0})
+    threads = governed(machine)
+    machine.decode(threads, 500)
+    assert threads.current == 2
+    # One window at a thread fewer, to know what the full team must beat.
+    assert machine.used.count(1) == WINDOW_TOKENS
+    assert threads.switches == 2
+
+
+def test_a_stalled_team_is_left_after_one_token_and_tried_again_less_and_less_often() -> None:
+    machine = Machine({2: 80.0, 1: 50.0})
+    threads = governed(machine)
+    machine.decode(threads, 100)
+    machine.rates[2] = 4.0  # another program takes a core: the team stalls
+    before = len(machine.used)
+    machine.decode(threads, 3000)
+    stalled = [i for i, n in enumerate(machine.used[before:]) if n == 2]
+    assert threads.current == 1
+    # Each try of the full team is one stalled token, each longer after.
+    assert len(stalled) <= 8
+    gaps = [b - a for a, b in itertools.pairwise(stalled)]
+    assert gaps == sorted(gaps)
+    assert gaps[0] >= FIRST_TRY_AFTER and max(gaps) <= LONGEST_TRY_AFTER + 2 * WINDOW_TOKENS
+    # What that costs: the stalled tokens' time against a thread fewer's.
+    lost = len(stalled) * (1 / 4.0 - 1 / 50.0)
+    assert lost / (3000 / 50.0) < 0.05
+
+
+def test_the_full_team_comes_back_once_the_machine_is_free_again() -> None:
+    machine = Machine({2: 80.0, 1: 50.0})
+    threads = governed(machine)
+    machine.decode(threads, 50)
+    machine.rates[2] = 4.0
+    machine.decode(threads, 400)
+    assert threads.current == 1
+    machine.rates[2] = 80.0
+    machine.decode(threads, LONGEST_TRY_AFTER + 2 * WINDOW_TOKENS)
+    assert threads.current == 2
+    machine.decode(threads, 200)
+    assert machine.used[-200:] == [2] * 200
+
+
+def test_where_a_thread_fewer_is_faster_it_stays_and_a_noisy_window_costs_one_try() -> None:
+    machine = Machine({2: 40.0, 1: 50.0})  # e.g. deep in a long context on a slow core
+    threads = governed(machine)
+    machine.decode(threads, 1000)
+    assert threads.current == 1
+    # The first window, then a try of a few tokens after 64, 128, 256 and 512 at one.
+    tries = [n for i, n in enumerate(machine.used[WINDOW_TOKENS:]) if n == 2]
+    assert len(tries) <= 4 * WINDOW_TOKENS
+    machine.rates = {2: 80.0, 1: 50.0}
+    machine.decode(threads, LONGEST_TRY_AFTER + 2 * WINDOW_TOKENS)
+    assert threads.current == 2
+
+
+def test_the_time_between_replies_is_not_counted() -> None:
+    machine = Machine({2: 80.0, 1: 50.0})
+    threads = governed(machine)
+    machine.decode(threads, 100)
+    for _ in range(5):  # the user reads and writes for a minute each time
+        machine.now += 60.0
+        threads.reply_started()
+        machine.decode(threads, 50)
+    assert threads.current == 2
+    assert machine.used[100:].count(1) == 0
+
+
+def test_counts_say_the_busy_count_in_the_status_bar() -> None:
+    assert ThreadCounts(2, 2, busy=1).decode_text() == "2 decode (1 when busy)"
+    assert ThreadCounts(1, 2).decode_text() == "1 decode"
+
+
+# The real engine, with a program that takes a core.
+
+
+@pytest.fixture
+def llama_engine(engine: LlamaEngine) -> Iterator[LlamaEngine]:
+    """The shared engine, its thread counts put back after the test."""
+    info = engine.info
+    decode = llama_cpp.llama_n_threads(engine.llama.ctx)
+    batch = llama_cpp.llama_n_threads_batch(engine.llama.ctx)
+    yield engine
+    engine.use_threads(ThreadCounts(decode, batch))
+    engine.info = info
+
+
+@pytest.fixture
+def busy_core() -> Iterator[Callable[[], None]]:
+    """Start, when called, a program that keeps a core busy until the test ends."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start() -> None:
+        started.append(subprocess.Popen(["sh", "-c", "while :; do :; done"]))
+
+    yield start
+    for program in started:
+        program.kill()
+        program.wait()
+
+
+STORY = [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}]
+
+
+def reply(engine: LlamaEngine, seed: int, tokens: int = 200) -> Finished:
+    finished = None
+    for event in engine.stream_reply(
+        STORY, SamplingSettings(max_tokens=tokens, seed=seed), threading.Event()
+    ):
+        if isinstance(event, Finished):
+            finished = event
+    assert finished is not None
+    return finished
+
+
+@pytest.mark.skipif(usable_cores() != 2, reason="the busy program takes one of exactly two cores")
+def test_the_real_engine_leaves_the_full_team_when_a_core_is_taken(
+    llama_engine: LlamaEngine, busy_core: Callable[[], None]
+) -> None:
+    llama_engine.use_threads(ThreadCounts(2, 2, busy=1, busy_batch=1))
+    context = llama_engine.llama.ctx
+    free = reply(llama_engine, seed=5)
+    assert llama_engine.decode_threads == 2
+    assert llama_cpp.llama_n_threads_batch(context) == 2
+    busy_core()
+    busy = reply(llama_engine, seed=5)
+    assert llama_engine.decode_threads == 1
+    # The next prompt's batches leave the busy core too.
+    assert llama_cpp.llama_n_threads(context) == 1
+    assert llama_cpp.llama_n_threads_batch(context) == 1
+    # The same tokens whichever count decoded them.
+    assert busy.token_ids == free.token_ids
+
+
+def test_the_real_engine_gives_the_same_tokens_at_either_count(
+    llama_engine: LlamaEngine,
+) -> None:
+    replies = {}
+    for n, counts in ((1, ThreadCounts(1, 1)), (2, ThreadCounts(2, 2))):
+        llama_engine.use_threads(counts)
+        replies[n] = reply(llama_engine, seed=11, tokens=120)
+    assert replies[1].token_ids == replies[2].token_ids
+    assert len(replies[1].token_ids or ()) > 100
