@@ -15,7 +15,8 @@ few tokens. When a window at `wide` is slower than the latest window at
 `narrow` (or none has been measured), the next window tries `narrow`, and the
 faster of the two goes on. While at `narrow`, `wide` is tried again after a
 while, waiting twice as long after each try it loses (the busy program may
-run for minutes), up to a limit. A reply's tokens are the same whichever
+run for minutes), up to a limit, and at the first window of a reply that
+starts well after the last try. A reply's tokens are the same whichever
 count decodes them: each thread computes whole rows of a matrix.
 """
 
@@ -33,6 +34,10 @@ FIRST_TRY_AFTER = 64
 
 LONGEST_TRY_AFTER = 1024
 """The most tokens at `narrow` between tries of `wide`."""
+
+TRY_AFTER_PAUSE_S = 30.0
+"""A reply that starts this long after the last try of `wide` tries it after
+its first window: the busy program may have ended while the user read."""
 
 
 class DecodeThreads:
@@ -61,11 +66,20 @@ class DecodeThreads:
         """Tokens decoded at `narrow` since it won."""
         self._window_began: float | None = None
         self._window_tokens = 0
+        self._tried_at = clock()
+        """When a window of `wide` last ended."""
         self.switches = 0
+
+    @property
+    def rates(self) -> dict[int, float]:
+        """The latest window's rate at each count measured (tokens a second)."""
+        return dict(self._rates)
 
     def reply_started(self) -> None:
         """Time between replies is not decoding: the window starts again."""
         self._window_began = None
+        if self.current == self.narrow and self._clock() - self._tried_at > TRY_AFTER_PAUSE_S:
+            self._at_narrow = self._try_after
 
     def token_decoded(self) -> None:
         """A token was decoded (and sampled); the next is about to be."""
@@ -96,6 +110,8 @@ class DecodeThreads:
         count = self.current
         other = self.narrow if count == self.wide else self.wide
         self._rates[count] = rate
+        if count == self.wide:
+            self._tried_at = self._clock()
         if self._on_trial:
             self._on_trial = False
             other_rate = self._rates.get(other)

@@ -923,6 +923,11 @@ class LlamaEngine:
         llama_cpp.llama_set_n_threads(self._llm.ctx, decode, batch)
 
     @property
+    def thread_choice(self) -> DecodeThreads | None:
+        """What chooses the decode threads as tokens come, where something does."""
+        return self._decode_threads
+
+    @property
     def decode_threads(self) -> int | None:
         """The threads the next token decodes with, where kvchat chose them."""
         if self._decode_threads is not None:
