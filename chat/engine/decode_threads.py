@@ -29,10 +29,10 @@ WINDOW_TOKENS = 8
 """Tokens timed together: a window holds a frame or two of the UI's drawing
 at usual rates, so its rate is what the reply gets."""
 
-FIRST_TRY_AFTER = 64
+FIRST_TRY_AFTER = 256
 """Tokens at `narrow` before `wide` is tried again, after a `wide` that won."""
 
-LONGEST_TRY_AFTER = 1024
+LONGEST_TRY_AFTER = 2048
 """The most tokens at `narrow` between tries of `wide`."""
 
 TRY_AFTER_PAUSE_S = 30.0
