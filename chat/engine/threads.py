@@ -20,8 +20,9 @@ about 1.5x faster with both threads than with one (docs/performance.md,
 "Decode threads"), but another busy program makes the full team collapse
 (a third of one thread's rate): the app then decodes with a thread fewer
 until the full team is faster again. `chat -p` has no UI and uses the
-fastest count. Prompt batches use every core (the UI is idle meanwhile, and
-a batch's few long steps do not suffer the same way).
+fastest count. Prompt batches use the fastest count too (normally every
+core: the UI is idle meanwhile), and a thread fewer while the machine is
+busy (a batch stalls as well, if less).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class ThreadCounts:
         return self.batch
 
     def decode_text(self) -> str:
-        """ "2 decode (1 when busy)", as the status bar says it."""
+        """The decode count as the status bar says it: "2 decode (1 when busy)"."""
         busy = f" ({self.busy} when busy)" if self.busy is not None else ""
         return f"{self.decode} decode{busy}"
 
