@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +28,7 @@ from chat.bench.startup import installed_python_env
 from chat.bench.terminal import LONG_PROMPT, TerminalReply, stream_in_terminal
 from chat.bench.textual_floor import floor_rows
 from chat.bench.ui_cost import UI_CPU_TARGET, ui_cost_rows
-from chat.bench.workload import SAMPLING, STORY
+from chat.bench.workload import SAMPLING, STORY, busy_core
 from chat.engine.llama import LlamaEngine, key_cache_type
 from chat.engine.threads import ThreadCounts, candidates, usable_cores
 from chat.settings.schema import ModelSettings
@@ -195,18 +194,6 @@ STALLED_TOKENS = 40
 taken (a few a second: enough to show the stall)."""
 
 
-@contextlib.contextmanager
-def _busy_core() -> Iterator[None]:
-    """Another program keeping a core busy meanwhile (a build, a second model)."""
-    program = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        time.sleep(0.2)  # running before anything is timed
-        yield
-    finally:
-        program.kill()
-        program.wait()
-
-
 def busy_core_rows(
     engine: LlamaEngine, chosen: ThreadCounts, options: Options, env: dict[str, str]
 ) -> list[Row]:
@@ -217,7 +204,7 @@ def busy_core_rows(
     if chosen.busy is None:
         return []
     own = engine.info.threads or chosen
-    with _busy_core():
+    with busy_core():
         stalled = raw_decode_rate_at(engine, chosen.decode, 16 if options.quick else STALLED_TOKENS)
         raw = raw_decode_rate_at(engine, chosen.busy, options.tokens)
         app = stream_in_terminal(options.model, env, options.tokens)

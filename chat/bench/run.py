@@ -44,7 +44,9 @@ def run(options: Options) -> list[Row]:
         # The rows measured in this process (what the engine adds to the raw
         # loop, TTFT, resume) at one fixed count: a busy machine's where kvchat
         # names one (one thread on two cores, as in every run before Run 24).
-        engine.use_threads(replace(chosen, decode=chosen.busy or chosen.decode, busy=None))
+        engine.use_threads(
+            replace(chosen, decode=chosen.busy or chosen.decode, busy=None, busy_batch=None)
+        )
         rows += decode_rows(engine, options)
         rows += machine_rows(engine, chosen, options)
         rows += ttft_rows(engine, options)

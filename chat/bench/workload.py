@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -38,6 +40,18 @@ def bare_generate(llm: Any, prompt: list[int]) -> Generator[int, Any, None]:
         top_p=SAMPLING.top_p,
         min_p=SAMPLING.min_p,
     )
+
+
+@contextlib.contextmanager
+def busy_core() -> Iterator[None]:
+    """Another program keeping a core busy meanwhile (a build, a second model)."""
+    program = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)  # running before anything is timed
+        yield
+    finally:
+        program.kill()
+        program.wait()
 
 
 def first_token_reply(

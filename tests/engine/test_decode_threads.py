@@ -4,13 +4,13 @@ thread fewer while the machine is busy (chat.engine.decode_threads)."""
 from __future__ import annotations
 
 import itertools
-import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import llama_cpp
 import pytest
 
+from chat.bench.workload import busy_core
 from chat.engine.decode_threads import (
     FIRST_TRY_AFTER,
     LONGEST_TRY_AFTER,
@@ -156,20 +156,6 @@ def llama_engine(engine: LlamaEngine) -> Iterator[LlamaEngine]:
     engine.info = info
 
 
-@pytest.fixture
-def busy_core() -> Iterator[Callable[[], None]]:
-    """Start, when called, a program that keeps a core busy until the test ends."""
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start() -> None:
-        started.append(subprocess.Popen(["sh", "-c", "while :; do :; done"]))
-
-    yield start
-    for program in started:
-        program.kill()
-        program.wait()
-
-
 STORY = [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}]
 
 
@@ -186,7 +172,7 @@ def reply(engine: LlamaEngine, seed: int, tokens: int = 200) -> Finished:
 
 @pytest.mark.skipif(usable_cores() != 2, reason="the busy program takes one of exactly two cores")
 def test_the_real_engine_leaves_the_full_team_when_a_core_is_taken(
-    llama_engine: LlamaEngine, busy_core: Callable[[], None]
+    llama_engine: LlamaEngine,
 ) -> None:
     llama_engine.use_threads(ThreadCounts(2, 2, busy=1, busy_batch=1))
     context = llama_engine.llama.ctx
@@ -196,8 +182,8 @@ def test_the_real_engine_leaves_the_full_team_when_a_core_is_taken(
     if choice.rates[2] > choice.rates[1]:  # two threads are faster on this machine
         assert llama_engine.decode_threads == 2
         assert llama_cpp.llama_n_threads_batch(context) == 2
-    busy_core()
-    busy = reply(llama_engine, seed=5)
+    with busy_core():
+        busy = reply(llama_engine, seed=5)
     assert llama_engine.decode_threads == 1
     # The next prompt's batches leave the busy core too.
     assert llama_cpp.llama_n_threads(context) == 1
