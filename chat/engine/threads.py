@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -204,8 +205,14 @@ class RememberedRates:
             batch = {int(n): float(r) for n, r in entry["batch"].items()}  # type: ignore[index]
         except (TypeError, KeyError, ValueError, AttributeError):
             return None
-        if not decode or not batch or min(decode) < 1 or min(batch) < 1:
-            return None
+        cores = usable_cores()
+        for rates in (decode, batch):
+            # A file edited or damaged by hand: measuring again is the answer,
+            # not a rate that picks no count or a count the machine lacks.
+            if not rates or min(rates) < 1 or max(rates) > cores:
+                return None
+            if not all(math.isfinite(rate) and rate > 0 for rate in rates.values()):
+                return None
         return Measured(decode, batch)
 
     def put(self, key: str, measured: Measured) -> None:

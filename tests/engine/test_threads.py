@@ -75,7 +75,8 @@ class Measures:
 FAST_WITH_TWO = Measured(decode={1: 100.0, 2: 170.0}, batch={1: 100.0, 2: 190.0})
 
 
-def test_measured_once_then_remembered(tmp_path: Path) -> None:
+def test_measured_once_then_remembered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("chat.engine.threads.usable_cores", lambda: 2)  # the rates' counts
     remembered = RememberedRates(tmp_path / "cache" / "threads.json")
     measure = Measures(FAST_WITH_TWO)
     first = choose_threads(None, None, measure, remembered, "model-a")
@@ -113,9 +114,21 @@ def test_a_failed_measure_falls_back_to_llama_cpp_defaults(
 
 @pytest.mark.parametrize(
     "content",
-    ["not json", "[1, 2]", '{"k": {"decode": {"x": 1}}}', '{"k": {"decode": {}, "batch": {}}}'],
+    [
+        "not json",
+        "[1, 2]",
+        '{"k": {"decode": {"x": 1}}}',
+        '{"k": {"decode": {}, "batch": {}}}',
+        '{"k": {"decode": {"1": NaN, "2": 5}, "batch": {"1": 1}}}',
+        '{"k": {"decode": {"1": -1, "2": Infinity}, "batch": {"1": 1}}}',
+        '{"k": {"decode": {"1": 3, "9999999": 5}, "batch": {"1": 1}}}',
+        '{"k": {"decode": {"1": 3}, "batch": {"1": 0}}}',
+    ],
 )
-def test_an_unreadable_file_only_means_measuring_again(tmp_path: Path, content: str) -> None:
+def test_an_unreadable_file_only_means_measuring_again(
+    tmp_path: Path, content: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("chat.engine.threads.usable_cores", lambda: 2)  # the rates' counts
     path = tmp_path / "threads.json"
     path.write_text(content)
     remembered = RememberedRates(path)
