@@ -11,11 +11,14 @@ live) when the UI thread would otherwise use more than `budget` of a core:
 the text then arrives in slightly larger pieces, and decoding keeps its core.
 
 Frames are paced by the tokens too: a piece waits for `TOKENS_PER_FRAME`
-tokens (or the slowest frame) before it is drawn. Where a model decodes
-slower (a deeper context, a larger model) a frame per token or two would draw
-the same text in more frames, so the UI would cost more per token the longer
-a conversation gets; this way it costs about the same per token, and the
-screen still changes at least 12 times a second (10 where the budget says so).
+tokens (or `TOKEN_WAIT_S`) before it is drawn. Where a model decodes slower
+(a deeper context, a larger model) a frame per token or two would draw the
+same text in more frames, so the UI would cost more per token the longer a
+conversation gets; this way it costs about the same per token where the
+decode rate allows, and the screen still changes at least 11 times a second
+(10 where the budget says so). A frame of text costs about the same whatever
+it carries, so the fewer frames a token, the less the UI takes from llama.cpp
+(docs/performance.md, "Eight tokens a frame").
 """
 
 from __future__ import annotations
@@ -27,13 +30,16 @@ FASTEST_FRAME_S = 1 / 15
 SLOWEST_FRAME_S = 1 / 10
 UI_BUDGET = 0.06
 """The share of one core the UI thread may use while a reply streams."""
-TOKENS_PER_FRAME = 5
-"""The tokens a frame waits for, up to `TOKEN_WAIT_S`: at the demo model's
-75-80 tok/s here, 15 frames a second, as the clock alone gives; at 55-60
-tok/s (its 40th reply of a conversation) 12 rather than 15
-(docs/performance.md, "Frames paced by the tokens")."""
-TOKEN_WAIT_S = 1 / 12
-"""The longest a frame waits for its tokens: 12 frames a second, so that the
+TOKENS_PER_FRAME = 8
+"""The tokens a frame waits for, up to `TOKEN_WAIT_S`: 15 frames a second
+from 120 tok/s up (a GPU's rates: more tokens a frame), 11-15 between 88 and
+120, and 11 below (the demo model's 40th reply here, 55-65 tok/s, and its
+first at 75-90). It was 5 with 12 frames a second at the least: a reply at
+75-100 tok/s was drawn at 15 frames a second, 5-7 tokens a frame, and one at
+60 at 12, so the UI cost up to half as much again per token as needed
+(docs/performance.md, "Eight tokens a frame")."""
+TOKEN_WAIT_S = 1 / 11
+"""The longest a frame waits for its tokens: 11 frames a second, so that the
 whole reply, the wait for its first token included, is drawn at more than
 the 10 frames a second that read as live."""
 

@@ -95,7 +95,8 @@ async def reopened_reply(conv_id: int) -> tuple[str, str, bool]:
 
         # The tokens are counted once the model is ready, after the view is drawn.
         await wait_for(lambda: " token" in header_of(view), pilot)
-        return header_of(view), rendered(view.body), view.has_class("ended-early")
+        warning = view.query_one(".message-header").has_class("ended-early")
+        return header_of(view), rendered(view.body), warning
 
 
 async def test_kill_9_mid_reply_is_marked_interrupted_when_reopened(

@@ -91,7 +91,7 @@ async def test_escape_stops_and_keeps_the_partial_reply() -> None:
         assert 0 < reply.stats.generated_tokens < 500
         assert reply.content.startswith("w0 w1")
         view = app.query(AssistantMessageView).last()
-        assert view.has_class("ended-early")
+        assert view.query_one(".message-header").has_class("ended-early")
         assert "stopped" in str(view.query_one(".message-header", Static).render())
 
 
