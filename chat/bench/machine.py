@@ -159,7 +159,9 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
             f"<= {UI_CPU_TARGET}",
             ui_cpu <= UI_CPU_TARGET,
             "the UI thread and Textual's output and input threads; "
-            f"{least_ui.kib_written_per_100_tokens:.3g} KiB written to the terminal per 100 tok",
+            f"{least_ui.kib_written_per_100_tokens:.3g} KiB written to the terminal per 100 tok; "
+            f"kvchat's own threads meanwhile {least_ui.kvchat_threads_cpu_s:.3f} CPU-s "
+            "(not counted)",
         ),
         *floor_rows(options, env, least_ui),
         _decode_thread_row(max(at_one, key=lambda each: each.decode_tps)),

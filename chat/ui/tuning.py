@@ -62,6 +62,13 @@ class QuietCollections:
     """Python's own trigger for a full collection too; about a page of
     messages mounted while scrolling up (the benchmark's row "scroll to the
     top"), tens of milliseconds to collect without the frozen objects."""
+    OVERDUE_WHILE_STREAMING = 40
+    """The same while a reply is drawn: a streaming reply of the demo model
+    makes about ten in 300 tokens, and the collection (15-18 ms of the UI
+    thread, measured at the 40th reply of a conversation) came in the middle
+    of nearly every reply, a frame late and a core taken from llama.cpp. Now
+    it waits for the reply's end, unless the reply is long (about 1,200
+    tokens): the garbage of a reply is collected at the tick after it."""
     NEVER = 1_000_000_000
 
     def __init__(self) -> None:
@@ -84,7 +91,7 @@ class QuietCollections:
         self._last_input = time.monotonic()
 
     def tick(self, busy: bool) -> bool:
-        """Called every TICK_S; True when it collected."""
+        """Called every TICK_S, `busy` while a reply is drawn; True when it collected."""
         if self._thresholds is None:
             return False
         waited = gc.get_count()[2]
@@ -95,7 +102,7 @@ class QuietCollections:
             gc.unfreeze()  # everything, what startup built included
             gc.collect()
             self._last_full = time.monotonic()
-        elif waited >= self.OVERDUE_YOUNG_COLLECTIONS:
+        elif waited >= (self.OVERDUE_WHILE_STREAMING if busy else self.OVERDUE_YOUNG_COLLECTIONS):
             gc.collect()  # what is not frozen: made since the last collection
         else:
             return False

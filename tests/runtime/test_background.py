@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import pytest
@@ -32,3 +33,17 @@ def test_other_threads_are_not_waited_for() -> None:
     finally:
         release.set()
         other.join()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's names: Linux")
+def test_a_thread_started_here_has_its_name_for_the_kernel_too() -> None:
+    """`top -H` shows it, and the benchmark tells kvchat's threads from the UI's by it."""
+    seen: list[str] = []
+
+    def read_own_name() -> None:
+        task = f"/proc/self/task/{threading.get_native_id()}/comm"
+        with open(task) as comm:
+            seen.append(comm.read().strip())
+
+    start_thread("name-check", read_own_name).join(10)
+    assert seen == ["kvchat-name-che"]  # the kernel keeps 15 bytes

@@ -491,8 +491,9 @@ def _reply_markdown_class() -> type[Markdown]:
             changes: a line more, or a line wider than any before (the block
             scrolls sideways, so its code is as wide as its widest line). While
             the reply streams, the code is laid out at least as wide as the
-            block, and a line more takes STREAM_RESERVE_LINES more, as in a
-            paragraph: most deliveries then draw the block without a layout.
+            block, and a line more takes STREAM_CODE_RESERVE_LINES more, as a
+            paragraph takes STREAM_RESERVE_LINES: most deliveries then draw
+            the block without a layout.
             `lines`: the code's lines, the same as those shown before up to
             line `changed_from` (the code grew): neither split nor measured
             whole again."""
@@ -509,7 +510,7 @@ def _reply_markdown_class() -> type[Markdown]:
                 count, widest = shape
                 if layout and in_streaming_answer(self):
                     if count > self._reserved:
-                        self._reserved = count + STREAM_RESERVE_LINES
+                        self._reserved = count + STREAM_CODE_RESERVE_LINES
                         label.styles.min_height = self._reserved
                         label.styles.min_width = "100%"
                     else:  # a line more fills a reserved one; wider needs room
@@ -865,8 +866,13 @@ def _reply_markdown_class() -> type[Markdown]:
 
 
 STREAM_RESERVE_LINES = 3
-"""Blank lines a streaming paragraph or code block takes ahead of its text: the
-screen is laid out once for these lines, not once for each (docs/performance.md)."""
+"""Blank lines a streaming paragraph takes ahead of its text: the screen is
+laid out once for these lines, not once for each (docs/performance.md)."""
+STREAM_CODE_RESERVE_LINES = 7
+"""The same for a streaming code block, whose lines come about three times as
+fast as a paragraph's (short lines, not wrapped): with 3, 10 of the 13 layouts
+of the benchmark's code reply were the block taking its reserve
+(docs/performance.md, "A code block reserves seven lines")."""
 SETTLED_KINDS = frozenset(
     {
         "paragraph_open",

@@ -99,9 +99,24 @@ def test_an_overdue_collection_runs_even_when_busy(
     full = unfreezes(monkeypatch)
     with_waiting(monkeypatch, QuietCollections.OVERDUE_YOUNG_COLLECTIONS)
     collections.input_seen()
-    assert collections.tick(busy=True)
+    assert collections.tick(busy=False)  # keys come: not quiet
     assert not full
     assert gc.get_freeze_count() > 0
+
+
+def test_an_overdue_collection_waits_for_the_reply_to_end_unless_long(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a reply is drawn the overdue collection waits for more young
+    collections; after the reply it runs at the next tick."""
+    collections = QuietCollections()
+    collections.take_over()
+    with_waiting(monkeypatch, QuietCollections.OVERDUE_YOUNG_COLLECTIONS)
+    collections.input_seen()
+    assert not collections.tick(busy=True)  # a reply is drawn
+    assert collections.tick(busy=False)  # it ended
+    with_waiting(monkeypatch, QuietCollections.OVERDUE_WHILE_STREAMING)
+    assert collections.tick(busy=True)  # a long reply: not later than this
 
 
 async def test_the_app_holds_full_collections_while_it_runs() -> None:
