@@ -243,6 +243,16 @@ class Turn:
         """Return once no reply is being generated (its end kept and saved)."""
         await self._idle.wait()
 
+    async def rebatched(self) -> None:
+        """Return once the last reply's tokens are evaluated again in batches,
+        where they are (a repeatable reply's, in the background after it:
+        `_start_rebatch`). What is sent before that evaluates them again, by
+        design: the same seed then gives the same reply warm and from scratch."""
+        rebatch = self._rebatch
+        if rebatch is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(rebatch)
+
     # Sending.
 
     def send(self, text: str) -> Refused | None:

@@ -92,6 +92,10 @@ async def continued(
 ) -> TurnEnded:
     """Ctrl+L on the last reply, the model's tokens held to `grammar`: the
     continuation's end, outside any thought."""
+    # As a user reads the reply before Ctrl+L: the reply (temperature 0,
+    # repeatable) is evaluated again in batches after it, in the background;
+    # a continuation sent before that evaluates it again itself.
+    await recorded.turn.rebatched()
     engine.grammar = grammar
     try:
         assert recorded.turn.continue_reply() is None
