@@ -14,8 +14,6 @@ definition it is tested against."""
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import queue
 import threading
 from collections.abc import Callable
@@ -27,6 +25,7 @@ import numpy.typing as npt
 
 from chat.conversations.conversation import TokenChoice
 from chat.settings.schema import SamplingSettings
+from chat.thread_names import name_this_thread
 
 TOP_N = 5
 Logits = npt.NDArray[np.float32]
@@ -268,12 +267,6 @@ WORKER_NAME = b"kvchat-probs"
 the UI's, and the program's exit waits for it like any `kvchat-` thread."""
 
 
-def _name_thread() -> None:
-    # Linux's prctl(PR_SET_NAME); elsewhere the thread keeps its Python name only.
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(15, WORKER_NAME)
-
-
 _Step = tuple[Logits, int, str]
 
 
@@ -330,7 +323,7 @@ class StepRecorder:
         self._inbox.put(step)
 
     def _summarise(self) -> None:
-        _name_thread()
+        name_this_thread(WORKER_NAME.decode())
         while (step := self._inbox.get()) is not None:
             try:
                 if isinstance(step, TokenChoice):

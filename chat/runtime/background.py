@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import ctypes
-import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from chat.thread_names import name_this_thread
 
 T = TypeVar("T")
 
@@ -33,7 +33,7 @@ PREFIX = "kvchat-"
 
 def start_thread(name: str, target: Callable[..., object], *args: Any) -> threading.Thread:
     """Run `target(*args)` in a new daemon thread named `kvchat-<name>`, in
-    Python and, on Linux, for the kernel too (`name_this_thread`)."""
+    Python and for the kernel too (chat.thread_names)."""
 
     def run() -> None:
         name_this_thread(PREFIX + name)
@@ -42,15 +42,6 @@ def start_thread(name: str, target: Callable[..., object], *args: Any) -> thread
     thread = threading.Thread(target=run, name=PREFIX + name, daemon=True)
     thread.start()
     return thread
-
-
-def name_this_thread(name: str) -> None:
-    """The running thread's name as the kernel shows it (/proc/PID/task/TID/comm,
-    `top -H`, `ps -L`; 15 bytes at most): Python names its threads for itself
-    only. The benchmark tells kvchat's own threads from the UI's by it."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None).prctl(15, name.encode()[:15])  # PR_SET_NAME
 
 
 def threads_ended(timeout: float) -> bool:
