@@ -54,6 +54,7 @@ async def thinking_turn(engine: LlamaEngine, recorded: Recorded) -> tuple[list[i
     turn = recorded.turn
     assert turn.send("Why is the sky blue?") is None
     await asyncio.wait_for(turn.stopped(), 120)
+    await turn.rebatched()  # as a user reading it: a repeatable reply is batched again first
     (ended,) = recorded.of(TurnEnded)
     reply = ended.reply
     assert reply.thinking and reply.content and reply.token_ids
