@@ -84,6 +84,15 @@ class StoredTokenChoices(Sequence[TokenChoice]):
         self._choices: list[TokenChoice] | None = None
         self.problem: str | None = None
 
+    @classmethod
+    def encoded(cls, choices: Sequence[TokenChoice]) -> StoredTokenChoices:
+        """`choices` with their stored form made now: a reply's choices are
+        encoded on the thread that ran the reply, not on the UI thread that
+        saves the reply as it ends (300 tokens' took it 5-6 ms)."""
+        stored = cls(encode_token_probs(choices))
+        stored._choices = list(choices)
+        return stored
+
     def _decoded(self) -> list[TokenChoice]:
         if self._choices is None:
             try:

@@ -163,8 +163,9 @@ class Finished:
 
     text: str
     stats: ReplyStats
-    choices: tuple[TokenChoice, ...] = ()
-    """One per generated token, when recording probabilities."""
+    choices: Sequence[TokenChoice] = ()
+    """One per generated token, when recording probabilities (a
+    `StoredTokenChoices` once the reply's thread has encoded them to be saved)."""
     token_ids: tuple[int, ...] | None = None
     """The sampled tokens that spell `text` exactly (the end-of-turn token and
     a cut-off stop sequence excluded), to send back as `ChatMessage.token_ids`;

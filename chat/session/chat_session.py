@@ -268,7 +268,8 @@ class ChatSession:
         reply.content, reply.stats = finished.text, finished.stats
         reply.thinking, reply.thought_open = thinking, thought_open
         reply.tool_steps = tool_steps  # saved with it: the saver reads the reply's own
-        reply.token_probs = list(finished.choices) or None
+        # As the reply's thread left them: encoded to be saved (chat.session.reply_stream).
+        reply.token_probs = finished.choices or None
         # Sent again as sampled: the KV cache then holds the next prompt's prefix.
         reply.token_ids = list(finished.token_ids) if finished.token_ids is not None else None
         self.conversation.append(reply)

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from chat.conversations.token_probs_codec import StoredTokenChoices, decode_token_probs
 from chat.engine.protocol import Engine
 from chat.session.reply_stream import (
     ReplyChunk,
@@ -151,6 +152,23 @@ def test_the_real_model_streams_the_same_reply_it_finishes_with(engine: Engine) 
     assert "".join(c.text for c in chunks) == ended.finished.text == stream.text
     assert ended.finished.text.strip()
     assert sum(c.tokens for c in chunks) == ended.finished.stats.generated_tokens
+
+
+@pytest.mark.model
+def test_the_real_models_token_choices_come_encoded_from_the_replys_thread(
+    engine: Engine,
+) -> None:
+    # The UI thread saves the reply as it ends: the choices' stored form is
+    # made on the reply's thread, and reads back as what was recorded.
+    sampling = replace(SamplingSettings(), temperature=0.7, max_tokens=30, seed=11)
+    events: queue.Queue[ReplyEvent] = queue.Queue()
+    stream = ReplyStream(engine, QUESTION, sampling, events.put, record_probs=True)
+    ended = run_to_end(stream, events)[-1]
+    assert isinstance(ended, ReplyEnded)
+    choices = ended.finished.choices
+    assert isinstance(choices, StoredTokenChoices) and choices.decoded
+    assert len(choices) == ended.finished.stats.generated_tokens
+    assert decode_token_probs(choices.data) == list(choices)
 
 
 @pytest.mark.model
