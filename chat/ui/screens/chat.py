@@ -153,22 +153,26 @@ class ChatScreen(DrawsWhenAsked, Screen[None]):
         await self.drawer.reply_drawn()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """The footer shows the keys that do something now (so that they fit on
-        one line at 100 columns): Esc while there is something to stop, the
-        branch keys once a message has alternatives, and so on."""
+        """The keys that do something now. Those that a reply's start and end
+        change (Esc, Regen, Edit, Copy) stay in the footer, dimmed while they
+        do nothing (None, as Textual's footer draws a disabled key): a footer
+        whose keys came and went was laid out and drawn again as each reply
+        started and ended, 6-9 % of the UI thread's work for a 300-token
+        reply (docs/performance.md, "The footer's keys stay"), and the keys
+        moved under the mouse. The branch key shows once a message has
+        alternatives."""
         editing = self.message_draft.editing is not None
+        has_messages = bool(self.conversation.messages)
         if action == "stop":
-            return self.generating or self.turn.waiting is not None or editing
+            return (self.generating or self.turn.waiting is not None or editing) or None
         if action == "copy_message":
-            return bool(self.conversation.messages)
+            return has_messages or None
         if action in ("regenerate", "edit_message", "fork"):
-            return not self.generating and bool(self.conversation.messages)
+            return (not self.generating and has_messages) or None
         if action == "switch_branch":
-            return (
-                not self.generating
-                and not editing
-                and len(self.conversation.tree) > len(self.conversation.messages)
-            )
+            if len(self.conversation.tree) <= len(self.conversation.messages):
+                return False
+            return (not self.generating and not editing) or None
         return True
 
     def compose(self) -> ComposeResult:

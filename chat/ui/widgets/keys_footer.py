@@ -1,11 +1,13 @@
 """The chat screen's footer: at 120 columns and more, Textual's footer as it is
-(every key fits); narrower, it leads with the keys a newcomer looks for first,
+(every key fits; a key that does nothing now is dimmed, so that a reply's
+start and end change no key's place: chat.ui.screens.chat's check_action);
+narrower, it leads with the keys a newcomer looks for first,
 help (F1, which lists every other key), settings, models, then stop, new,
 open and quit, with the command palette at the right end."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from textual import events
 from textual.app import ComposeResult
@@ -22,6 +24,9 @@ FIRST_KEYS = ("f1", "f2", "f8")
 """Help, settings, models: shown first, even where the binding is not in the footer."""
 NARROW_REST = ("escape", "ctrl+n", "ctrl+o", "ctrl+q")
 """Then only these (stop, new, open, quit), so that the line fits 80 columns; F1 lists the rest."""
+DIMMED_FROM = 80
+"""Narrower than this, a key that does nothing now (Esc while nothing
+streams) is left out rather than dimmed: the line is short of room there."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,12 @@ class KeySpec:
     palette: bool = False
     """The command palette's key, drawn at the right end."""
 
+    @property
+    def drawn_as(self) -> KeySpec:
+        """The key whatever its state: enabled or not, one widget draws it,
+        dimmed while disabled (`Key.show_enabled`)."""
+        return replace(self, enabled=True)
+
     def widget(self) -> FooterKey:
         key = Key(
             self.key,
@@ -51,8 +62,16 @@ class KeySpec:
 
 
 class Key(SizedByTheLayout, FooterKey):
-    """A key in the footer; its width changes when keys come and go (a
-    reply starts, ends) without a second layout of the screen."""
+    """A key in the footer; its width changes when keys come and go (the
+    branch key) without a second layout of the screen."""
+
+    def show_enabled(self, enabled: bool) -> None:
+        """Drawn dimmed while its action does nothing, as Textual's footer
+        draws a disabled key (a click then rings the bell): its place and
+        width stay, so only this key is drawn again."""
+        if self._disabled == enabled:
+            self._disabled = not enabled
+            self.set_class(not enabled, "-disabled")
 
 
 class KeysFooter(SizedByTheLayout, Footer):
@@ -78,20 +97,27 @@ class KeysFooter(SizedByTheLayout, Footer):
             self.call_after_refresh(self.recompose)
 
     def _show_only(self, specs: list[KeySpec]) -> bool:
-        """Show the composed keys that are `specs` and hide the others, when
-        `specs` are all among them in the same order; else False."""
-        composed = [spec for spec, _ in self._composed]
+        """Show the composed keys that are `specs` (each enabled or dimmed as
+        its spec says) and hide the others, when `specs` are all among them
+        in the same order; else False."""
+        placed: list[KeySpec | None] = []
         wanted = iter(specs)
         want = next(wanted, None)
-        shown: list[bool] = []
-        for spec in composed:
-            shown.append(spec == want)
-            if spec == want:
+        for spec, _ in self._composed:
+            if want is not None and spec.drawn_as == want.drawn_as:
+                placed.append(want)
                 want = next(wanted, None)
+            else:
+                placed.append(None)
         if want is not None or not self._composed:
             return False
-        for (_, key), show in zip(self._composed, shown, strict=True):
-            key.display = show
+        composed: list[tuple[KeySpec, FooterKey]] = []
+        for (old, key), new in zip(self._composed, placed, strict=True):
+            key.display = new is not None
+            if new is not None and isinstance(key, Key):
+                key.show_enabled(new.enabled)
+            composed.append((new or old, key))
+        self._composed = composed
         self._set_columns(specs)
         return True
 
@@ -107,12 +133,14 @@ class KeysFooter(SizedByTheLayout, Footer):
         if self.app.size.width < WIDE:
             first = [active[key] for key in FIRST_KEYS if key in active]
             first_actions = {binding.action for _, binding, _, _ in first}
+            dimmed = self.app.size.width >= DIMMED_FROM
             rest = [
                 active[key]
                 for key in NARROW_REST
                 if key in active
                 and active[key][1].show
                 and active[key][1].action not in first_actions
+                and (dimmed or active[key][2])
             ]
             chosen = [*first, *rest]
         else:
@@ -167,16 +195,16 @@ class KeysFooter(SizedByTheLayout, Footer):
 
 def _merged(drawn: list[KeySpec], specs: list[KeySpec]) -> list[KeySpec]:
     """`specs`, with each key drawn before that is not among them put back
-    after the key it followed (hidden): a reply's start swaps Regen for Esc,
-    its end Esc for Regen, and with both drawn each swap is a matter of
-    showing and hiding."""
+    after the key it followed (hidden): a key that comes and goes (the
+    branch key, once a message has alternatives) is then a matter of
+    showing and hiding. Keys are matched by key: each is drawn once."""
     merged = list(specs)
     keys = {spec.key for spec in specs}
     for index, spec in enumerate(drawn):
         if spec.key in keys:
             continue
-        before = drawn[index - 1] if index else None
-        place = merged.index(before) + 1 if before in merged else 0
+        before = drawn[index - 1].key if index else None
+        place = next((at + 1 for at, each in enumerate(merged) if each.key == before), 0)
         merged.insert(place, spec)
         keys.add(spec.key)
     return merged

@@ -1,7 +1,7 @@
-"""The footer shows the keys that do something now. As a reply starts and
-ends, keys come and go (Esc to stop; Regen and Edit once it is over): the
-footer hides and shows the keys it drew, composing them again only for a key
-it never drew."""
+"""The footer's keys, and what a reply's start and end change in it: the
+keys stay where they are, the ones that do nothing now dimmed (Esc to stop
+while nothing streams; Regen and Edit while a reply does), so that no key
+moves and nothing is composed again."""
 
 from __future__ import annotations
 
@@ -20,8 +20,15 @@ def drawn_keys(footer: KeysFooter) -> list[str]:
     return [key.key for key in sorted(keys, key=lambda key: key.region.x)]
 
 
+def dimmed_keys(footer: KeysFooter) -> set[str]:
+    """The keys on screen drawn dimmed (their action does nothing now)."""
+    return {
+        key.key for key in footer.query(FooterKey) if key.display and key.has_class("-disabled")
+    }
+
+
 @pytest.mark.parametrize("width", [130, 100])
-async def test_keys_come_and_go_with_a_reply_without_composing_again(
+async def test_a_reply_dims_keys_and_moves_none(
     monkeypatch: pytest.MonkeyPatch, width: int
 ) -> None:
     composed = 0
@@ -48,19 +55,23 @@ async def test_keys_come_and_go_with_a_reply_without_composing_again(
         def expected() -> list[str]:
             return [spec.key for spec in footer._key_specs()]
 
+        before = await settled()
+        assert "escape" in before and "escape" in dimmed_keys(footer)  # nothing to stop
+        composed_before = composed
+        places = {key.key: key.region for key in footer.query(FooterKey) if key.display}
         for turn in range(1, 4):
             await send(pilot, f"message {turn}")
             await wait_for(lambda: screen.generating, pilot)
             during = await settled()
-            assert during == expected()
-            assert "escape" in during
-            assert "ctrl+r" not in during  # Regen: not while a reply streams
-            if turn == 2:
-                composed_before = composed
+            assert during == expected() == before
+            assert "escape" not in dimmed_keys(footer)
+            if width >= 120:  # narrower, F1 lists Regen
+                assert "ctrl+r" in during and "ctrl+r" in dimmed_keys(footer)
             await turn_done(screen, pilot, 2 * turn)
             after = await settled()
-            assert after == expected()
-            assert "escape" not in after
-            assert (width >= 120) == ("ctrl+r" in after)  # narrower, F1 lists it
-        # From the second reply on, no key was new: nothing was composed again.
-        assert composed == composed_before
+            assert after == expected() == before
+            assert "escape" in dimmed_keys(footer)
+            assert "ctrl+r" not in dimmed_keys(footer)
+            # No key moved: each is where it was before the first message.
+            assert {k.key: k.region for k in footer.query(FooterKey) if k.display} == places
+        assert composed == composed_before  # nothing composed again
