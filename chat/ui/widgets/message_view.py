@@ -305,11 +305,17 @@ class SystemMessageView(UserMessageView):
 
 class RepaintsFromALine(WidgetMixin):
     """For a widget whose next refresh may repaint only its lines from
-    `_repaint_from` down: text added at the end of a streaming block changes
-    its last lines only, and the lines above are drawn as they were."""
+    `_repaint_from` down to `_repaint_to`: text added at the end of a
+    streaming block changes its last lines only, and the lines above are
+    drawn as they were; the blank lines below the text (the reserve a
+    streaming block is laid out with) stay blank, and are not drawn again
+    either (they were at every delivery: 4-7 % of the bytes sent to the
+    terminal, docs/performance.md, "The reserve's blank lines drawn once")."""
 
     _repaint_from: int | None = None
     """The first line the next refresh repaints (None: all of them)."""
+    _repaint_to: int | None = None
+    """The line after the last one it repaints (None: to the bottom)."""
 
     def refresh(
         self,
@@ -318,10 +324,17 @@ class RepaintsFromALine(WidgetMixin):
         layout: bool = False,
         recompose: bool = False,
     ) -> Self:
-        if self._repaint_from is not None and not (regions or layout or recompose):
+        start = self._repaint_from
+        if start is not None and not (regions or layout or recompose):
             width, height = self.content_size
-            regions = (Region(0, self._repaint_from, width, height - self._repaint_from),)
+            end = height if self._repaint_to is None else min(height, self._repaint_to)
+            regions = (Region(0, start, width, max(0, end - start)),)
         return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    def _repaint_lines(self, start: int | None, end: int | None = None) -> None:
+        """The lines the next refresh repaints: from `start` to `end` (None:
+        all of them; to the bottom)."""
+        self._repaint_from, self._repaint_to = start, end
 
 
 @functools.cache
@@ -440,11 +453,12 @@ def _reply_markdown_class() -> type[Markdown]:
             streaming block; a split of all of it cost more with each line)."""
             kept = self._known[1][:changed_from] if self._known is not None else []
             self._known = (content, line_rows(lines, kept))
-            self._repaint_from = changed_from
+            # Code grows at its end: the lines below it are the reserve's, blank.
+            self._repaint_lines(changed_from, len(lines))
             try:
                 Label.update(self, content, layout=layout)
             finally:
-                self._repaint_from = None
+                self._repaint_lines(None)
 
         def update(self, content: VisualType = "", *, layout: bool = True) -> None:
             """New code: the screen repaints it from its first changed line
@@ -453,15 +467,17 @@ def _reply_markdown_class() -> type[Markdown]:
             self._known = None
             if isinstance(content, Content) and self._drawn_rows:
                 same = 0
-                for old, new in zip(self._drawn_rows, code_rows(content), strict=False):
+                rows = code_rows(content)
+                for old, new in zip(self._drawn_rows, rows, strict=False):
                     if old != new.key:
                         break
                     same += 1
-                self._repaint_from = same
+                # Down to the last line of the longer code, the old or the new.
+                self._repaint_lines(same, max(len(self._drawn_rows), len(rows)))
             try:
                 super().update(content, layout=layout)
             finally:
-                self._repaint_from = None
+                self._repaint_lines(None)
 
     class CopyableFence(SizedByTheLayout, MarkdownFence):
         _shape: tuple[int, int] | None = None  # of the code shown: lines, widest
@@ -639,12 +655,15 @@ def _reply_markdown_class() -> type[Markdown]:
                 # Words added after the text wrap from its last row on: the
                 # rows above it are as they were drawn (GrowingWrap says how
                 # many; none when the words before changed).
-                if self._rows(content, width) is not None and self._wrap is not None:
-                    self._repaint_from = self._wrap.kept or None
+                rows = self._rows(content, width)
+                if rows is not None and self._wrap is not None:
+                    # Down to the text's last row: words only added, the rows
+                    # below it are the reserve's, blank as they were drawn.
+                    self._repaint_lines(self._wrap.kept or None, len(rows))
                 elif appended_to(old, content):
-                    self._repaint_from = self._lines_drawn - 1
+                    self._repaint_lines(self._lines_drawn - 1)
             self.update(content, layout=False)
-            self._repaint_from = None
+            self._repaint_lines(None)
             if not width:
                 # Not laid out yet (a paragraph built to be mounted, a reply's
                 # next one, or mounted with its layout still to come): the

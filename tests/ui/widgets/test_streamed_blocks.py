@@ -136,6 +136,33 @@ async def test_a_streamed_paragraph_lays_out_once_for_several_lines(
     assert len(heights) <= 2 + math.ceil((lines - 1) / (STREAM_RESERVE_LINES + 1)), heights
 
 
+async def test_a_delivery_leaves_the_reserves_blank_lines_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The blank lines a streaming block is laid out with below its text stay
+    blank until text fills them: a delivery repaints down to the text's last
+    row, not to the block's bottom. What is on screen after every frame is checked against
+    Textual's own drawing in tests/ui/test_terminal_scroll.py."""
+    from textual.geometry import Region
+
+    repaints: list[tuple[int, int]] = []  # (the region's bottom, the block's height)
+    refresh = Widget.refresh
+
+    def spy(self: Widget, *regions: Region, **kwargs: object) -> Widget:
+        if regions and type(self).__name__ in ("Paragraph", "CodeLabel"):
+            repaints.append((max(region.bottom for region in regions), self.content_size.height))
+        return refresh(self, *regions, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Widget, "refresh", spy)
+    engine = ScriptedEngine(replies=[token_pieces(PROSE + "\n\n" + REPLY)], delay=0.005)
+    app = make_app(engine)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await replied(app, pilot, "a paragraph and some code")
+    assert len(repaints) > 20
+    # Most deliveries stop above the reserve's blank lines.
+    assert sum(bottom < height for bottom, height in repaints) > len(repaints) / 2, repaints
+
+
 STYLED = (
     "The keeper climbed the stairs at dusk and lit the lamp, as every night, "
     "then **wrote in the log that the tide was high** and the wind from the "
