@@ -309,7 +309,7 @@ class RepaintsFromALine(WidgetMixin):
     streaming block changes its last lines only, and the lines above are
     drawn as they were; the blank lines below the text (the reserve a
     streaming block is laid out with) stay blank, and are not drawn again
-    either (they were at every delivery: 4-7 % of the bytes sent to the
+    either (they were at every delivery: 4-8 % of the bytes sent to the
     terminal, docs/performance.md, "The reserve's blank lines drawn once")."""
 
     _repaint_from: int | None = None
