@@ -298,5 +298,8 @@ def _choices_encoded(ended: ReplyEnded) -> ReplyEnded:
     choices = ended.finished.choices
     if not choices or isinstance(choices, StoredTokenChoices):
         return ended
-    finished = replace(ended.finished, choices=StoredTokenChoices.encoded(choices))
-    return replace(ended, finished=finished)
+    try:
+        encoded = StoredTokenChoices.encoded(choices)
+    except Exception:  # never a reply lost for it: the save encodes them, as before
+        return ended
+    return replace(ended, finished=replace(ended.finished, choices=encoded))

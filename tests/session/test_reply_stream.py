@@ -171,6 +171,24 @@ def test_the_real_models_token_choices_come_encoded_from_the_replys_thread(
     assert decode_token_probs(choices.data) == list(choices)
 
 
+def test_token_choices_that_cannot_be_encoded_leave_the_reply_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Encoding on the reply's thread saves the UI thread time; it never fails a reply.
+    from chat.conversations.conversation import ReplyStats, TokenChoice
+    from chat.engine.protocol import Finished
+    from chat.session import reply_stream
+
+    def broken(choices: object) -> StoredTokenChoices:
+        raise MemoryError
+
+    monkeypatch.setattr(StoredTokenChoices, "encoded", staticmethod(broken))
+    choice = TokenChoice(1, "hi", 1.0, 1.0, [("hi", 1.0)], [("hi", 1.0)], True)
+    stats = ReplyStats(5, 5, 1, 0.1, 10.0, "done")
+    ended = ReplyEnded(Finished("hi", stats, (choice,)))
+    assert reply_stream._choices_encoded(ended) is ended
+
+
 @pytest.mark.model
 def test_the_real_model_stops_within_a_token_of_cancel(engine: Engine) -> None:
     sampling = replace(SamplingSettings(), temperature=0.8, max_tokens=2000, seed=5)
