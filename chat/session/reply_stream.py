@@ -294,7 +294,8 @@ def _choices_encoded(ended: ReplyEnded) -> ReplyEnded:
     saved in, made here on the reply's thread once the engine has let go:
     the UI thread saves the reply as it ends, and encoding a 300-token
     reply's choices took it 5-6 ms, a third of the reply's end
-    (docs/performance.md, "A reply's end off the UI thread")."""
+    (docs/performance.md, "a reply's token probabilities encoded on its
+    thread")."""
     choices = ended.finished.choices
     if not choices or isinstance(choices, StoredTokenChoices):
         return ended

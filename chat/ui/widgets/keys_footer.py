@@ -69,9 +69,10 @@ class Key(SizedByTheLayout, FooterKey):
         """Drawn dimmed while its action does nothing, as Textual's footer
         draws a disabled key (a click then rings the bell): its place and
         width stay, so only this key is drawn again."""
-        if self._disabled == enabled:
-            self._disabled = not enabled
-            self.set_class(not enabled, "-disabled")
+        disabled = not enabled
+        if self._disabled != disabled:
+            self._disabled = disabled
+            self.set_class(disabled, "-disabled")
 
 
 class KeysFooter(SizedByTheLayout, Footer):

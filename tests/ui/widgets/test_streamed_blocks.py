@@ -141,8 +141,8 @@ async def test_a_delivery_leaves_the_reserves_blank_lines_alone(
 ) -> None:
     """The blank lines a streaming block is laid out with below its text stay
     blank until text fills them: a delivery repaints down to the text's last
-    row, not to the block's bottom. What is on screen after every frame is checked against
-    Textual's own drawing in tests/ui/test_terminal_scroll.py."""
+    row, not to the block's bottom. What is on screen after every frame is
+    checked against Textual's own drawing in tests/ui/test_terminal_scroll.py."""
     from textual.geometry import Region
 
     repaints: list[tuple[int, int]] = []  # (the region's bottom, the block's height)
