@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from rich.style import Style
+from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -65,14 +67,48 @@ class Key(SizedByTheLayout, FooterKey):
     """A key in the footer; its width changes when keys come and go (the
     branch key) without a second layout of the screen."""
 
+    def __init__(
+        self,
+        key: str,
+        key_display: str,
+        description: str,
+        action: str,
+        disabled: bool = False,
+        tooltip: str = "",
+        classes: str = "",
+    ) -> None:
+        # Dimmed as it is drawn (`render`), not by Textual's `-disabled` class.
+        super().__init__(key, key_display, description, action, False, tooltip, classes)
+        self._disabled = disabled
+
+    @property
+    def dimmed(self) -> bool:
+        """Drawn dimmed: its action does nothing now."""
+        return self._disabled
+
     def show_enabled(self, enabled: bool) -> None:
         """Drawn dimmed while its action does nothing, as Textual's footer
         draws a disabled key (a click then rings the bell): its place and
-        width stay, so only this key is drawn again."""
+        width stay, so only this key is drawn again. Not through the
+        `-disabled` class that Textual's footer sets: a class restyles the
+        key (its CSS matched again), twice a reply for each key that a
+        reply's start and end dim or light, most of the 3-6 ms the footer
+        took of a reply's UI thread (docs/performance.md, "The footer dims
+        its keys as it draws them")."""
         disabled = not enabled
         if self._disabled != disabled:
             self._disabled = disabled
-            self.set_class(disabled, "-disabled")
+            self.refresh()
+
+    def render(self) -> Text:
+        text = super().render()
+        if self._disabled:
+            # What the class's `text-style: dim` gives: every cell dimmed.
+            text.stylize(DIMMED)
+        return text
+
+
+DIMMED = Style(dim=True)
 
 
 class KeysFooter(SizedByTheLayout, Footer):

@@ -6,9 +6,12 @@ moves and nothing is composed again."""
 from __future__ import annotations
 
 import pytest
+from rich.style import Style
+from textual.app import App, ComposeResult
+from textual.containers import Horizontal
 from textual.widgets._footer import FooterKey
 
-from chat.ui.widgets.keys_footer import KeysFooter
+from chat.ui.widgets.keys_footer import Key, KeysFooter
 from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine
 from tests.ui.conftest import make_app, ready, send
@@ -22,9 +25,48 @@ def drawn_keys(footer: KeysFooter) -> list[str]:
 
 def dimmed_keys(footer: KeysFooter) -> set[str]:
     """The keys on screen drawn dimmed (their action does nothing now)."""
-    return {
-        key.key for key in footer.query(FooterKey) if key.display and key.has_class("-disabled")
-    }
+    return {key.key for key in footer.query(Key) if key.display and key.dimmed}
+
+
+def drawn(key: FooterKey) -> list[tuple[str, Style | None]]:
+    """The key's cells as drawn: each piece's text and style (without the
+    offsets Textual marks cells with for selecting)."""
+    return [
+        (segment.text, segment.style and segment.style.clear_meta_and_links())
+        for strip in key.render_lines(key.size.region)
+        for segment in strip
+    ]
+
+
+async def test_a_dimmed_key_draws_as_textuals_disabled_key() -> None:
+    """Dimmed as it is drawn, not by Textual's `-disabled` class (which
+    restyles the key at each change): the cells are the same as those of
+    Textual's own footer key, disabled or not, after any number of changes."""
+
+    class Keys(App[None]):
+        def compose(self) -> ComposeResult:
+            with Horizontal():
+                for disabled in (True, False):
+                    yield FooterKey("escape", "esc", "Stop", "stop", disabled=disabled)
+                    yield Key("escape", "esc", "Stop", "stop", disabled=disabled)
+                yield Key("ctrl+r", "^r", "Regen", "regenerate", disabled=False)
+
+    async with Keys().run_test(size=(60, 3)) as pilot:
+        textual_dimmed, dimmed, textual_lit, lit, toggled = pilot.app.query(FooterKey)
+        assert isinstance(dimmed, Key) and isinstance(lit, Key) and isinstance(toggled, Key)
+        assert drawn(dimmed) == drawn(textual_dimmed) != drawn(textual_lit) == drawn(lit)
+        assert not dimmed.has_class("-disabled")
+        for enabled in (False, True, False):
+            toggled.show_enabled(enabled)
+            await pilot.pause()
+            shown = drawn(toggled)
+            dimmed.show_enabled(enabled)
+            lit.show_enabled(enabled)
+            await pilot.pause()
+            expected = drawn(textual_lit if enabled else textual_dimmed)
+            assert drawn(dimmed) == drawn(lit) == expected
+            assert [text for text, _ in shown] == ["^r", " Regen"]
+            assert toggled.dimmed is not enabled
 
 
 @pytest.mark.parametrize("width", [130, 100])
