@@ -12,9 +12,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.content import Content
+from textual.strip import Strip
+from textual.style import Style as VisualStyle
 from textual.timer import Timer
+from textual.visual import Visual
 from textual.widgets import Static
 
 from chat.session.context_window import WindowPlan
@@ -163,34 +168,83 @@ class ContextMeter(Static):
         self._drawn_at = 0.0
         """When the meter was last drawn with a changed state (time.monotonic)."""
         self._segment_styles: dict[str, Style] | None = None
+        self._text = Text("")
+        """What the meter shows (`render`)."""
+        self._line: Strip | None = None
+        """The line drawn from `_text` (`render_line`)."""
+        self._piece_styles: dict[tuple[Style | None, VisualStyle], Style] = {}
+        """The styles Textual draws the meter's pieces in (`_piece_style`)."""
         """The segments' colours, read from the CSS once (each redraw needs them,
         many times a second while a reply streams) and again after a theme change."""
 
     def on_resize(self) -> None:
         if self.state is not None:
-            self.update(self.render_text(), layout=False)
+            self._show_text(self.render_text())
 
     async def on_click(self) -> None:
         await self.run_action("screen.context_help")
 
     def show(self, state: MeterState | None) -> None:
         self.state = state
-        self.update(self.render_text(), layout=False)  # its size never depends on the text
+        self._show_text(self.render_text())
 
     def show_counting(self, whose: str = "the conversation's") -> None:
         """While tokens are counted in the background: a long conversation's, or
         a long message's."""
         self.state = None
-        self.update(Text(f"context: counting {whose} tokens…"), layout=False)
+        self._show_text(Text(f"context: counting {whose} tokens…"))
 
     def _redraw(self) -> None:
         if self._fallback is not None:
             self._fallback.stop()
             self._fallback = None
         self._drawn_at = time.monotonic()
+        self._show_text(self.render_text())
+
+    def _show_text(self, text: Text) -> None:
         # Its size never depends on the text: no layout, which in Textual would
         # arrange every widget on the screen again, 20 times a second.
-        self.update(self.render_text(), layout=False)
+        self._text = text
+        self._line = None
+        self.refresh()
+
+    def render(self) -> Text:
+        return self._text
+
+    def render_line(self, y: int) -> Strip:
+        """The meter's line, drawn from its pieces' styles (`_piece_style`):
+        Textual draws a Static's text through its content pipeline, about
+        0.4 ms for the meter's 20 styled pieces here, at each redraw while a
+        reply streams (docs/performance.md, "The meter draws its own line").
+        The cells are those Textual draws; where they might not be (a
+        selection over the meter, a text wider than the meter, which Textual
+        wraps at a word; no text), Textual draws it."""
+        text = self._text
+        if y or self.text_selection is not None or not 0 < text.cell_len <= self.content_size.width:
+            return super().render_line(y)
+        if self._line is None:
+            base = self.visual_style
+            segments = [
+                Segment(piece.text, self._piece_style(piece.style, base))
+                for piece in text.render(self.app.console)
+                if piece.text
+            ]
+            # Marked with each cell's place, as Textual marks them for selecting.
+            self._line = Strip(segments, text.cell_len).apply_offsets(0, 0)
+        self._dirty_regions.clear()  # Textual's own drawing is not needed
+        return self._line
+
+    def _piece_style(self, style: Style | None, base: VisualStyle) -> Style:
+        """The style Textual draws a piece of the meter's text in (`style`
+        over the widget's own, `base`), worked out once for each."""
+        key = (style, base)
+        drawn = self._piece_styles.get(key)
+        if drawn is None:
+            piece = Content.from_rich_text(Text("x", style=style or ""), self.app.console)
+            (strip,) = Visual.to_strips(self, piece, 1, 1, base)
+            drawn = strip._segments[0].style or Style()
+            drawn = self._piece_styles[key] = drawn.clear_meta_and_links()
+        return drawn
 
     def add_reply_tokens(self, count: int, thinking: int = 0) -> None:
         """The reply grows by `count` tokens (`thinking` of them its thinking's):
@@ -279,6 +333,7 @@ class ContextMeter(Static):
         # The CSS applied again (a new theme): the segments' colours may differ,
         # and the bar is drawn again in them.
         self._segment_styles = None
+        self._piece_styles.clear()
         super().notify_style_update()
         if self.state is not None and self.is_mounted:
             self._change(self.state)

@@ -5,6 +5,10 @@ only a change that no delivery follows."""
 from __future__ import annotations
 
 import pytest
+from rich.segment import Segment
+from rich.style import Style
+from textual.geometry import Region
+from textual.strip import Strip
 
 from chat.ui.widgets.context_meter import ContextMeter, MeterState
 from tests.fakes import ScriptedEngine
@@ -51,3 +55,59 @@ async def test_the_meter_is_drawn_with_deliveries_and_by_a_timer_only_after_a_pa
         deliver(3)  # too soon, and no delivery follows: the timer draws it
         await pilot.pause(2 * REDRAW_S + 0.2)
         assert drawn == [(True, 3), (True, 9), (False, 12)]
+
+
+def cells(strip: Strip) -> list[tuple[str, Style | None, object]]:
+    """Each cell as drawn: its character, its style (without the marks for
+    selecting) and its place as marked for selecting."""
+    return [
+        (character, segment.style and segment.style.clear_meta_and_links(), offset(segment, at))
+        for segment in strip
+        for at, character in enumerate(segment.text)
+    ]
+
+
+def offset(segment: Segment, at: int) -> object:
+    mark = segment.style.meta.get("offset") if segment.style else None
+    return None if mark is None else (mark[0] + at, mark[1])
+
+
+def drawn_by_textual(meter: ContextMeter) -> list[Strip]:
+    """The meter's line as Textual draws a Static's text."""
+    meter._render_content()
+    return meter._render_cache.lines
+
+
+STATES = [
+    MeterState(n_ctx=8192, system=20, history=300, new=15, reply=0, reserved=1024),
+    MeterState(n_ctx=8192, system=20, history=3000, new=15, reply=412, reserved=612, left_out=3),
+    MeterState(n_ctx=4096, system=11, history=120, tools=230, new=9, reply=40, thinking=88),
+    MeterState(n_ctx=8192),
+]
+
+
+@pytest.mark.parametrize("width", [130, 100, 80, 60, 30])
+async def test_the_meters_line_is_what_textual_draws(width: int) -> None:
+    """The meter draws its line itself (cheaper than Textual's text pipeline,
+    at each redraw while a reply streams): each cell is what Textual draws
+    for the same text, in every form the width picks, every segment, the
+    estimate's mark, the bold of messages left out, the counting notice."""
+    app = make_app(ScriptedEngine())
+    async with app.run_test(size=(width, 30)) as pilot:
+        screen = await ready(app, pilot)
+        meter = screen.query_one(ContextMeter)
+        for estimated in (False, True):
+            meter.estimated = estimated
+            for state in STATES:
+                meter.show(state)
+                await pilot.pause()
+                (line,) = meter.render_lines(Region(0, 0, meter.size.width, 1))
+                # Drawn by the meter, not by Textual, where the text fits.
+                fits = meter._text.cell_len <= meter.content_size.width
+                assert (meter._line is not None) == fits
+                (textual_line,) = drawn_by_textual(meter)
+                assert cells(meter.render_line(0)) == cells(textual_line)
+                assert line.text.startswith(" ") and meter.render_line(0).text.strip()
+        meter.show_counting()
+        await pilot.pause()
+        assert cells(meter.render_line(0)) == cells(drawn_by_textual(meter)[0])
