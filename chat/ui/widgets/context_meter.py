@@ -47,7 +47,7 @@ SHORT_LABELS = {
 }
 BAR_WIDTH = 20
 WIDE = 118
-"""Content width from which the long legend is drawn (a 120-column terminal).
+"""Content width from which the long legend is drawn where it fits (a 120-column terminal).
 Narrower, the meter picks the first of its compact forms that fits, so every
 segment keeps its count at 80 columns; F1 shows the long legend whatever the width."""
 
@@ -306,11 +306,15 @@ class ContextMeter(Static):
         if state is None:
             return Text("context: no model loaded")
         width = self.content_size.width
-        if not width or width >= WIDE:
+        if not width:
             return self._long_form(state)
         # Most detail first: the first form that fits is drawn; the last one,
         # cut with "…", only in a window too narrow for any (F1 shows all).
+        # Wider than its room, a form would be wrapped at a word and lose its
+        # end: the long form lost the free count at 120 columns.
+        long_forms = [self._long_form(state), self._long_form(state, gap=" ")]
         forms = [
+            *(long_forms if width >= WIDE else []),
             self._compact_form(state, bar=12, labels=LABELS),
             self._compact_form(state, bar=8, labels=SHORT_LABELS),
             self._compact_form(state, bar=0, labels=SHORT_LABELS),
@@ -345,7 +349,9 @@ class ContextMeter(Static):
             text.append("░" * count if name == "free" else "█" * count, style=styles[name])
         return text
 
-    def _long_form(self, state: MeterState) -> Text:
+    def _long_form(self, state: MeterState, gap: str = "  ") -> Text:
+        """`████░░░░ 53 / 8,192 tokens · 1%   █ system 11  █ earlier 0 …`;
+        `gap`: the space before each segment's █."""
         styles = self._styles()
         text = self._bar(state, BAR_WIDTH)
         share = 100 * state.used / state.n_ctx if state.n_ctx else 0
@@ -353,10 +359,10 @@ class ContextMeter(Static):
         text.append(f" {about}{state.used:,} / {state.n_ctx:,} tokens · {share:.0f}% ")
         for name, size in state.sizes().items():
             # A full block, like the bar: "■" is ambiguous-width in many fonts.
-            text.append("  █ ", style=styles[name])
+            text.append(f"{gap}█ ", style=styles[name])
             text.append(f"{LABELS[name]} {size:,}")
         if state.left_out:
-            text.append(f"  · {state.left_out} messages outside the window", style="bold")
+            text.append(f"{gap}· {state.left_out} messages outside the window", style="bold")
         return text
 
     def _compact_form(self, state: MeterState, *, bar: int, labels: dict[str, str]) -> Text:

@@ -102,12 +102,34 @@ async def test_the_meters_line_is_what_textual_draws(width: int) -> None:
                 meter.show(state)
                 await pilot.pause()
                 (line,) = meter.render_lines(Region(0, 0, meter.size.width, 1))
-                # Drawn by the meter, not by Textual, where the text fits.
-                fits = meter._text.cell_len <= meter.content_size.width
-                assert (meter._line is not None) == fits
+                assert meter._text.cell_len <= meter.content_size.width  # nothing cut
+                assert meter._line is not None  # drawn by the meter, not by Textual
                 (textual_line,) = drawn_by_textual(meter)
                 assert cells(meter.render_line(0)) == cells(textual_line)
                 assert line.text.startswith(" ") and meter.render_line(0).text.strip()
         meter.show_counting()
         await pilot.pause()
         assert cells(meter.render_line(0)) == cells(drawn_by_textual(meter)[0])
+
+
+@pytest.mark.parametrize("width", [120, 130, 160])
+async def test_the_meter_keeps_every_count_where_the_long_form_is_too_wide(width: int) -> None:
+    """From 120 columns the meter draws its long form where it fits, a tighter
+    one next, else a compact form: a form too wide was wrapped at a word,
+    and the free count (and messages left out) went missing at 120 columns."""
+    app = make_app(ScriptedEngine())
+    async with app.run_test(size=(width, 30)) as pilot:
+        screen = await ready(app, pilot)
+        meter = screen.query_one(ContextMeter)
+        for state in STATES[:3]:
+            meter.show(state)
+            await pilot.pause()
+            shown = meter._text.plain
+            assert len(shown) <= meter.content_size.width
+            assert f"free {state.free:,}" in shown
+            if state.left_out:
+                assert f"{state.left_out} messages outside" in shown or "3 left out" in shown
+        meter.show(STATES[0])
+        await pilot.pause()
+        if width >= 130:  # the long form, with the window's share, where it fits
+            assert "tokens · 4%" in meter._text.plain
