@@ -10,6 +10,7 @@ reply | free. Colours come from the theme through component classes.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from rich.segment import Segment
@@ -312,17 +313,18 @@ class ContextMeter(Static):
         # cut with "…", only in a window too narrow for any (F1 shows all).
         # Wider than its room, a form would be wrapped at a word and lose its
         # end: the long form lost the free count at 120 columns.
-        long_forms = [self._long_form(state), self._long_form(state, gap=" ")]
-        forms = [
-            *(long_forms if width >= WIDE else []),
-            self._compact_form(state, bar=12, labels=LABELS),
-            self._compact_form(state, bar=8, labels=SHORT_LABELS),
-            self._compact_form(state, bar=0, labels=SHORT_LABELS),
+        forms: list[Callable[[], Text]] = []
+        if width >= WIDE:
+            forms += [lambda: self._long_form(state), lambda: self._long_form(state, gap=" ")]
+        forms += [
+            lambda: self._compact_form(state, bar=12, labels=LABELS),
+            lambda: self._compact_form(state, bar=8, labels=SHORT_LABELS),
+            lambda: self._compact_form(state, bar=0, labels=SHORT_LABELS),
         ]
-        for form in forms:
+        for make in forms:  # each made only if the ones before do not fit
+            form = make()
             if form.cell_len <= width:
                 return form
-        form = forms[-1]
         form.truncate(width, overflow="ellipsis")
         return form
 
