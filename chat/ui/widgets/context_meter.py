@@ -340,6 +340,7 @@ class ContextMeter(Static):
         # and the bar is drawn again in them.
         self._segment_styles = None
         self._piece_styles.clear()
+        self._line = None  # drawn in the old colours
         super().notify_style_update()
         if self.state is not None and self.is_mounted:
             self._change(self.state)

@@ -109,7 +109,11 @@ async def test_the_meters_line_is_what_textual_draws(width: int) -> None:
                 assert line.text.startswith(" ") and meter.render_line(0).text.strip()
         meter.show_counting()
         await pilot.pause()
-        assert cells(meter.render_line(0)) == cells(drawn_by_textual(meter)[0])
+        counting = cells(meter.render_line(0))
+        assert counting == cells(drawn_by_textual(meter)[0])
+        app.theme = "kvchat-light"  # drawn again in the new theme's colours
+        await pilot.pause()
+        assert cells(meter.render_line(0)) == cells(drawn_by_textual(meter)[0]) != counting
 
 
 @pytest.mark.parametrize("width", [120, 130, 160])
