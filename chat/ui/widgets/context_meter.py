@@ -169,14 +169,14 @@ class ContextMeter(Static):
         self._drawn_at = 0.0
         """When the meter was last drawn with a changed state (time.monotonic)."""
         self._segment_styles: dict[str, Style] | None = None
+        """The segments' colours, read from the CSS once (each redraw needs them,
+        many times a second while a reply streams) and again after a theme change."""
         self._text = Text("")
         """What the meter shows (`render`)."""
         self._line: Strip | None = None
         """The line drawn from `_text` (`render_line`)."""
         self._piece_styles: dict[tuple[Style | None, VisualStyle], Style] = {}
         """The styles Textual draws the meter's pieces in (`_piece_style`)."""
-        """The segments' colours, read from the CSS once (each redraw needs them,
-        many times a second while a reply streams) and again after a theme change."""
 
     def on_resize(self) -> None:
         if self.state is not None:
@@ -215,7 +215,7 @@ class ContextMeter(Static):
     def render_line(self, y: int) -> Strip:
         """The meter's line, drawn from its pieces' styles (`_piece_style`):
         Textual draws a Static's text through its content pipeline, about
-        0.4 ms for the meter's 20 styled pieces here, at each redraw while a
+        0.5 ms for the meter's 20 styled pieces here, at each redraw while a
         reply streams (docs/performance.md, "The meter draws its own line").
         The cells are those Textual draws; where they might not be (a
         selection over the meter, a text wider than the meter, which Textual
@@ -243,8 +243,9 @@ class ContextMeter(Static):
         if drawn is None:
             piece = Content.from_rich_text(Text("x", style=style or ""), self.app.console)
             (strip,) = Visual.to_strips(self, piece, 1, 1, base)
-            drawn = strip._segments[0].style or Style()
-            drawn = self._piece_styles[key] = drawn.clear_meta_and_links()
+            (segment,) = strip
+            drawn = (segment.style or Style()).clear_meta_and_links()
+            self._piece_styles[key] = drawn
         return drawn
 
     def add_reply_tokens(self, count: int, thinking: int = 0) -> None:

@@ -63,6 +63,10 @@ class KeySpec:
         return key if self.palette else key.data_bind(compact=Footer.compact)
 
 
+DIMMED = Style(dim=True)
+"""A key whose action does nothing now: drawn as Textual's `-disabled` class draws it."""
+
+
 class Key(SizedByTheLayout, FooterKey):
     """A key in the footer; its width changes when keys come and go (the
     branch key) without a second layout of the screen."""
@@ -78,7 +82,9 @@ class Key(SizedByTheLayout, FooterKey):
         classes: str = "",
     ) -> None:
         # Dimmed as it is drawn (`render`), not by Textual's `-disabled` class.
-        super().__init__(key, key_display, description, action, False, tooltip, classes)
+        super().__init__(
+            key, key_display, description, action, disabled=False, tooltip=tooltip, classes=classes
+        )
         self._disabled = disabled
 
     @property
@@ -106,9 +112,6 @@ class Key(SizedByTheLayout, FooterKey):
             # What the class's `text-style: dim` gives: every cell dimmed.
             text.stylize(DIMMED)
         return text
-
-
-DIMMED = Style(dim=True)
 
 
 class KeysFooter(SizedByTheLayout, Footer):
