@@ -143,7 +143,7 @@ def machine_rows(engine: LlamaEngine, chosen: ThreadCounts, options: Options) ->
         ),
         _beside_raw_row(at_one, raw_beside, 1),
         _beside_server_row(at_one, server_beside, one),
-        *busy_core_rows(engine, chosen, options, env),
+        *busy_core_rows(engine, chosen, options, env, long_prompt),
         Row(
             "prompt: the app in a pseudo-terminal, kvchat's threads",
             app_prompt,
@@ -197,21 +197,31 @@ taken (a few a second: enough to show the stall)."""
 
 
 def busy_core_rows(
-    engine: LlamaEngine, chosen: ThreadCounts, options: Options, env: dict[str, str]
+    engine: LlamaEngine,
+    chosen: ThreadCounts,
+    options: Options,
+    env: dict[str, str],
+    long_prompt: list[int],
 ) -> list[Row]:
-    """The app's decode while another program keeps a core busy, against the
-    raw loop at the busy machine's count and at kvchat's count, with the same
-    program running: the full team stalls, the app does not stay with it
-    (chat.engine.decode_threads). Only where kvchat names a busy count."""
+    """The app while another program keeps a core busy, against the raw loop
+    at the busy machine's count and at kvchat's count, with the same program
+    running: the full team stalls, the app does not stay with it
+    (chat.engine.decode_threads). Its first reply, the pasted prompt, meets
+    the program at once: its prompt against the raw batch at each count.
+    Only where kvchat names a busy count."""
     if chosen.busy is None:
         return []
     own = engine.info.threads or chosen
     with busy_core():
         stalled = raw_decode_rate_at(engine, chosen.decode, 16 if options.quick else STALLED_TOKENS)
         raw = raw_decode_rate_at(engine, chosen.busy, options.tokens)
+        raw_prompt = raw_prompt_rate(engine, chosen.busy, long_prompt)
+        stalled_prompt = raw_prompt_rate(engine, chosen.decode, long_prompt)
         app = stream_in_terminal(options.model, env, options.tokens)
     engine.use_threads(own)
+    engine.reset()
     share = app.decode_tps / raw
+    prompt_share = app.prompt_tps / raw_prompt
     return [
         Row(
             f"decode, a core taken by another program: the app / the raw loop at {chosen.busy}",
@@ -222,7 +232,19 @@ def busy_core_rows(
             f"app {app.decode_tps:.1f} tok/s ({chosen.decode_text()}), raw loop "
             f"{raw:.1f} tok/s at {chosen.busy} thread{'s' * (chosen.busy > 1)} and "
             f"{stalled:.1f} at {chosen.decode}; a busy program running meanwhile",
-        )
+        ),
+        Row(
+            "prompt, a core taken by another program: the app's first reply / the raw batch "
+            f"at {chosen.busy}",
+            prompt_share,
+            "x",
+            ">= 0.8",
+            prompt_share >= 0.8,
+            f"app {app.prompt_tps:.0f} tok/s to its first token, {len(long_prompt)} tokens "
+            f"pasted; raw batch {raw_prompt:.0f} tok/s at {chosen.busy} "
+            f"thread{'s' * (chosen.busy > 1)} and {stalled_prompt:.0f} at {chosen.decode}; "
+            "the reply starts a thread fewer when the kernel says another program runs",
+        ),
     ]
 
 

@@ -18,6 +18,14 @@ while, waiting twice as long after each try it loses (the busy program may
 run for minutes), up to a limit, and at the first window of a reply that
 starts well after the last try. A reply's tokens are the same whichever
 count decodes them: each thread computes whole rows of a matrix.
+
+Timings find a busy machine only once its tokens stall, and a reply's prompt
+is evaluated before any token: the reply that first met another program
+evaluated its prompt with a stalled team (seconds, in the app), and each try
+of `wide` while the program ran stalled a token. So the chooser also asks the
+kernel what runs on the cores (`others`, chat.engine.machine_load): as a
+reply starts (`reply_started`), and before trying `wide` again, which waits
+while other programs still run.
 """
 
 from __future__ import annotations
@@ -51,12 +59,20 @@ class DecodeThreads:
         narrow: int,
         set_threads: Callable[[int], None],
         clock: Callable[[], float] = time.perf_counter,
+        others: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.wide = wide
         self.narrow = narrow
         self.current = wide
         self._set_threads = set_threads
         self._clock = clock
+        self._others = others
+        """Other programs' threads on the cores now (chat.engine.machine_load;
+        None: not known)."""
+        self._hinted = False
+        """The window on trial began a thread fewer because other programs ran."""
+        self._first_look: int | None = None
+        """Other programs' threads on the cores as the coming reply was asked for."""
         self._rates: dict[int, float] = {}
         """The latest window's rate at each count (tokens a second)."""
         self._on_trial = False
@@ -75,10 +91,31 @@ class DecodeThreads:
         """The latest window's rate at each count measured (tokens a second)."""
         return dict(self._rates)
 
+    def reply_coming(self) -> None:
+        """A reply was asked for: the first look at the cores (`reply_started`
+        takes the second, once its prompt is ready)."""
+        self._first_look = self._others()
+
     def reply_started(self) -> None:
-        """Time between replies is not decoding: the window starts again."""
+        """Time between replies is not decoding: the window starts again.
+        Called before the reply's prompt is evaluated (its batches follow the
+        count). Other programs running on the cores in both looks
+        (`reply_coming`, now) and the full team in use: the reply starts a
+        thread fewer, its prompt included, instead of a stalled team finding
+        out, and stays there if they still run when its first window ends.
+        None running and a thread fewer in use: the full team is tried at
+        once. Two looks, since one is an instant: a terminal drawing the
+        message just sent, say, runs for a moment."""
         self._window_began = None
-        if self.current == self.narrow and self._clock() - self._tried_at > TRY_AFTER_PAUSE_S:
+        first, self._first_look = self._first_look, None
+        now = self._others()
+        others = None if first is None or now is None else min(first, now)
+        if others and self.current == self.wide:
+            self._try(self.narrow)
+            self._hinted = True
+        elif others == 0 and self.current == self.narrow:
+            self._try(self.wide)
+        elif self.current == self.narrow and self._clock() - self._tried_at > TRY_AFTER_PAUSE_S:
             self._at_narrow = self._try_after
 
     def token_decoded(self) -> None:
@@ -115,7 +152,12 @@ class DecodeThreads:
         if self._on_trial:
             self._on_trial = False
             other_rate = self._rates.get(other)
-            winner = count if other_rate is None or rate >= other_rate else other
+            # Started a thread fewer because other programs ran: one look is
+            # an instant, so a second says whether they go on (the full
+            # team's rate, from before they started, says nothing of now).
+            still_busy = self._hinted and bool(self._others())
+            self._hinted = False
+            winner = count if still_busy or other_rate is None or rate >= other_rate else other
             if winner == self.wide:
                 self._try_after = FIRST_TRY_AFTER
             elif count == self.wide:  # a try of `wide` lost: wait longer next time
@@ -129,7 +171,12 @@ class DecodeThreads:
         else:
             self._at_narrow += WINDOW_TOKENS
             if self._at_narrow >= self._try_after:
-                self._try(self.wide)
+                if self._others():
+                    # The kernel says other programs still run: trying the
+                    # full team would only stall a token to find that out.
+                    self._at_narrow = 0
+                else:
+                    self._try(self.wide)
 
     def _try(self, count: int) -> None:
         self._on_trial = True

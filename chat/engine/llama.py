@@ -37,6 +37,7 @@ from chat.engine.decode_threads import DecodeThreads
 from chat.engine.kv_cache import copy_sequence, identity_of, load_sequence
 from chat.engine.kv_state import KvState, StateIdentity, common_prefix
 from chat.engine.llama_log import route_llama_log
+from chat.engine.machine_load import others_running
 from chat.engine.protocol import (
     ChatMessages,
     EngineEvent,
@@ -340,6 +341,8 @@ class LlamaEngine:
         started = time.perf_counter()
         self._acquire_for_reply()
         try:
+            if self._decode_threads is not None:
+                self._decode_threads.reply_coming()
             # Only the holder of the lock uses the piece tokenizer.
             prompt = self.chat_prompt.tokens(
                 messages,
@@ -499,6 +502,10 @@ class LlamaEngine:
         # thread calibration's last) would be counted as this reply's.
         llama_cpp.llama_synchronize(llm.ctx)
         llama_cpp.llama_perf_context_reset(llm.ctx)
+        threads = self._decode_threads
+        if threads is not None:
+            # Before the prompt: its batches use the count the reply starts with.
+            threads.reply_started()
         start, end = self._prompt_span(prompt, exact)
         if start < end:
             self._start_batch(start, end)
@@ -514,9 +521,6 @@ class LlamaEngine:
         first_token_at: float | None = None
         evaluated = 0
         generated = 0
-        threads = self._decode_threads
-        if threads is not None:
-            threads.reply_started()
         finish: FinishReason = "done"
         # A reasoning model's markers may be special tokens (Qwen3's `<think>`),
         # and so may a call's (`<tool_call>`): their text is kept so that the
@@ -911,7 +915,9 @@ class LlamaEngine:
             self._decode_threads = (
                 None
                 if counts.busy is None or counts.busy == counts.decode
-                else DecodeThreads(counts.decode, counts.busy, self._set_decode_threads)
+                else DecodeThreads(
+                    counts.decode, counts.busy, self._set_decode_threads, others=others_running
+                )
             )
         self.info = replace(self.info, threads=counts)
 

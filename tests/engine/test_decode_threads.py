@@ -31,6 +31,13 @@ class Machine:
         self.rates = rates
         self.now = 0.0
         self.used: list[int] = []
+        self.others: int | None = None
+        """Other programs' threads on the cores, as the kernel would say."""
+
+    def start_reply(self, threads: DecodeThreads) -> None:
+        """A reply asked for, its prompt made: the engine's two calls."""
+        threads.reply_coming()
+        threads.reply_started()
 
     def decode(self, threads: DecodeThreads, tokens: int) -> None:
         for _ in range(tokens):
@@ -41,9 +48,19 @@ class Machine:
 
 def governed(machine: Machine) -> DecodeThreads:
     set_to: list[int] = []
-    threads = DecodeThreads(2, 1, set_to.append, clock=lambda: machine.now)
-    threads.reply_started()
+    threads = DecodeThreads(
+        2, 1, set_to.append, clock=lambda: machine.now, others=lambda: machine.others
+    )
+    machine.start_reply(threads)
     return threads
+
+
+def settled() -> tuple[Machine, DecodeThreads]:
+    """A free machine whose chooser settled on the full team (100 tokens)."""
+    machine = Machine({2: 80.0, 1: 50.0})
+    threads = governed(machine)
+    machine.decode(threads, 100)
+    return machine, threads
 
 
 def test_a_free_machine_decodes_with_the_full_team_after_one_window_of_reference() -> None:
@@ -57,9 +74,7 @@ def test_a_free_machine_decodes_with_the_full_team_after_one_window_of_reference
 
 
 def test_a_stalled_team_is_left_after_one_token_and_tried_again_less_and_less_often() -> None:
-    machine = Machine({2: 80.0, 1: 50.0})
-    threads = governed(machine)
-    machine.decode(threads, 100)
+    machine, threads = settled()
     machine.rates[2] = 4.0  # another program takes a core: the team stalls
     before = len(machine.used)
     machine.decode(threads, 3000)
@@ -98,7 +113,7 @@ def test_a_reply_after_a_pause_tries_the_full_team_at_once() -> None:
     assert threads.current == 1
     machine.rates[2] = 80.0  # the busy program ended while the user read
     machine.now += 45.0
-    threads.reply_started()
+    machine.start_reply(threads)
     machine.decode(threads, 1 + 3 * WINDOW_TOKENS)
     assert threads.current == 2
     # Not after a short pause: the wait goes on.
@@ -107,7 +122,7 @@ def test_a_reply_after_a_pause_tries_the_full_team_at_once() -> None:
     assert threads.current == 1
     machine.rates[2] = 80.0
     machine.now += 5.0
-    threads.reply_started()
+    machine.start_reply(threads)
     machine.decode(threads, 1 + 3 * WINDOW_TOKENS)
     assert threads.current == 1
 
@@ -126,15 +141,84 @@ def test_where_a_thread_fewer_is_faster_it_stays_and_a_noisy_window_costs_one_tr
 
 
 def test_the_time_between_replies_is_not_counted() -> None:
-    machine = Machine({2: 80.0, 1: 50.0})
-    threads = governed(machine)
-    machine.decode(threads, 100)
+    machine, threads = settled()
     for _ in range(5):  # the user reads and writes for a minute each time
         machine.now += 60.0
-        threads.reply_started()
+        machine.start_reply(threads)
         machine.decode(threads, 50)
     assert threads.current == 2
     assert machine.used[100:].count(1) == 0
+
+
+def test_a_reply_that_finds_another_program_running_starts_a_thread_fewer() -> None:
+    machine, threads = settled()
+    assert threads.current == 2
+    machine.rates[2] = 4.0  # another program took a core while the user read
+    machine.others = 1
+    machine.start_reply(threads)
+    assert threads.current == 1  # before the prompt: its batches leave the core too
+    before = len(machine.used)
+    machine.decode(threads, 4 * FIRST_TRY_AFTER)
+    assert 2 not in machine.used[before:], "no stalled token while it runs"
+    machine.others = 0  # it ended: the full team is tried when due, and wins
+    machine.rates[2] = 80.0
+    machine.decode(threads, FIRST_TRY_AFTER + 3 * WINDOW_TOKENS)
+    assert threads.current == 2
+
+
+def test_a_program_seen_at_the_start_but_gone_after_the_first_window_costs_one_window() -> None:
+    machine, threads = settled()
+    machine.others = 1  # a program that runs now and then, caught running
+    machine.start_reply(threads)
+    machine.others = 0
+    before = len(machine.used)
+    machine.decode(threads, 200)
+    assert machine.used[before:].count(1) == 1 + WINDOW_TOKENS  # the first token opens it
+    assert threads.current == 2
+
+
+def test_a_program_seen_in_one_look_of_the_two_changes_nothing() -> None:
+    machine, threads = settled()
+    for first, second in ((1, 0), (0, 1), (1, None), (None, 1)):
+        machine.others = first  # e.g. the terminal drawing the message just sent
+        threads.reply_coming()
+        machine.others = second
+        threads.reply_started()
+        assert threads.current == 2
+
+
+def test_a_reply_that_finds_the_machine_free_again_starts_with_the_full_team_on_trial() -> None:
+    machine, threads = settled()
+    machine.rates[2] = 4.0  # found by the timings alone
+    machine.decode(threads, 200)
+    assert threads.current == 1
+    machine.rates[2] = 80.0  # the program ended a few seconds ago
+    machine.others = 0
+    machine.now += 5.0
+    machine.start_reply(threads)
+    assert threads.current == 2
+    machine.decode(threads, 1 + 3 * WINDOW_TOKENS)
+    assert threads.current == 2
+    # Busy after all (it was between two runs): a stalled token, then back.
+    machine.rates[2] = 4.0
+    machine.decode(threads, 40)
+    machine.now += 5.0
+    machine.start_reply(threads)
+    before = len(machine.used)
+    machine.decode(threads, 1 + 3 * WINDOW_TOKENS)
+    assert threads.current == 1
+    assert machine.used[before:].count(2) <= 2
+
+
+def test_where_the_kernel_says_nothing_the_timings_alone_decide() -> None:
+    machine, threads = settled()
+    machine.start_reply(threads)  # no counters (not Linux)
+    assert threads.current == 2
+    machine.rates[2] = 4.0
+    machine.decode(threads, 40)
+    assert threads.current == 1
+    machine.start_reply(threads)
+    assert threads.current == 1
 
 
 def test_counts_say_the_busy_count_in_the_status_bar() -> None:
@@ -190,6 +274,32 @@ def test_the_real_engine_leaves_the_full_team_when_a_core_is_taken(
     assert llama_cpp.llama_n_threads_batch(context) == 1
     # The same tokens whichever count decoded them.
     assert busy.token_ids == free.token_ids
+
+
+@pytest.mark.skipif(usable_cores() != 2, reason="the busy program takes one of exactly two cores")
+def test_the_real_engine_starts_a_reply_a_thread_fewer_when_another_program_was_busy(
+    llama_engine: LlamaEngine,
+) -> None:
+    """The kernel says another program runs on a core as a reply starts: its
+    prompt and tokens leave that core from the start, with no stalled window;
+    once it ends, the next reply starts with both."""
+    llama_engine.use_threads(ThreadCounts(2, 2, busy=1, busy_batch=1))
+    context = llama_engine.llama.ctx
+    free = reply(llama_engine, seed=5)
+    choice = llama_engine.thread_choice
+    assert choice is not None
+    if choice.rates[2] <= choice.rates[1]:
+        pytest.skip("a thread fewer is as fast on this machine: nothing to leave")
+    free_rate = choice.rates[2]
+    with busy_core():
+        busy = reply(llama_engine, seed=5)
+        assert choice.rates[2] == free_rate, "no window of the full team was timed"
+        assert llama_engine.decode_threads == 1
+        assert llama_cpp.llama_n_threads_batch(context) == 1
+    again = reply(llama_engine, seed=5)
+    assert choice.rates[2] != free_rate, "the full team was tried at once"
+    assert llama_engine.decode_threads == 2
+    assert busy.token_ids == free.token_ids == again.token_ids
 
 
 def test_the_real_engine_gives_the_same_tokens_at_either_count(

@@ -1,0 +1,52 @@
+"""Other programs running on the cores now, from the kernel's run queues
+(chat.engine.machine_load)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from chat.engine.machine_load import others_running
+
+
+def proc(tmp_path: Path, running: int, own_states: str) -> Path:
+    """A /proc with `running` threads in the machine's run queues, and this
+    process's threads in `own_states` (one state letter each)."""
+    (tmp_path / "loadavg").write_text(f"0.52 0.40 0.31 {running}/412 9876\n")
+    for tid, state in enumerate(own_states, start=100):
+        task = tmp_path / "self" / "task" / str(tid)
+        task.mkdir(parents=True)
+        # A name with spaces and parentheses, as a thread may be given one.
+        (task / "stat").write_text(f"{tid} (kv (chat) x) {state} 1 2 3 4 5\n")
+    return tmp_path
+
+
+def test_others_are_the_running_threads_that_are_not_this_processes(tmp_path: Path) -> None:
+    assert others_running(proc(tmp_path, running=3, own_states="RSSR")) == 1
+
+
+def test_this_process_alone_is_nobody_else(tmp_path: Path) -> None:
+    assert others_running(proc(tmp_path, running=1, own_states="RSS")) == 0
+
+
+def test_without_the_kernels_counts_nothing_is_known(tmp_path: Path) -> None:
+    assert others_running(tmp_path) is None
+    (tmp_path / "loadavg").write_text("garbled\n")
+    (tmp_path / "self" / "task").mkdir(parents=True)
+    assert others_running(tmp_path) is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's run queues")
+def test_a_busy_program_is_seen_and_this_process_is_not() -> None:
+    program = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        seen = [others_running() for _ in range(20)]
+    finally:
+        program.kill()
+        program.wait()
+    assert all(count is not None and count >= 1 for count in seen)
