@@ -23,9 +23,10 @@ Timings find a busy machine only once its tokens stall, and a reply's prompt
 is evaluated before any token: the reply that first met another program
 evaluated its prompt with a stalled team (seconds, in the app), and each try
 of `wide` while the program ran stalled a token. So the chooser also asks the
-kernel what runs on the cores (`others`, chat.engine.machine_load): as a
-reply starts (`reply_started`), and before trying `wide` again, which waits
-while other programs still run.
+kernel what runs on the cores (`others`, chat.engine.machine_load): before
+prompt batches are evaluated (`look`, `before_batches`: a reply's, a
+prefill's), and before trying `wide` again, which waits while other programs
+still run.
 """
 
 from __future__ import annotations
@@ -91,31 +92,32 @@ class DecodeThreads:
         """The latest window's rate at each count measured (tokens a second)."""
         return dict(self._rates)
 
-    def reply_coming(self) -> None:
-        """A reply was asked for: the first look at the cores (`reply_started`
-        takes the second, once its prompt is ready)."""
+    def look(self) -> None:
+        """Work is coming (a reply asked for, a prefill while the user pauses):
+        the first look at the cores, `before_batches` takes the second."""
         self._first_look = self._others()
 
-    def reply_started(self) -> None:
-        """Time between replies is not decoding: the window starts again.
-        Called before the reply's prompt is evaluated (its batches follow the
-        count). Other programs running on the cores in both looks
-        (`reply_coming`, now) and the full team in use: the reply starts a
-        thread fewer, its prompt included, instead of a stalled team finding
-        out, and stays there if they still run when its first window ends.
-        None running and a thread fewer in use: the full team is tried at
-        once. Two looks, since one is an instant: a terminal drawing the
-        message just sent, say, runs for a moment."""
-        self._window_began = None
+    def before_batches(self) -> None:
+        """Prompt batches are about to be evaluated, with the count that goes
+        with the current one. Other programs running on the cores in both
+        looks (`look`, now) and the full team in use: a thread fewer from
+        here, on trial, instead of a stalled team finding out; it stays if
+        they still run when the next reply's first window ends. None running
+        and a thread fewer in use: the full team, on trial. Two looks, since
+        one is an instant: a terminal drawing the message just sent, say,
+        runs for a moment."""
         first, self._first_look = self._first_look, None
         now = self._others()
         others = None if first is None or now is None else min(first, now)
         if others and self.current == self.wide:
-            self._try(self.narrow)
-            self._hinted = True
+            self._try(self.narrow, hinted=True)
         elif others == 0 and self.current == self.narrow:
             self._try(self.wide)
-        elif self.current == self.narrow and self._clock() - self._tried_at > TRY_AFTER_PAUSE_S:
+
+    def reply_started(self) -> None:
+        """Time between replies is not decoding: the window starts again."""
+        self._window_began = None
+        if self.current == self.narrow and self._clock() - self._tried_at > TRY_AFTER_PAUSE_S:
             self._at_narrow = self._try_after
 
     def token_decoded(self) -> None:
@@ -178,8 +180,9 @@ class DecodeThreads:
                 else:
                     self._try(self.wide)
 
-    def _try(self, count: int) -> None:
+    def _try(self, count: int, hinted: bool = False) -> None:
         self._on_trial = True
+        self._hinted = hinted
         self._use(count)
 
     def _use(self, count: int) -> None:

@@ -342,7 +342,7 @@ class LlamaEngine:
         self._acquire_for_reply()
         try:
             if self._decode_threads is not None:
-                self._decode_threads.reply_coming()
+                self._decode_threads.look()
             # Only the holder of the lock uses the piece tokenizer.
             prompt = self.chat_prompt.tokens(
                 messages,
@@ -448,6 +448,8 @@ class LlamaEngine:
             yield False
             return
         self._prefilling = True
+        if self._decode_threads is not None:
+            self._decode_threads.look()
         try:
             yield True
         finally:
@@ -467,6 +469,8 @@ class LlamaEngine:
         """Evaluate `tokens[start:end]` into the KV cache one batch at a time
         (`_chunks`), ahead of time; stops between batches when `stop()` says
         so (what was evaluated stays). Returns whether all of it was."""
+        if self._decode_threads is not None:
+            self._decode_threads.before_batches()  # after `look` (`_ahead_of_time`)
         self._start_batch(start, end)
         for first, last in self._chunks(start, end, most):
             if stop():
@@ -505,6 +509,7 @@ class LlamaEngine:
         threads = self._decode_threads
         if threads is not None:
             # Before the prompt: its batches use the count the reply starts with.
+            threads.before_batches()
             threads.reply_started()
         start, end = self._prompt_span(prompt, exact)
         if start < end:

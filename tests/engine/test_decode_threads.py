@@ -35,8 +35,9 @@ class Machine:
         """Other programs' threads on the cores, as the kernel would say."""
 
     def start_reply(self, threads: DecodeThreads) -> None:
-        """A reply asked for, its prompt made: the engine's two calls."""
-        threads.reply_coming()
+        """A reply asked for, its prompt made: the engine's calls."""
+        threads.look()
+        threads.before_batches()
         threads.reply_started()
 
     def decode(self, threads: DecodeThreads, tokens: int) -> None:
@@ -181,9 +182,9 @@ def test_a_program_seen_in_one_look_of_the_two_changes_nothing() -> None:
     machine, threads = settled()
     for first, second in ((1, 0), (0, 1), (1, None), (None, 1)):
         machine.others = first  # e.g. the terminal drawing the message just sent
-        threads.reply_coming()
+        threads.look()
         machine.others = second
-        threads.reply_started()
+        threads.before_batches()
         assert threads.current == 2
 
 
@@ -280,9 +281,9 @@ def test_the_real_engine_leaves_the_full_team_when_a_core_is_taken(
 def test_the_real_engine_starts_a_reply_a_thread_fewer_when_another_program_was_busy(
     llama_engine: LlamaEngine,
 ) -> None:
-    """The kernel says another program runs on a core as a reply starts: its
-    prompt and tokens leave that core from the start, with no stalled window;
-    once it ends, the next reply starts with both."""
+    """The kernel says another program runs on a core: a prefill and the next
+    reply's prompt and tokens leave that core from the start, with no stalled
+    window; once it ends, the next reply starts with both."""
     llama_engine.use_threads(ThreadCounts(2, 2, busy=1, busy_batch=1))
     context = llama_engine.llama.ctx
     free = reply(llama_engine, seed=5)
@@ -292,6 +293,10 @@ def test_the_real_engine_starts_a_reply_a_thread_fewer_when_another_program_was_
         pytest.skip("a thread fewer is as fast on this machine: nothing to leave")
     free_rate = choice.rates[2]
     with busy_core():
+        # The user pauses over a message: it is evaluated ahead, a thread fewer.
+        assert llama_engine.prefill([{"role": "user", "content": "A story about the sea."}])
+        assert llama_engine.decode_threads == 1
+        assert llama_cpp.llama_n_threads_batch(context) == 1
         busy = reply(llama_engine, seed=5)
         assert choice.rates[2] == free_rate, "no window of the full team was timed"
         assert llama_engine.decode_threads == 1
