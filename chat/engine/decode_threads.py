@@ -73,7 +73,7 @@ class DecodeThreads:
         self._hinted = False
         """The window on trial began a thread fewer because other programs ran."""
         self._first_look: int | None = None
-        """Other programs' threads on the cores as the coming reply was asked for."""
+        """Other programs' threads on the cores as the coming work was asked for."""
         self._rates: dict[int, float] = {}
         """The latest window's rate at each count (tokens a second)."""
         self._on_trial = False
