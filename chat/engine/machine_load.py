@@ -7,15 +7,15 @@ first met another program evaluated its prompt with a stalled team: on a
 2-core machine with one core taken, a 20-token prompt took 0.26-0.66 s to its
 first token with two threads against 0.12-0.13 with one, a 200-token paste
 1.6-1.9 s against 1.1, and in the app itself, its UI drawing meanwhile, 5 s
-(docs/performance.md, "The kernel says what runs on the cores"). The kernel knows already:
-`/proc/loadavg` counts the threads running or waiting for a core, and
-`/proc/self/task` says which of them are this process's.
+(docs/performance.md, "The kernel says what runs on the cores"). The kernel
+knows already: `/proc/loadavg` counts the threads running or waiting for a
+core, and `/proc/self/task` says which of them are this process's.
 
 A look is one instant, so a program that runs now and then may be seen or
 missed: the chooser looks twice before prompt batches (a reply's, a
 prefill's), again after the first window, and its timings decide from there
-on. Where the files do not exist
-(not Linux), nothing is known and the timings alone decide."""
+on. Where the files do not exist (not Linux), nothing is known and the
+timings alone decide."""
 
 from __future__ import annotations
 

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from chat.bench.workload import busy_core
 from chat.engine.machine_load import others_running
 
 
@@ -42,11 +41,6 @@ def test_without_the_kernels_counts_nothing_is_known(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's run queues")
 def test_a_busy_program_is_seen_and_this_process_is_not() -> None:
-    program = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        time.sleep(0.3)
+    with busy_core():
         seen = [others_running() for _ in range(20)]
-    finally:
-        program.kill()
-        program.wait()
     assert all(count is not None and count >= 1 for count in seen)
