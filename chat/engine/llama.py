@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import random
 import threading
 import time
@@ -37,7 +38,7 @@ from chat.engine.decode_threads import DecodeThreads
 from chat.engine.kv_cache import copy_sequence, identity_of, load_sequence
 from chat.engine.kv_state import KvState, StateIdentity, common_prefix
 from chat.engine.llama_log import route_llama_log
-from chat.engine.machine_load import others_running
+from chat.engine.machine_load import others_in_the_way
 from chat.engine.protocol import (
     ChatMessages,
     EngineEvent,
@@ -921,7 +922,10 @@ class LlamaEngine:
                 None
                 if counts.busy is None or counts.busy == counts.decode
                 else DecodeThreads(
-                    counts.decode, counts.busy, self._set_decode_threads, others=others_running
+                    counts.decode,
+                    counts.busy,
+                    self._set_decode_threads,
+                    others=functools.partial(others_in_the_way, counts.decode),
                 )
             )
         self.info = replace(self.info, threads=counts)

@@ -15,12 +15,32 @@ A look is one instant, so a program that runs now and then may be seen or
 missed: the chooser looks twice before prompt batches (a reply's, a
 prefill's), again after the first window, and its timings decide from there
 on. Where the files do not exist (not Linux), nothing is known and the
-timings alone decide."""
+timings alone decide.
+
+The run queues are the whole kernel's: in a container, the host's, with its
+every core. So other programs count only past the cores a team of decode
+threads leaves free (`others_in_the_way`): on a 2-core machine decoding with
+two, any; in a container given 2 of a 64-core host's cores, only a host so
+busy that no core is left over, and otherwise the timings decide, as where
+there is no /proc."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+
+def others_in_the_way(
+    team: int, proc: Path = Path("/proc"), cores: int | None = None
+) -> int | None:
+    """Other programs' threads beyond the cores that a team of `team` decode
+    threads leaves free of the machine's `cores` (all the kernel runs, by
+    default; None where not known)."""
+    others = others_running(proc)
+    cores = cores or os.cpu_count()
+    if others is None or cores is None:
+        return None
+    return max(0, others - max(0, cores - team))
 
 
 def others_running(proc: Path = Path("/proc")) -> int | None:
