@@ -108,6 +108,12 @@ def log_file() -> Path:
     return state_dir() / "llama.log"
 
 
+def stray_errors_file() -> Path:
+    """Errors Python would print on the terminal, outside what kvchat handles
+    (chat.runtime.stray_errors)."""
+    return state_dir() / "errors.log"
+
+
 def folder_problem(folder: Path, error: OSError) -> str:
     """Why writing in `folder` failed, in words that name the folder and the
     cause ("the disk holding /x is full"), for messages about any of kvchat's

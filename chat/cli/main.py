@@ -495,6 +495,11 @@ def _run_app(args: argparse.Namespace, resolved: ResolvedSettings, problems: lis
     gc.disable()
     # Imported late: `chat -p` and `--list-models` need no Textual.
     from chat.runtime.background import threads_ended
+    from chat.runtime.stray_errors import keep_stray_errors_off_screen
+
+    # A finalizer's or a thread's uncaught error (a server's pipe collected
+    # after the event loop closed) would print its traceback on the terminal.
+    keep_stray_errors_off_screen(paths.stray_errors_file())
     from chat.ui.app import ChatApp, Launch
 
     # Saving from the settings pane keeps a file that had problems as config.toml.bak.
