@@ -27,8 +27,11 @@ def keep_stray_errors_off_screen(log: Path) -> None:
     """From now on, write finalizers' and threads' uncaught errors to `log`."""
 
     def unraisable(info: sys.UnraisableHookArgs) -> None:
-        where = f"Exception ignored in: {info.object!r}" if info.object is not None else ""
-        _write(log, info.err_msg or where, info.exc_type, info.exc_value, info.exc_traceback)
+        # As Python's own hook words it: "<err_msg>: <object>".
+        what = info.err_msg or "Exception ignored in"
+        if info.object is not None:
+            what = f"{what}: {_described(info.object)}"
+        _write(log, what, info.exc_type, info.exc_value, info.exc_traceback)
 
     def thread_error(args: threading.ExceptHookArgs) -> None:
         if args.exc_type is SystemExit:
@@ -38,6 +41,14 @@ def keep_stray_errors_off_screen(log: Path) -> None:
 
     sys.unraisablehook = unraisable
     threading.excepthook = thread_error
+
+
+def _described(thing: object) -> str:
+    """`repr(thing)`, or its type's name where its repr fails too."""
+    try:
+        return repr(thing)
+    except Exception:  # a broken __repr__ of the object being finalized
+        return f"<{type(thing).__name__} object>"
 
 
 def _write(

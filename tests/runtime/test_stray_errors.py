@@ -45,6 +45,7 @@ def test_a_finalizers_and_a_threads_errors_go_to_the_log_not_the_terminal(
     assert ran.stderr == ""
     written = log.read_text()
     assert "RuntimeError: a finalizer failed" in written
+    assert "Exception ignored in: <function Finalizer.__del__" in written
     assert "In kvchat-sample:" in written and "ZeroDivisionError" in written
 
 
@@ -68,3 +69,11 @@ def test_a_log_that_cannot_be_written_is_dropped_quietly(tmp_path: Path) -> None
     in_the_way.write_text("")
     error = ValueError("lost")
     stray_errors._write(in_the_way / "errors.log", "In a thread:", ValueError, error, None)
+
+
+def test_an_object_whose_repr_fails_is_named_by_its_type() -> None:
+    class Broken:
+        def __repr__(self) -> str:
+            raise ValueError("no repr")
+
+    assert stray_errors._described(Broken()) == "<Broken object>"
