@@ -11,6 +11,8 @@ A crash of the app itself is not one of these: it stops the app and says so
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 import threading
 import time
@@ -59,13 +61,21 @@ def _write(
     trace: TracebackType | None,
 ) -> None:
     """Append one error to the log; if that fails (a full disk, a read-only
-    folder) it is dropped: never the terminal, and never an error of its own."""
+    folder, a log that is no regular file) it is dropped: never the terminal,
+    and never an error of its own. Opened without blocking: a FIFO in the
+    log's place would otherwise hold the app (at its exit too) until a
+    reader came; it is refused like any file that is not regular."""
     text = "".join(traceback.format_exception(kind, error, trace))
     entry = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {what}\n{text}\n"
     try:
         log.parent.mkdir(parents=True, exist_ok=True)
-        too_big = log.exists() and log.stat().st_size > LOG_LIMIT_BYTES
-        with log.open("w" if too_big else "a", encoding="utf-8") as file:
+        descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o600)
+        with open(descriptor, "a", encoding="utf-8") as file:
+            state = os.fstat(descriptor)
+            if not stat.S_ISREG(state.st_mode):
+                return
+            if state.st_size > LOG_LIMIT_BYTES:
+                os.ftruncate(descriptor, 0)
             file.write(entry)
     except Exception:  # the hook itself must never raise
         pass

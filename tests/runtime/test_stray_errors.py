@@ -3,6 +3,8 @@ a log file instead (chat.runtime.stray_errors)."""
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
 import textwrap
@@ -77,3 +79,13 @@ def test_an_object_whose_repr_fails_is_named_by_its_type() -> None:
             raise ValueError("no repr")
 
     assert stray_errors._described(Broken()) == "<Broken object>"
+
+
+def test_a_fifo_in_the_logs_place_is_refused_without_waiting(tmp_path: Path) -> None:
+    """No reader on the FIFO: opening it to write would block, and with a
+    reader the lines would go to whoever reads; neither happens."""
+    fifo = tmp_path / "errors.log"
+    os.mkfifo(fifo)
+    error = ValueError("lost")
+    stray_errors._write(fifo, "In a thread:", ValueError, error, None)
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
