@@ -37,6 +37,7 @@ from chat import paths
 from chat.conversations.store import Store
 from chat.errors import KvchatError
 from chat.models.files import ModelCandidate, how_to_get_a_model
+from chat.runtime.background import start_thread
 from chat.runtime.model_loader import (
     EngineFactory,
     ModelFailed,
@@ -62,6 +63,7 @@ from chat.tools.permissions import Permissions
 from chat.tools.permissions import default_file as default_permissions_file
 from chat.tools.status import ServerState as ToolServerState
 from chat.tools.status import ServerStatus as ToolServerStatus
+from chat.ui.code_highlighting import warm_up as warm_up_highlighting
 from chat.ui.commands import ThemeCommands
 from chat.ui.crash_report import crash_notice, write_crash_report
 from chat.ui.database_flow import DatabaseFlow
@@ -378,6 +380,7 @@ class ChatApp(App[None]):
 
     async def _start(self) -> None:
         self.tool_servers.start()  # in the background: nothing here waits for one
+        start_thread("highlighting", warm_up_highlighting)  # before a reply needs it
         try:
             await self._open_database_and_model()
         finally:

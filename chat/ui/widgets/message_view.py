@@ -24,6 +24,7 @@ from textual.widgets import Static
 
 from chat.conversations.conversation import STATE_NOTES, Message, ReplyStats
 from chat.sanitize import sanitize
+from chat.ui.code_highlighting import block_language
 from chat.ui.widgets.code_lines import grown, key, with_new_lines_highlighted
 from chat.ui.widgets.fence_growth import grown_fence
 from chat.ui.widgets.growing_wrap import GrowingWrap, Row, RowKey, appended_to
@@ -535,6 +536,13 @@ def _reply_markdown_class() -> type[Markdown]:
                     label.update(content, layout=layout)
                 else:
                     label.show_lines(content, lines, changed_from, layout)
+
+        @classmethod
+        def highlight(
+            cls, code: str, language: str, ansi: bool = False, dark: bool = False
+        ) -> Content:
+            # Not guessed when the block names none (chat.ui.code_highlighting).
+            return super().highlight(code, block_language(language), ansi, dark)
 
         def highlight_whole(self) -> None:
             """The code is complete (the reply ended with it): highlighted whole,
