@@ -45,8 +45,10 @@ COMMON_LANGUAGES = (
 
 def block_language(info: str) -> str:
     """The language a code block is highlighted in: the one its opening fence
-    names, else plain text."""
-    return info or PLAIN
+    names (the first word of its info string, as CommonMark reads it:
+    `` ```python title="a.py" `` is Python), else plain text."""
+    words = info.split(maxsplit=1)
+    return words[0] if words else PLAIN
 
 
 def warm_up() -> None:
@@ -62,7 +64,7 @@ def warm_up() -> None:
         try:
             highlight("x\n", language=language)
         except Exception:  # best effort: see the docstring
-            return
+            continue
     try:
         for _ in find_plugin_lexers():
             pass

@@ -18,6 +18,7 @@ from tests.ui.conftest import make_app, replied
 UNNAMED = "Output:\n\n```\ndef add(a, b):\n    return a + b\n\nprint(add(1, 2))\n```\n"
 """Python in a block that names no language (Pygments would guess Python)."""
 NAMED = UNNAMED.replace("```\n", "```python\n", 1)
+NAMED_AND_MORE = UNNAMED.replace("```\n", '```python title="add.py"\n', 1)
 
 
 def token_pieces(text: str) -> list[str]:
@@ -26,7 +27,8 @@ def token_pieces(text: str) -> list[str]:
 
 def test_a_block_is_highlighted_in_the_language_it_names_else_as_plain_text() -> None:
     assert block_language("python") == "python"
-    assert block_language("") == PLAIN
+    assert block_language('python title="a.py"') == "python"  # CommonMark: the first word
+    assert block_language("") == block_language("  ") == PLAIN
 
 
 def lexers_ready_after(code: str) -> dict[str, bool]:
@@ -80,8 +82,10 @@ def threading_name() -> str:
     return threading.current_thread().name
 
 
-@pytest.mark.parametrize("reply", [UNNAMED, NAMED], ids=["unnamed", "named"])
-async def test_a_block_that_names_no_language_is_never_guessed(
+@pytest.mark.parametrize(
+    "reply", [UNNAMED, NAMED, NAMED_AND_MORE], ids=["unnamed", "named", "named-and-more"]
+)
+async def test_a_block_is_highlighted_in_the_language_it_names_and_never_guessed(
     reply: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import pygments.lexers
