@@ -218,8 +218,10 @@ def test_regions_are_drawn_in_groups_of_rows_that_do_not_overlap() -> None:
 
 
 # The share of Textual's cells the scrolled frames draw, at most: on a small
-# terminal the reply's new lines are a third of the conversation's rows.
-@pytest.mark.parametrize(("size", "share"), [((100, 32), 0.5), ((60, 20), 0.9)])
+# terminal the reply's new lines are a third of the conversation's rows. The
+# share moves with where the frames fall among the deliveries: 0.45-0.51 at
+# 100x32 from run to run on a 2-CPU machine (0.75-0.76 at 60x20).
+@pytest.mark.parametrize(("size", "share"), [((100, 32), 0.6), ((60, 20), 0.9)])
 async def test_a_streamed_reply_scrolls_the_terminal_and_the_screen_is_what_textual_draws(
     monkeypatch: pytest.MonkeyPatch, size: tuple[int, int], share: float
 ) -> None:
