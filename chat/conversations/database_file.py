@@ -79,6 +79,11 @@ def check_existing(path: Path, quick_check: bool) -> None:
     except sqlite3.Error as error:
         raise _folder_fault(path) or CorruptDatabaseError(path, str(error)) from error
     try:
+        # One read transaction, so one snapshot: read apart, another kvchat
+        # creating the database in between (its tables and version are one
+        # commit) showed tables without their version, and a healthy file was
+        # called corrupt.
+        conn.execute("BEGIN")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
         if version > SCHEMA_VERSION:
