@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 
 import pytest
 from textual.widgets import Label
@@ -68,18 +69,14 @@ async def test_the_app_warms_up_highlighting_as_it_starts(monkeypatch: pytest.Mo
 
     warmed: list[str] = []
     monkeypatch.setattr(
-        chat.ui.app, "warm_up_highlighting", lambda: warmed.append(threading_name())
+        chat.ui.app,
+        "warm_up_highlighting",
+        lambda: warmed.append(threading.current_thread().name),
     )
     app = make_app(ScriptedEngine(replies=[["Hi."]]))
     async with app.run_test(size=(100, 30)) as pilot:
         await replied(app, pilot, "hello")
     assert warmed == ["kvchat-highlighting"]  # once, on a thread of kvchat's own
-
-
-def threading_name() -> str:
-    import threading
-
-    return threading.current_thread().name
 
 
 @pytest.mark.parametrize(
