@@ -485,8 +485,10 @@ class ConversationView(SizedByTheLayout, VerticalScroll):
         async with self._earlier_lock:
             await self._unmount_far_above()
         view = AssistantMessageView(message)
-        await self.mount(view)
+        # Streaming from its mount: its answer is composed with the first
+        # paragraph the words go to (message_view's ReplyMarkdown.compose).
         view.start_stream()
+        await self.mount(view)
         # Anchoring keeps the newest tokens in sight; Textual releases the
         # anchor when the user scrolls up, and restores it at the bottom.
         self.anchor()
