@@ -753,8 +753,8 @@ def _reply_markdown_class() -> type[Markdown]:
             return super().update(markdown)
 
         async def drop_first_paragraph(self) -> None:
-            """The reply thinks before it answers: the empty first paragraph
-            goes (its reserve would stand under the thinking), and the
+            """Something else comes first (thinking, a tool call): the empty
+            first paragraph goes (its reserve would stand under it), and the
             answer's first words mount their own, as any new block is mounted."""
             blocks = self.children
             if len(blocks) == 1 and not self.source and isinstance(blocks[0], Paragraph):
@@ -1046,6 +1046,9 @@ class AssistantMessageView(MessageView):
             return found.first()
         steps = ToolSteps()
         await self.mount(steps, before=self.body)
+        # A call before any words: the empty first paragraph's reserve would
+        # stand under the call while the user decides on it.
+        await self.body.drop_first_paragraph()  # type: ignore[attr-defined]
         return steps
 
     async def restart_body(self) -> None:

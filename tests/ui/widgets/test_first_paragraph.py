@@ -16,6 +16,7 @@ from chat.ui.widgets.message_view import STREAM_RESERVE_LINES, AssistantMessageV
 from tests.conftest import wait_for
 from tests.fakes import ScriptedEngine
 from tests.ui.conftest import make_app, ready, send
+from tests.ui.widgets.test_streamed_blocks import blocks, token_pieces
 
 
 def paragraph_class() -> type:
@@ -75,8 +76,6 @@ async def test_the_first_words_go_into_the_paragraph_mounted_with_the_reply(
     ],
 )
 async def test_a_reply_that_begins_with_any_block_ends_as_shown_whole(reply: str) -> None:
-    from tests.ui.widgets.test_streamed_blocks import blocks, token_pieces
-
     async with Host().run_test(size=(80, 40)) as pilot:
         view = pilot.app.query_one(AssistantMessageView)
         await pilot.pause()
@@ -115,6 +114,16 @@ async def test_a_reply_that_thinks_first_keeps_no_reserve_under_its_thinking() -
         await pilot.pause()
         (paragraph,) = view.body.children
         assert paragraph._content.plain == "High tide at noon."
+
+
+async def test_a_reply_that_calls_a_tool_first_keeps_no_reserve_under_the_call() -> None:
+    async with Host().run_test(size=(80, 20)) as pilot:
+        view = pilot.app.query_one(AssistantMessageView)
+        await pilot.pause()
+        await view.tool_steps()
+        await pilot.pause()
+        assert list(view.body.children) == []
+        assert view.body.size.height == 0
 
 
 async def test_in_the_app_the_reply_view_comes_with_its_first_paragraph() -> None:
