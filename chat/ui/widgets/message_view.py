@@ -736,8 +736,8 @@ def _reply_markdown_class() -> type[Markdown]:
 
             # What Markdown builds a paragraph from (its first token); its
             # words and place come with the first parse (`_append_in_place`).
+            # Its reserve is set as it mounts (`mount_all`), as any new paragraph's.
             paragraph = Paragraph(self, Token("paragraph_open", "p", 1), source_range=(0, 0))
-            paragraph.styles.min_height = 1 + STREAM_RESERVE_LINES
             self._first_paragraph_composed = True
             yield paragraph
 
@@ -1031,8 +1031,7 @@ class AssistantMessageView(MessageView):
         here (chat.ui.turn_drawer), as the stream would join them."""
         if thinking or thinking_tokens:
             self.thinking.add(thinking, thinking_tokens)
-            if not self.body.source:
-                await self.body.drop_first_paragraph()  # type: ignore[attr-defined]
+            await self.body.drop_first_paragraph()  # type: ignore[attr-defined]
         if text and self.streaming:
             block = self.thinking
             if block.thinking_now:
