@@ -11,11 +11,11 @@ conversation scrolls with the terminal's rows"). The user scrolling by a line
 or three (the mouse wheel, the arrow keys) is the same case.
 
 `ScrollingCompositor` sees, after a layout or a scroll, how far the
-conversation's content moved (its scroll offset) and which widgets moved with
-it unchanged. It then asks the terminal to scroll the conversation's rows
-(`TerminalScroll`: VT100 scrolling margins, DECSTBM, and index or reverse
-index, which every terminal in use has), and marks for drawing only the
-cells the scroll leaves wrong:
+conversation's content moved on the screen (its views' places before and
+after: `content_moved`) and which widgets moved with it unchanged. It then
+asks the terminal to scroll the conversation's rows (`TerminalScroll`: VT100
+scrolling margins, DECSTBM, and index or reverse index, which every terminal
+in use has), and marks for drawing only the cells the scroll leaves wrong:
 - the rows scrolled in;
 - every widget in those rows that did not move with the content (a new one,
   one that changed size or place, one over the conversation such as a toast),
@@ -43,6 +43,7 @@ turns it off."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -248,9 +249,6 @@ class ScrollingCompositor(RowCroppedCompositor):
         self._scrolled_to = view.scroll_offset.y
         if before is None or scrolled_from is None:
             return
-        lines = self._scrolled_to - scrolled_from
-        if not lines:
-            return
         app = parent.app
         if app.screen is not parent or app.is_inline or app._batch_count:
             return  # drawn through another screen, or later: marked as Textual marks it
@@ -259,6 +257,9 @@ class ScrollingCompositor(RowCroppedCompositor):
         old, waiting = before
         new = self.visible_widgets
         if view not in new or old.get(view) != new[view]:
+            return
+        lines = content_moved(view, old, new, self._scrolled_to - scrolled_from)
+        if not lines:
             return
         region, clip = new[view]
         content = clip.intersection(view._get_scrollable_region(region.shrink(view.styles.gutter)))
@@ -273,6 +274,29 @@ class ScrollingCompositor(RowCroppedCompositor):
             dirty.update(piece for piece in (cut(marked, above), cut(marked, below)) if piece)
         self._dirty_regions = dirty
         self._scroll = (TerminalScroll(band.y, band.bottom, lines), beside)
+
+
+def content_moved(view: Widget, old: Placements, new: Placements, scrolled: int) -> int:
+    """How many rows up the view's content moved on the screen in a layout:
+    how far most of its children on the screen before and after it moved
+    (`scrolled`, the change of the view's scroll offset, where that is one
+    of the most, or where none is on the screen both times). The scroll
+    offset alone misses what moved without it: when a reply starts in a
+    long conversation, the oldest views are set aside above (their rows
+    gone from the content's top) as the new ones mount below, and the view,
+    pinned to its end, keeps about the offset it had while everything on the
+    screen moved up by the new views' height (chat.ui.widgets.conversation_view);
+    and a page mounted above while the place is kept moves nothing on the
+    screen though the offset jumps by the page's height."""
+    moves = Counter(
+        old[child][0].y - new[child][0].y
+        for child in view.children
+        if child in old and child in new
+    )
+    if not moves:
+        return scrolled
+    most = max(moves.values())
+    return scrolled if moves[scrolled] == most else moves.most_common(1)[0][0]
 
 
 class ScrollDamage:

@@ -16,7 +16,7 @@ import pyte
 import pytest
 from rich.console import Console
 from rich.segment import Segment
-from textual._compositor import Compositor, CompositorUpdate, LayoutUpdate
+from textual._compositor import ChopsUpdate, Compositor, CompositorUpdate, LayoutUpdate
 from textual.geometry import Region
 from textual.strip import Strip
 
@@ -80,6 +80,10 @@ class Mirror:
         """Cells the scrolled updates drew (besides the scroll itself)."""
         self.textuals_cells = 0
         """Cells Textual's compositor would have drawn for the same frames."""
+        self.drawn_cells = 0
+        """Cells every update drew, scrolled or not (a scroll itself counts none)."""
+        self.textuals_drawn_cells = 0
+        """Cells Textual's compositor would have drawn for every update."""
 
     def draw(self, update: object) -> None:
         if not isinstance(update, CompositorUpdate):
@@ -95,11 +99,17 @@ class Mirror:
         region = self.compositor.size.region
         if isinstance(update, LayoutUpdate) or region in marked:
             marked = {region}
+        textuals_cells = sum(x2 - x1 for _, x1, x2 in Compositor._regions_to_spans(marked))
+        self.textuals_drawn_cells += textuals_cells
         if isinstance(update, ScrolledUpdate):
             self.scrolled += 1
             self.scrolled_cells += sum(x2 - x1 for u in update.updates for _, x1, x2 in u.spans)
-            spans = Compositor._regions_to_spans(marked)
-            self.textuals_cells += sum(x2 - x1 for _, x1, x2 in spans)
+            self.textuals_cells += textuals_cells
+            self.drawn_cells += sum(x2 - x1 for u in update.updates for _, x1, x2 in u.spans)
+        elif isinstance(update, ChopsUpdate):
+            self.drawn_cells += sum(x2 - x1 for _, x1, x2 in update.spans)
+        else:
+            self.drawn_cells += region.area
         textuals = self.compositor._draw(list(marked)) if marked else None
         if textuals is not None:
             pyte.Stream(self.textuals).feed(textuals.render_segments(self.console))
@@ -301,6 +311,36 @@ async def test_scrolling_up_a_long_conversation_as_pages_mount_above_draws_what_
             (mirror,) = mirrors
             mirror.check_whole()
     assert mirror.scrolled >= 30
+
+
+async def test_a_reply_started_below_views_set_aside_above_scrolls_the_terminal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At the bottom of a long conversation a reply's start sets the oldest
+    views aside above as the new ones mount below: the view's scroll offset
+    stays about where it was while everything on the screen moves up. The
+    frame scrolls the terminal's rows and draws the new views, not the whole
+    conversation, and the screen is what Textual draws."""
+    engine = ScriptedEngine(replies=[["Noted."], ["Noted again."]])
+    with mirrored(monkeypatch) as mirrors:
+        app = make_app(engine)
+        async with app.run_test(size=(100, 40)) as pilot:
+            screen, view = await opened_and_settled(app, pilot, long_conversation())
+            view.scroll_end(animate=False, immediate=True)
+            await pilot.pause()
+            (mirror,) = mirrors
+            for text in ("One more note.", "And one after it."):
+                count = len(screen.conversation.messages) + 2
+                earlier, scrolled = view.earlier_count, mirror.scrolled
+                drawn, textuals = mirror.drawn_cells, mirror.textuals_drawn_cells
+                await send(pilot, text)
+                await turn_done(screen, pilot, count)
+                await pilot.pause()
+                assert view.earlier_count > earlier, "views were set aside above"
+                assert mirror.scrolled > scrolled, "the reply's start scrolled the terminal"
+                # The new views and the lines around them, not the whole conversation.
+                assert mirror.drawn_cells - drawn < (mirror.textuals_drawn_cells - textuals) / 2
+            mirror.check_whole()
 
 
 async def test_a_dialog_opened_and_closed_while_a_reply_streams_leaves_what_textual_draws(

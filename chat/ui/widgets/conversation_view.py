@@ -50,7 +50,7 @@ from chat.ui.widgets.message_view import (
     SystemMessageView,
     view_for,
 )
-from chat.ui.widgets.sized_by_layout import SizedByTheLayout
+from chat.ui.widgets.sized_by_layout import DrawnAgainByTheLayout, SizedByTheLayout
 
 
 class EarlierMessages(Static):
@@ -114,7 +114,7 @@ class LaterMessages(Static):
             view.run_worker(view.show_latest(), group="latest")
 
 
-class ConversationView(SizedByTheLayout, VerticalScroll):
+class ConversationView(SizedByTheLayout, DrawnAgainByTheLayout, VerticalScroll):
     FIRST_PAGE = 16
     """Message views mounted when a conversation opens: more than a screenful."""
     PAGE = 10

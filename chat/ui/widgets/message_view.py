@@ -29,7 +29,7 @@ from chat.ui.widgets.code_lines import grown, key, with_new_lines_highlighted
 from chat.ui.widgets.fence_growth import grown_fence
 from chat.ui.widgets.growing_wrap import GrowingWrap, Row, RowKey, appended_to
 from chat.ui.widgets.plain_words import words_added
-from chat.ui.widgets.sized_by_layout import SizedByTheLayout, WidgetMixin
+from chat.ui.widgets.sized_by_layout import DrawnAgainByTheLayout, SizedByTheLayout, WidgetMixin
 from chat.ui.widgets.thinking_block import ThinkingBlock
 from chat.ui.widgets.tool_call_block import ToolSteps
 from chat.wording import counted
@@ -694,7 +694,7 @@ def _reply_markdown_class() -> type[Markdown]:
             if self.styles.min_height is not None:
                 self.styles.min_height = None
 
-    class ReplyMarkdown(SizedByTheLayout, Markdown):
+    class ReplyMarkdown(SizedByTheLayout, DrawnAgainByTheLayout, Markdown):
         BLOCKS = {
             **Markdown.BLOCKS,
             "paragraph_open": Paragraph,
@@ -760,24 +760,10 @@ def _reply_markdown_class() -> type[Markdown]:
             if len(blocks) == 1 and not self.source and isinstance(blocks[0], Paragraph):
                 await blocks[0].remove()
 
-        def refresh(
-            self,
-            *regions: Region,
-            repaint: bool = True,
-            layout: bool = False,
-            recompose: bool = False,
-        ) -> Self:
-            if layout and repaint and not regions and is_streaming_answer(self):
-                # A block mounted (Textual's mount refreshes the parent whole):
-                # laid out, not drawn again. The answer draws the same with a
-                # block more (its blocks are in front of it; the layout draws
-                # the block it places and what moved), and drawing it again
-                # was most of the screen, in most frames that scroll with the
-                # terminal's rows (chat.ui.terminal_scroll). Its height comes
-                # from its blocks, so that is measured again.
-                self.clear_cached_dimensions()
-                repaint = False
-            return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+        def layout_draws_its_changes(self) -> bool:
+            # While the answer streams: a block mounted at its end draws the
+            # same answer with a block more (its blocks are in front of it).
+            return is_streaming_answer(self)
 
         _parsed_paragraph: Paragraph | None = None
         """The last block, when the text from its first line on was last

@@ -1,13 +1,16 @@
-"""Widgets that need no second layout after the screen's layout sized them."""
+"""Widgets whose layout does the work Textual would ask of them again: no
+second layout after the screen's layout sized them, no repaint of a
+container when a child comes or goes."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from textual.geometry import Size
+from textual.geometry import Region, Size
 
 if TYPE_CHECKING:
     from textual.widget import Widget
+    from typing_extensions import Self
 
 # A mixin, not a widget: Textual's CSS follows each widget class's first
 # base that is a widget (a paragraph stays a MarkdownParagraph to its styles).
@@ -38,3 +41,35 @@ class SizedByTheLayout(WidgetMixin):
         self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True
     ) -> bool:
         return super()._size_updated(size, virtual_size, container_size, layout=False)
+
+
+class DrawnAgainByTheLayout(WidgetMixin):
+    """For a container whose own cells stay the same when children come and
+    go: a child mounted, removed or moved is laid out, and the layout draws
+    what changed (the child where it is placed, the cells of one gone, every
+    child that moved), so the container itself is not drawn again. Textual's
+    mount and remove ask the parent for a layout and a repaint of the whole
+    of it, and the screen then draws every widget inside it: for the
+    conversation, the whole of it at each reply's start; for a streaming
+    answer, the whole answer at each block it begins (in most frames that
+    scroll with the terminal's rows, most of the screen; chat.ui.terminal_scroll).
+    A change of its own styles still repaints it: a colour asks for a repaint
+    without a layout, which this leaves as it is."""
+
+    def layout_draws_its_changes(self) -> bool:
+        """Whether a layout asked for it now (a child came or went) needs no
+        repaint of it; overridden where that holds only at some times."""
+        return True
+
+    def refresh(
+        self,
+        *regions: Region,
+        repaint: bool = True,
+        layout: bool = False,
+        recompose: bool = False,
+    ) -> Self:
+        if layout and repaint and not regions and self.layout_draws_its_changes():
+            # Its height comes from its children: measured again at the layout.
+            self.clear_cached_dimensions()
+            repaint = False
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
