@@ -57,6 +57,7 @@ from chat.engine.threads import (
     ThreadCounts,
     choose_threads,
     measure,
+    usable_cores,
 )
 from chat.engine.token_probs import Logits, StepRecorder
 from chat.engine.tool_calls.calls import ToolCall, ToolDefinition
@@ -908,6 +909,8 @@ class LlamaEngine:
             RememberedRates(paths.cache_dir() / "threads.json"),
             f"{identity.model_hash} gpu {identity.gpu_layers}",
             spare_core,
+            # Any other program on the cores a team of every core would use.
+            lambda: bool(others_in_the_way(usable_cores())),
         )
         self.use_threads(counts)
         return counts

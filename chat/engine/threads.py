@@ -184,9 +184,17 @@ def machine_key() -> str:
     return f"{model} x{usable_cores()}"
 
 
+QUIET = "quiet"
+"""The mark of rates measured while no other program ran (`choose_threads`
+remembers no others)."""
+
+
 class RememberedRates:
     """Measured rates by machine and model, in one small JSON file. A file
-    that cannot be read or written only means measuring again."""
+    that cannot be read or written only means measuring again, and so does
+    an entry not marked as measured on a quiet machine (`QUIET`): one
+    written before kvchat looked may have been measured while another
+    program held a core, which makes fewer threads look faster for good."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -200,9 +208,11 @@ class RememberedRates:
 
     def get(self, key: str) -> Measured | None:
         entry = self._read().get(key)
+        if not isinstance(entry, dict) or entry.get(QUIET) is not True:
+            return None
         try:
-            decode = {int(n): float(r) for n, r in entry["decode"].items()}  # type: ignore[index]
-            batch = {int(n): float(r) for n, r in entry["batch"].items()}  # type: ignore[index]
+            decode = {int(n): float(r) for n, r in entry["decode"].items()}
+            batch = {int(n): float(r) for n, r in entry["batch"].items()}
         except (TypeError, KeyError, ValueError, AttributeError):
             return None
         cores = usable_cores()
@@ -221,6 +231,7 @@ class RememberedRates:
             "decode": measured.decode,
             "batch": measured.batch,
             "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+            QUIET: True,
         }
         with contextlib.suppress(OSError):
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -236,10 +247,20 @@ def choose_threads(
     remembered: RememberedRates,
     model_key: str,
     spare_core: bool = True,
+    others_running: Callable[[], bool] = lambda: False,
 ) -> ThreadCounts:
     """The counts to use: `decode` and `batch` where the settings give them,
     else the fastest measured for this machine and model before, else
-    measured now (and remembered). See `Measured.best` for `spare_core`."""
+    measured now, and remembered unless `others_running()` says another
+    program ran both as the measure began and as it ended. A program that
+    holds a core stalls the team that needs it (a third of one thread's rate
+    with both of a 2-core machine's), so fewer threads measure faster;
+    remembered, that choice halved the app's prompt rate for good (found on
+    this project's machine: measured during a test run, 85 tok/s where two
+    threads give 177). Measured while busy, the counts serve this run and
+    the next load measures again; a program seen at one look only (a
+    moment's work) costs the measure little and a measure at every load
+    more. See `Measured.best` for `spare_core`."""
     if decode is not None and batch is not None:
         return ThreadCounts(decode, batch, "set")
     key = f"{machine_key()} | {model_key}"
@@ -247,13 +268,15 @@ def choose_threads(
     measured = remembered.get(key)
     if measured is None:
         how = "measured"
+        busy = others_running()
         try:
             measured = measure(candidates(usable_cores()))
         except Exception:  # llama.cpp failed on the filler tokens: its own defaults
             cores = usable_cores()
             best = ThreadCounts(max(1, cores // 2), cores, "default")
             return ThreadCounts(decode or best.decode, batch or best.batch, best.how)
-        remembered.put(key, measured)
+        if not (busy and others_running()):
+            remembered.put(key, measured)
     best = measured.best(spare_core)
     if decode is not None or batch is not None:
         how = "set"

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +22,7 @@ from chat.engine.threads import (
     calibrate,
     candidates,
     choose_threads,
+    machine_key,
     usable_cores,
 )
 from chat.runtime.model_loader import load_llama
@@ -117,12 +121,12 @@ def test_a_failed_measure_falls_back_to_llama_cpp_defaults(
     [
         "not json",
         "[1, 2]",
-        '{"k": {"decode": {"x": 1}}}',
-        '{"k": {"decode": {}, "batch": {}}}',
-        '{"k": {"decode": {"1": NaN, "2": 5}, "batch": {"1": 1}}}',
-        '{"k": {"decode": {"1": -1, "2": Infinity}, "batch": {"1": 1}}}',
-        '{"k": {"decode": {"1": 3, "9999999": 5}, "batch": {"1": 1}}}',
-        '{"k": {"decode": {"1": 3}, "batch": {"1": 0}}}',
+        '{"k": {"decode": {"x": 1}, "quiet": true}}',
+        '{"k": {"decode": {}, "batch": {}, "quiet": true}}',
+        '{"k": {"decode": {"1": NaN, "2": 5}, "batch": {"1": 1}, "quiet": true}}',
+        '{"k": {"decode": {"1": -1, "2": Infinity}, "batch": {"1": 1}, "quiet": true}}',
+        '{"k": {"decode": {"1": 3, "9999999": 5}, "batch": {"1": 1}, "quiet": true}}',
+        '{"k": {"decode": {"1": 3}, "batch": {"1": 0}, "quiet": true}}',
     ],
 )
 def test_an_unreadable_file_only_means_measuring_again(
@@ -135,7 +139,52 @@ def test_an_unreadable_file_only_means_measuring_again(
     assert remembered.get("k") is None
     remembered.put("k", FAST_WITH_TWO)
     assert remembered.get("k") == FAST_WITH_TWO
-    assert set(json.loads(path.read_text())["k"]) == {"decode", "batch", "when"}
+    assert set(json.loads(path.read_text())["k"]) == {"decode", "batch", "when", "quiet"}
+
+
+@pytest.mark.parametrize(
+    ("looks", "remembered_after"),
+    [
+        ((True, True), False),  # another program ran through the measure
+        ((True, False), True),  # seen at one look only: a moment's work
+        ((False, True), True),
+        ((False, False), True),
+    ],
+)
+def test_a_measure_taken_while_another_program_runs_serves_this_run_only(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    looks: tuple[bool, bool],
+    remembered_after: bool,
+) -> None:
+    monkeypatch.setattr("chat.engine.threads.usable_cores", lambda: 2)
+    remembered = RememberedRates(tmp_path / "threads.json")
+    measure = Measures(FAST_WITH_TWO)
+    seen = iter(looks)
+    counts = choose_threads(None, None, measure, remembered, "m", others_running=lambda: next(seen))
+    assert counts == ThreadCounts(2, 2, "measured", busy=1, busy_batch=1)
+    assert (remembered.get(f"{machine_key()} | m") is not None) == remembered_after
+    choose_threads(None, None, measure, remembered, "m")
+    assert measure.calls == (1 if remembered_after else 2)
+
+
+def test_rates_remembered_without_the_quiet_mark_are_measured_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry written before kvchat looked at the machine as it measured
+    (as this project's machine had one: one thread faster at both, measured
+    during a test run) is measured again, once."""
+    monkeypatch.setattr("chat.engine.threads.usable_cores", lambda: 2)
+    path = tmp_path / "threads.json"
+    key = f"{machine_key()} | m"
+    old_entry = {"batch": {"1": 113.9, "2": 84.8}, "decode": {"1": 46.0, "2": 29.1}, "when": "x"}
+    path.write_text(json.dumps({key: old_entry}))
+    remembered = RememberedRates(path)
+    measure = Measures(FAST_WITH_TWO)
+    assert choose_threads(None, None, measure, remembered, "m").decode == 2
+    assert choose_threads(None, None, measure, remembered, "m").how == "remembered"
+    assert measure.calls == 1
+    assert json.loads(path.read_text())[key]["quiet"] is True
 
 
 def test_a_file_that_cannot_be_written_is_no_error(tmp_path: Path) -> None:
@@ -178,6 +227,36 @@ def test_the_app_measures_once_per_machine_and_model(demo_model: Path) -> None:
         assert pinned.llama.context_params.n_threads == 1
     finally:
         pinned.close()
+
+
+@pytest.mark.model
+def test_a_measure_taken_while_a_program_holds_every_core_is_measured_again(
+    demo_model: Path,
+) -> None:
+    """A program busy on every core through the model's load (one spinning
+    process a core): the counts measured serve that load, nothing is
+    remembered, and the next load, on a quiet machine, measures again."""
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(usable_cores())
+    ]
+    try:
+        time.sleep(0.5)  # running before the load looks
+        busy = load_llama(demo_model, ModelSettings(n_ctx=1024))
+        try:
+            assert busy.info.threads is not None and busy.info.threads.how == "measured"
+        finally:
+            busy.close()
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert not (paths.cache_dir() / "threads.json").exists()
+    quiet = load_llama(demo_model, ModelSettings(n_ctx=1024))
+    try:
+        assert quiet.info.threads is not None and quiet.info.threads.how == "measured"
+    finally:
+        quiet.close()
+    assert (paths.cache_dir() / "threads.json").exists()
 
 
 def finished_reply(engine: Engine) -> Finished:
