@@ -102,10 +102,11 @@ class Mirror:
         textuals_cells = sum(x2 - x1 for _, x1, x2 in Compositor._regions_to_spans(marked))
         self.textuals_drawn_cells += textuals_cells
         if isinstance(update, ScrolledUpdate):
+            scrolled_cells = sum(x2 - x1 for u in update.updates for _, x1, x2 in u.spans)
             self.scrolled += 1
-            self.scrolled_cells += sum(x2 - x1 for u in update.updates for _, x1, x2 in u.spans)
+            self.scrolled_cells += scrolled_cells
             self.textuals_cells += textuals_cells
-            self.drawn_cells += sum(x2 - x1 for u in update.updates for _, x1, x2 in u.spans)
+            self.drawn_cells += scrolled_cells
         elif isinstance(update, ChopsUpdate):
             self.drawn_cells += sum(x2 - x1 for _, x1, x2 in update.spans)
         else:
