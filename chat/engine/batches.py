@@ -9,7 +9,8 @@ be evaluated again in the same batches. No llama_cpp here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 Span = tuple[int, int]
 
@@ -29,6 +30,41 @@ def chunks(start: int, end: int, size: int) -> Iterator[Span]:
             last -= 1  # leave two for the last batch, not one
         yield first, last
         first = last
+
+
+def timed_chunks(
+    start: int,
+    end: int,
+    seconds: float,
+    most: int,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Iterator[Span]:
+    """[start, end) cut into batches that take about `seconds` each, sized by
+    how fast the batches before went (the consumer evaluates each batch before
+    asking for the next): work that anything else waits for one batch of
+    stays short on a busy or slow machine. The first batch is `TIMED_FIRST`
+    tokens; none is over `most`, none of a single token."""
+    size = min(most, TIMED_FIRST)
+    first = start
+    while first < end:
+        last = min(end, first + size)
+        if end - last == 1:
+            last -= 1  # leave two for the last batch, not one (size >= 4)
+        began = clock()
+        yield first, last
+        took = clock() - began
+        if took > 0:
+            size = round(seconds * (last - first) / took)
+        size = max(min(TIMED_LEAST, most), min(most, size))
+        first = last
+
+
+TIMED_FIRST = 4
+"""`timed_chunks`' first batch, before any rate is known: a tenth of a second
+at 40 tokens a second, about what a 2-core machine evaluates of a 7B model."""
+
+TIMED_LEAST = 4
+"""`timed_chunks`' smallest batch (a last batch of two tokens needs three)."""
 
 
 class PromptBatches:

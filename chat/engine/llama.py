@@ -21,7 +21,7 @@ import functools
 import random
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ import numpy as np
 from chat import paths
 from chat.conversations.conversation import FinishReason, ReplyStats
 from chat.engine import llama_log
-from chat.engine.batches import PromptBatches, chunks
+from chat.engine.batches import PromptBatches, Span, chunks, timed_chunks
 from chat.engine.chat_prompt import CHATML_TEMPLATE, ChatPrompt
 from chat.engine.decode_threads import DecodeThreads
 from chat.engine.kv_cache import copy_sequence, identity_of, load_sequence
@@ -157,10 +157,15 @@ def _prompt_tokens_evaluated(ctx: Any) -> int:
 
 
 REBATCH_MOST = 64
-"""Tokens per batch when a reply is evaluated again in the background
+"""The most tokens per batch when a reply is evaluated again in the background
 (`rebatch_reply`): small, so that a reply sent or a state saved meanwhile
 waits little (how a prompt is cut into batches of two or more does not change
 its values)."""
+
+REBATCH_BATCH_S = 0.1
+"""And about how long each of those batches takes (`timed_chunks`): 64 tokens
+took 1.1 s with another program on both of a 2-core machine's cores, more than
+quitting waits to save the conversation's state."""
 
 
 class LlamaEngine:
@@ -233,7 +238,8 @@ class LlamaEngine:
         self._reply_waiting = False
         """A reply waits for the lock: a prefill stops at its next batch."""
         self._save_waiting = False
-        """`save_state` waits for the lock: a rebatch stops at its next batch."""
+        """`save_state` waits for the lock: a rebatch or a prefill (work done
+        ahead of time) stops at its next batch."""
         # llama-cpp-python 0.3.36 samples a fully cached prompt from the logits of
         # its last decode (`_requires_eval` says whether they are live); versions
         # without that attribute evaluate the last prompt token again, so there
@@ -436,7 +442,11 @@ class LlamaEngine:
                 prompt,
                 start,
                 end,
-                lambda: self._closing or (self._reply_waiting and not add_generation_prompt),
+                lambda: (
+                    self._closing
+                    or self._save_waiting
+                    or (self._reply_waiting and not add_generation_prompt)
+                ),
             ):
                 return False
             return start < end or add_generation_prompt
@@ -466,15 +476,16 @@ class LlamaEngine:
         start: int,
         end: int,
         stop: Callable[[], bool],
-        most: int | None = None,
+        batches: Iterable[Span] | None = None,
     ) -> bool:
         """Evaluate `tokens[start:end]` into the KV cache one batch at a time
-        (`_chunks`), ahead of time; stops between batches when `stop()` says
-        so (what was evaluated stays). Returns whether all of it was."""
+        (`batches`, else `_chunks`), ahead of time; stops between batches when
+        `stop()` says so (what was evaluated stays). Returns whether all of it
+        was."""
         if self._decode_threads is not None:
             self._decode_threads.before_batches()  # after `look` (`_ahead_of_time`)
         self._start_batch(start, end)
-        for first, last in self._chunks(start, end, most):
+        for first, last in batches if batches is not None else self._chunks(start, end):
             if stop():
                 self._batches.end_early(start, first)
                 llama_cpp.llama_synchronize(self._llm.ctx)  # see below
@@ -790,10 +801,9 @@ class LlamaEngine:
         evaluated ahead of time is evaluated in whole batches of this size."""
         return max(2, min(int(self._llm.n_batch), int(self._llm.context_params.n_ubatch)))
 
-    def _chunks(self, start: int, end: int, most: int | None = None) -> Iterator[tuple[int, int]]:
-        """[start, end) cut into batches of `batch_size` (or `most`)."""
-        size = self.batch_size if most is None else max(2, min(most, self.batch_size))
-        return chunks(start, end, size)
+    def _chunks(self, start: int, end: int) -> Iterator[Span]:
+        """[start, end) cut into batches of `batch_size`."""
+        return chunks(start, end, self.batch_size)
 
     def _batch_built_end(self) -> int:
         return self._batches.built_end(int(self._llm.n_tokens))
@@ -813,12 +823,13 @@ class LlamaEngine:
             built = self._batch_built_end()
             if built >= end or end < 2:
                 return False
+            start = max(0, min(built, end - 2))  # never a batch of one token
             return self._evaluate_batches(
                 self._llm.input_ids[:end].tolist(),
-                max(0, min(built, end - 2)),  # never a batch of one token
+                start,
                 end,
                 lambda: self._closing or self._reply_waiting or self._save_waiting,
-                REBATCH_MOST,
+                timed_chunks(start, end, REBATCH_BATCH_S, min(REBATCH_MOST, self.batch_size)),
             )
 
     @property
@@ -853,7 +864,7 @@ class LlamaEngine:
         """Copy the KV cache's sequence out (llama.cpp's `llama_state_seq_*`:
         the cache only, not `Llama.save_state()`, which also copies every
         logit row) with the tokens llama-cpp-python records it holds."""
-        self._save_waiting = True  # a background rebatch stops at its next batch
+        self._save_waiting = True  # a rebatch or prefill stops at its next batch
         try:
             acquired = self._lock.acquire(timeout=max(0.0, timeout))
         finally:

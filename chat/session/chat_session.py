@@ -35,7 +35,7 @@ from chat.session.context_window import (
     history_messages,
     prompt_messages,
 )
-from chat.session.resume import Resumer, conversation_key
+from chat.session.resume import SAVE_WAIT_S, Resumer, conversation_key
 from chat.settings.presets import Preset
 from chat.settings.schema import Settings
 from chat.settings.server import public_url
@@ -436,12 +436,14 @@ class ChatSession:
 
     # Conversations.
 
-    def leave(self) -> None:
+    def leave(self, wait: float = SAVE_WAIT_S) -> None:
         """The conversation (the branch shown) is left, or the app quits: its KV
-        cache is saved, in the background, for instant resume."""
+        cache is saved, in the background, for instant resume. `wait`: how long
+        for the engine to finish a batch of work done ahead of time."""
         engine, store, conv_id = self.engine, self.saver.store, self.conversation.id
         if engine is not None and store is not None and conv_id is not None:
-            self.resumer.save_in_background(engine, conversation_key(store.path, conv_id))
+            key = conversation_key(store.path, conv_id)
+            self.resumer.save_in_background(engine, key, wait)
 
     def resume(
         self,

@@ -58,15 +58,17 @@ class Resumer:
         reopened at once finds its state here."""
         self._writers: list[threading.Thread] = []
 
-    def save_in_background(self, engine: Engine, conversation_key: str) -> bool:
+    def save_in_background(
+        self, engine: Engine, conversation_key: str, wait: float = SAVE_WAIT_S
+    ) -> bool:
         """Copy what `engine`'s KV cache holds now (call it before the engine is
         used for another conversation) and write it to the cache folder in a
         background thread. Returns False when there was nothing to save: an
-        empty cache, an engine busy for longer than a moment, or closed."""
+        empty cache, an engine busy for longer than `wait` seconds, or closed."""
         if self.cache.limit_bytes <= 0:
             return False
         try:
-            state = engine.save_state(SAVE_WAIT_S)
+            state = engine.save_state(wait)
         except EngineClosedError:
             return False
         if state is None:

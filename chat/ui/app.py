@@ -49,6 +49,7 @@ from chat.runtime.model_loader import (
 from chat.safe_files import shown_path
 from chat.sanitize import sanitize, sanitize_line
 from chat.session.chat_session import ChatSession
+from chat.session.resume import SAVE_WAIT_S
 from chat.session.tool_loop import ToolLoopSettings
 from chat.session.tool_turn import ConversationTools
 from chat.session.turn import Turn
@@ -632,7 +633,11 @@ class ChatApp(App[None]):
 
     def _leave_and_exit(self) -> None:
         if not self.turn.generating:
-            self.turn.session.leave()  # its KV cache, for instant resume next time
+            # Its KV cache, for instant resume next time: the save may wait for
+            # the work the engine does ahead of time to end its batch for as
+            # long as the quit may still take.
+            quit_by = self._quit_by or time.monotonic() + QUIT_WAIT_S
+            self.turn.session.leave(max(SAVE_WAIT_S, quit_by - time.monotonic()))
         if self.tool_servers.servers:
             # Ended before the app: a server left running would outlive kvchat.
             self.run_worker(self._close_tool_servers_and_exit(), exit_on_error=False)

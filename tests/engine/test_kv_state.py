@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from chat.engine.batches import TIMED_FIRST
 from chat.engine.kv_state import (
     MAGIC,
     CorruptStateError,
@@ -26,6 +28,7 @@ from chat.engine.kv_state import (
 )
 from chat.engine.llama import REBATCH_MOST, LlamaEngine, load_engine
 from chat.engine.protocol import Finished
+from chat.session.resume import SAVE_WAIT_S
 from chat.settings.schema import ModelSettings, SamplingSettings
 from tests.fakes import IDENTITY
 
@@ -263,6 +266,72 @@ def test_a_save_does_not_wait_for_the_background_pass(fresh_engine) -> None:  # 
     assert passed == [False]  # stopped early for the save
     # The cache (and the state) keep what the pass evaluated, nothing decoded.
     assert len(state.tokens) == engine.cached_tokens == engine._batch_built_end() < held
+
+
+def slowed(engine: LlamaEngine, seconds_per_token: float) -> list[int]:
+    """The engine evaluates as on a slow machine (every evaluation takes
+    `seconds_per_token` more a token); returns the sizes it evaluates."""
+    llm = engine._llm
+    evaluate = llm.eval
+    sizes: list[int] = []
+
+    def slow_eval(tokens: Sequence[int]) -> None:
+        sizes.append(len(tokens))
+        time.sleep(seconds_per_token * len(tokens))
+        evaluate(tokens)
+
+    llm.eval = slow_eval
+    return sizes
+
+
+def test_on_a_slow_machine_the_background_pass_keeps_its_batches_short(fresh_engine) -> None:  # type: ignore[no-untyped-def]
+    """At 25 tokens a second (a larger model, or another program on every core
+    of a slow machine), a batch of `REBATCH_MOST` takes 2.6 s: longer than
+    leaving a conversation waits to save it. The pass begins with a short batch
+    and sizes the next by the time it took: the save, coming as the pass
+    begins, waits for that short batch only."""
+    engine = fresh_engine()
+    engine.reset()
+    messages = [SYSTEM, {"role": "user", "content": "Tell me a very long story."}]
+    story = reply(engine, messages, replace(SEEDED, max_tokens=120, temperature=0.0))
+    assert engine.cached_tokens - story.stats.prompt_tokens > REBATCH_MOST
+    sizes = slowed(engine, 0.04)
+    passed: list[bool] = []
+    background = threading.Thread(target=lambda: passed.append(engine.rebatch_reply()))
+    background.start()
+    deadline = time.monotonic() + 10
+    while not sizes and background.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    state = engine.save_state(SAVE_WAIT_S)
+    background.join(10)
+    assert state is not None
+    assert passed == [False]  # stopped early for the save
+    assert sizes == [TIMED_FIRST]
+
+
+def test_a_save_stops_a_prefill_at_its_next_batch(fresh_engine) -> None:  # type: ignore[no-untyped-def]
+    """A conversation left while the engine evaluates it ahead of time (a
+    prefill of several batches): the prefill stops after its current batch and
+    the state saved holds what was evaluated."""
+    engine = fresh_engine(n_ctx=4096)
+    engine.reset()
+    long_message = " ".join(f"word{number}" for number in range(900))
+    messages = [SYSTEM, {"role": "user", "content": long_message}]
+    sizes = slowed(engine, 0.0)
+    passed: list[bool] = []
+    background = threading.Thread(
+        target=lambda: passed.append(engine.prefill(messages, add_generation_prompt=False))
+    )
+    background.start()
+    deadline = time.monotonic() + 10
+    while not sizes and background.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    state = engine.save_state(timeout=60)
+    background.join(60)
+    assert state is not None
+    assert passed == [False]  # stopped early for the save
+    assert sizes == [engine.batch_size]  # one batch, of the three or more it had
+    assert len(state.tokens) == engine.cached_tokens == engine.batch_size
 
 
 def test_a_prompt_is_never_cut_into_a_batch_of_one_token(fresh_engine) -> None:  # type: ignore[no-untyped-def]

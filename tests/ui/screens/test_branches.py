@@ -5,8 +5,11 @@ shown, fork makes a new conversation, and the branch shown is what reopens."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
+import llama_cpp
 import pytest
 from textual.widgets import TextArea
 
@@ -279,6 +282,30 @@ async def test_real_model_reopened_conversation_resumes_from_its_saved_cache(
         stats = screen.conversation.messages[-1].stats
         assert stats is not None
         assert stats.prompt_evaluated < 25, stats
+
+
+@pytest.mark.model
+async def test_real_model_quit_right_after_a_reply_on_a_slow_machine_saves_its_cache(
+    demo_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl+Q as a seeded reply ends, on a machine that evaluates 20 tokens a
+    second: the reply's tokens are being evaluated again in the background.
+    The save waits for that pass's current batch, which is short, for as long
+    as quitting may take; the conversation is saved for instant resume."""
+    evaluate = llama_cpp.Llama.eval
+
+    def slow_eval(self: llama_cpp.Llama, tokens: Sequence[int]) -> None:
+        time.sleep(0.05 * len(tokens))
+        evaluate(self, tokens)
+
+    monkeypatch.setattr(llama_cpp.Llama, "eval", slow_eval)
+    app = real_app(demo_model)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.chat_screen
+        await wait_for(lambda: screen.engine is not None, pilot, timeout=60)
+        await real_turn(screen, pilot, "Tell me about the sea.")
+        await pilot.press("ctrl+q")
+    assert StateCache(paths.kv_states_dir(), 0).keys(), "no state was saved on quit"
 
 
 @pytest.mark.model
