@@ -26,6 +26,10 @@ from chat.runtime.background import start_thread
 SAVE_WAIT_S = 0.5
 """How long saving waits for an engine call under way (a prefill's batch)."""
 
+WRITE_WAIT_S = 0.5
+"""On quit, the least time the states copied out get to be written (the copy
+may have waited most of the quit's time for the engine)."""
+
 
 def conversation_key(database: object, conversation_id: int) -> str:
     """The key states are saved under: the database file and the conversation."""

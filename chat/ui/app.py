@@ -49,7 +49,7 @@ from chat.runtime.model_loader import (
 from chat.safe_files import shown_path
 from chat.sanitize import sanitize, sanitize_line
 from chat.session.chat_session import ChatSession
-from chat.session.resume import SAVE_WAIT_S
+from chat.session.resume import SAVE_WAIT_S, WRITE_WAIT_S
 from chat.session.tool_loop import ToolLoopSettings
 from chat.session.tool_turn import ConversationTools
 from chat.session.turn import Turn
@@ -687,7 +687,7 @@ class ChatApp(App[None]):
         quit_by = self._quit_by or time.monotonic() + QUIT_WAIT_S
         # The KV cache was copied out when the conversation was left; its file
         # is being written (a state not written in time is only a slower resume).
-        self.turn.session.resumer.wait(max(0.0, quit_by - time.monotonic()))
+        self.turn.session.resumer.wait(max(WRITE_WAIT_S, quit_by - time.monotonic()))
         self.models.close(timeout=max(0.0, quit_by - time.monotonic()))
         self.turn.close()  # a reply still running past the wait writes nothing now
         if self.store is not None:
