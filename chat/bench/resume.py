@@ -257,7 +257,7 @@ def resume_rows(engine: LlamaEngine, options: Options) -> list[Row]:
     )
     rows.append(
         Row(
-            "  a seeded reply evaluated again in one batch, after it (in the background)",
+            "  a seeded reply evaluated again in batches, after it (in the background)",
             seeded.rebatch_s / max(1, seeded.tokens) * 100_000,
             "ms per 100 tokens",
             note=f"{seeded.tokens} tokens in {seeded.rebatch_s * 1000:,.0f} ms; what makes the "
