@@ -43,13 +43,14 @@ def timed_chunks(
     how fast the batches before went (the consumer evaluates each batch before
     asking for the next): work that anything else waits for one batch of
     stays short on a busy or slow machine. The first batch is `TIMED_FIRST`
-    tokens; none is over `most`, none of a single token."""
+    tokens; none is over `most`, and with `most` of 3 or more none is of a
+    single token."""
     size = min(most, TIMED_FIRST)
     first = start
     while first < end:
         last = min(end, first + size)
         if end - last == 1:
-            last -= 1  # leave two for the last batch, not one (size >= 4)
+            last -= 1  # leave two for the last batch, not one
         began = clock()
         yield first, last
         took = clock() - began
