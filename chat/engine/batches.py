@@ -25,11 +25,16 @@ def chunks(start: int, end: int, size: int) -> Iterator[Span]:
     the whole span is one (see `PromptBatches.span`)."""
     first = start
     while first < end:
-        last = min(end, first + size)
-        if end - last == 1:
-            last -= 1  # leave two for the last batch, not one
+        last = _batch_end(first, end, size)
         yield first, last
         first = last
+
+
+def _batch_end(first: int, end: int, size: int) -> int:
+    """Where a batch of at most `size` from `first` ends in [first, end): it
+    leaves two tokens for the last batch, never one."""
+    last = min(end, first + size)
+    return last - 1 if end - last == 1 else last
 
 
 def timed_chunks(
@@ -48,9 +53,7 @@ def timed_chunks(
     size = min(most, TIMED_FIRST)
     first = start
     while first < end:
-        last = min(end, first + size)
-        if end - last == 1:
-            last -= 1  # leave two for the last batch, not one
+        last = _batch_end(first, end, size)
         began = clock()
         yield first, last
         took = clock() - began
@@ -65,7 +68,8 @@ TIMED_FIRST = 4
 at 40 tokens a second, about what a 2-core machine evaluates of a 7B model."""
 
 TIMED_LEAST = 4
-"""`timed_chunks`' smallest batch (a last batch of two tokens needs three)."""
+"""`timed_chunks`' smallest batch (of 3 or more, a batch that leaves two tokens
+for the last is still of two or more)."""
 
 
 class PromptBatches:
