@@ -24,6 +24,13 @@ def test_the_app_draws_its_first_frame_without_loading_llama_cpp() -> None:
     assert loaded_after_import("chat.ui.app", ("llama_cpp", "chat.engine.llama")) == []
 
 
+def test_the_app_draws_its_first_frame_without_numpy_or_jinja2() -> None:
+    # Each is imported only where the engine uses it (a state file, a chat
+    # template), after the model loads: numpy's import took 0.1 s here and
+    # jinja2's 0.05 s, of about 0.5 s to the first frame (docs/performance.md).
+    assert loaded_after_import("chat.ui.app", ("numpy", "jinja2")) == []
+
+
 def test_one_shot_mode_and_the_conversation_commands_load_no_textual() -> None:
     # `chat -p` and `chat --list` answer in a pipe: no UI toolkit to import.
     for module in ("chat.cli.main", "chat.cli.oneshot", "chat.cli.conversations"):

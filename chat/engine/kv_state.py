@@ -31,13 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import numpy as np
-
 MAGIC = b"KVCHATKV"
 FORMAT_VERSION = 1
 _PREAMBLE = struct.Struct("<8sIII")  # magic, version, header length, header CRC-32
 _MAX_HEADER = 1 << 20
-_TOKEN = np.dtype("<i4")
+_TOKEN = "<i4"
+"""A token as a state file stores it: a little-endian 32-bit integer."""
+_TOKEN_BYTES = 4
 _FINGERPRINT_SPAN = 1 << 20
 """Bytes hashed at each end of a model file for its identity."""
 
@@ -125,6 +125,8 @@ def common_prefix(held: Sequence[int], tokens: Sequence[int]) -> int:
     n = min(len(held), len(tokens))
     if n == 0:
         return 0
+    import numpy as np  # where it is used: see `_token_bytes`
+
     a = np.asarray(held[:n], dtype=np.int64)
     b = np.asarray(tokens[:n], dtype=np.int64)
     differ = np.flatnonzero(a != b)
@@ -157,7 +159,7 @@ def write_state(
     """Write `state` to `path` atomically (a temporary file in the same folder,
     then a rename). Returns the file's size. Raises `OSError` (the temporary
     file is removed)."""
-    tokens = np.asarray(state.tokens, dtype=_TOKEN).tobytes()
+    tokens = _token_bytes(state.tokens)
     checksum = zlib.crc32(state.data, zlib.crc32(tokens))
     header = json.dumps(
         {
@@ -189,6 +191,18 @@ def write_state(
     return len(preamble) + len(header) + len(tokens) + len(state.data)
 
 
+def _token_bytes(tokens: Sequence[int]) -> bytes:
+    """`tokens` as a state file stores them.
+
+    numpy is imported in the functions that use it, not at the top: the app
+    imports this module (through chat.engine.protocol) before its first frame,
+    which is a measured target (docs/performance.md), and numpy's import takes
+    about 0.1 s here; a state is read or written only after the model loads."""
+    import numpy as np
+
+    return np.asarray(tokens, dtype=_TOKEN).tobytes()
+
+
 def read_header(path: Path) -> StateHeader:
     """The header and tokens of the state file `path`, checked as far as they
     go without reading the data. Raises `StateFileError` or `OSError`."""
@@ -213,7 +227,7 @@ def read_state(path: Path, identity: StateIdentity) -> tuple[StateHeader, KvStat
         # Copy-on-write: writable as ctypes needs, though nothing writes to it.
         mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
     data = memoryview(mapped)[header.data_offset : header.data_offset + header.data_bytes]
-    tokens = np.asarray(header.tokens, dtype=_TOKEN).tobytes()
+    tokens = _token_bytes(header.tokens)
     if zlib.crc32(data, zlib.crc32(tokens)) != header.checksum:
         raise CorruptStateError(f"{path} is damaged: its data does not match its checksum")
     return header, KvState(header.tokens, data, header.batches)
@@ -252,7 +266,7 @@ def _read_header(file: BinaryIO, path: Path, size: int) -> StateHeader:
         raise CorruptStateError(f"{path} is damaged: its header cannot be read ({error})") from None
     if n_tokens < 0 or data_bytes < 0:
         raise CorruptStateError(f"{path} is damaged: negative sizes in its header")
-    data_offset = _PREAMBLE.size + header_size + n_tokens * _TOKEN.itemsize
+    data_offset = _PREAMBLE.size + header_size + n_tokens * _TOKEN_BYTES
     expected = data_offset + data_bytes
     if size < expected:
         raise TruncatedStateError(f"{path} is cut short: {size:,} of {expected:,} bytes")
@@ -260,8 +274,10 @@ def _read_header(file: BinaryIO, path: Path, size: int) -> StateHeader:
         raise CorruptStateError(
             f"{path} is damaged: {size - expected:,} bytes more than its header says"
         )
-    token_bytes = file.read(n_tokens * _TOKEN.itemsize)
-    if len(token_bytes) < n_tokens * _TOKEN.itemsize:
+    token_bytes = file.read(n_tokens * _TOKEN_BYTES)
+    if len(token_bytes) < n_tokens * _TOKEN_BYTES:
         raise TruncatedStateError(f"{path} ends before its tokens do")
+    import numpy as np  # where it is used: see `_token_bytes`
+
     tokens = tuple(np.frombuffer(token_bytes, dtype=_TOKEN).tolist())
     return StateHeader(identity, key, tokens, batches, data_bytes, checksum, saved_at, data_offset)
