@@ -10,7 +10,7 @@ start from, changed by the settings pane) stay as they are.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -111,15 +111,20 @@ class ChatSession:
 
     # Planning a turn.
 
-    def plan(self, new_text: str | None) -> WindowPlan | None:
+    def plan(self, new_text: str | None, before: Message | None = None) -> WindowPlan | None:
         """How a turn sending `new_text` (None: regenerating the last reply, or
-        continuing it) fills the window; None while no model is ready."""
+        continuing it) fills the window; None while no model is ready.
+        `before`: a message of the conversation that `new_text` replaces (an
+        edit): only the messages before it are sent with it."""
         budget = self.budget
         if budget is None:
             return None
+        messages = self.conversation.messages
+        if before is not None and any(message is before for message in messages):
+            messages = messages[: index_of(messages, before)]
         plan = budget.plan(
             self.conversation.system_prompt,
-            self.conversation.messages,
+            messages,
             new_text,
             self.settings.sampling.max_tokens,
             self.settings.chat.overflow,
@@ -159,12 +164,15 @@ class ChatSession:
             messages[-1] = whole_reply(reply, reasoning)
         return messages
 
-    def prefill_prompt(self, text: str) -> tuple[ChatMessages, bool] | None:
+    def prefill_prompt(
+        self, text: str, before: Message | None = None
+    ) -> tuple[ChatMessages, bool] | None:
         """What to evaluate ahead while the user pauses over `text`: the prompt that
-        sending it would send (True: a message), or with no text the conversation
-        so far (False: just opened, its first reply then evaluates little more
-        than the new message). None when there is nothing to do."""
-        plan = self.plan(text)
+        sending it would send (True: a message; `before`: the message it
+        replaces, as in `plan`), or with no text the conversation so far
+        (False: just opened, its first reply then evaluates little more than
+        the new message). None when there is nothing to do."""
+        plan = self.plan(text, before)
         if plan is None or plan.problem:
             return None
         if text.strip():
@@ -556,13 +564,14 @@ class ChatSession:
         if self.conversation.messages:
             self.saver.save_messages(self.conversation, self.conversation_settings())
 
-    def defaults_changed(self) -> None:
-        """The settings pane changed the defaults' sampling, chat and UI settings:
-        a reopened conversation's own copy takes them too, and the saved KV
+    def defaults_changed(self, sampling: Mapping[str, Any]) -> None:
+        """The settings pane changed the defaults' chat and UI settings, and the
+        sampling settings in `sampling`: a reopened conversation's own copy (a
+        preset's) takes those too, keeping its other values, and the saved KV
         caches' folder its new size limit (applied at the next save)."""
         self.resumer.cache.limit_bytes = self.defaults.chat.resume_cache_mb * MIB
         if self.settings is not self.defaults:
-            self.settings.sampling = copy.deepcopy(self.defaults.sampling)
+            self.settings.sampling = replace(self.settings.sampling, **sampling)
             self.settings.chat, self.settings.ui = self.defaults.chat, self.defaults.ui
 
     def conversation_settings(self) -> ConversationSettings:

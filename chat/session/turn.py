@@ -192,6 +192,10 @@ class Turn:
         """The files attached to the message being written (chat.session.draft_attachments)."""
         self.typed: Callable[[], str] = lambda: ""
         """The text being written (the prompt box's): what a prefill evaluates."""
+        self.editing: Message | None = None
+        """The user's message the text being written replaces (an edit, sent as
+        a new branch), if it does: the meter and a prefill plan the messages
+        before it, as sending the edit will."""
         self._models = models
         self.counting: Callable[[], bool] = lambda: False
         """Whether the conversation's messages are being counted (the meter's):
@@ -324,7 +328,7 @@ class Turn:
         garbage) makes the plan's problem, so nothing is sent and what was
         typed stays in the box."""
         try:
-            return self.session.plan(text)
+            return self.session.plan(text, before=self.editing if text is not None else None)
         except KvchatError as error:
             return WindowPlan(0, 0, 0, 0, 0, (), problem=str(error))
 
@@ -802,6 +806,7 @@ class Turn:
             engine,
             self.session,
             self.prompt_for(self.typed().strip("\n")),
+            self.editing,
             chat.prefill,
             self.session.settings.sampling.repeatable,
             # The tools the reply will be offered: the template renders them
@@ -815,6 +820,7 @@ def _prefill_quietly(
     engine: Engine,
     session: ChatSession,
     text: str,
+    editing: Message | None,
     prefill: bool,
     exact: bool,
     tools: Sequence[ToolDefinition],
@@ -823,7 +829,7 @@ def _prefill_quietly(
     same problem and reports it, so nothing is shown from here. A saved KV cache
     of the conversation (instant resume) is put back first when it holds more."""
     with contextlib.suppress(Exception):
-        prompt = session.prefill_prompt(text)
+        prompt = session.prefill_prompt(text, before=editing)
         if prompt is not None:
             if session.resume_pending:
                 session.resume(engine, *prompt, tools)

@@ -527,6 +527,12 @@ class ChatApp(App[None]):
     def on_switch_server_requested(self, message: SwitchServerRequested) -> None:
         self.settings_flow.switch_server(message.url, message.kind, message.model)
 
+    def action_help_quit(self) -> None:
+        # Ctrl+C where nothing is selected to copy. Textual's own notice writes
+        # its key as markup ("Press [b]ctrl+q[/b]"), and notices here are
+        # never read as markup: it showed the tags.
+        self.notify("Ctrl+Q quits kvchat; Esc stops a reply.", title="Do you want to quit?")
+
     async def action_quit(self) -> None:
         from chat.ui.screens.quit_unsaved import QuitUnsavedScreen
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import copy
 import os
+from dataclasses import fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from textual.app import App
 
@@ -34,13 +35,20 @@ from chat.runtime.model_loader import (
     NoModelFoundError,
     Reload,
 )
+from chat.sanitize import sanitize_line
 from chat.session.server_choice import server_config
 from chat.session.thinking_controls import local_thinking_notes
 from chat.session.tool_loop import ToolLoopSettings
 from chat.session.turn import Turn
 from chat.settings.config_file import backup_path, save_config
 from chat.settings.run_overrides import RunOverrides
-from chat.settings.schema import SERVER_KINDS, ModelSettings, ServerSettings, Settings
+from chat.settings.schema import (
+    SERVER_KINDS,
+    ModelSettings,
+    SamplingSettings,
+    ServerSettings,
+    Settings,
+)
 from chat.settings.server import ServerConfig
 from chat.ui.screens.chat import ChatScreen
 from chat.ui.terminal_scroll import ScrollingCompositor
@@ -77,6 +85,8 @@ class SettingsFlow:
         self._opening = False
         self._server_before: ServerSettings | None = None
         """The server settings before a switch under way, put back if it fails."""
+        self._shown: Settings | None = None
+        """The settings the pane opened with (the conversation's own)."""
 
     async def open_pane(self) -> None:
         # Imported here, like the other screens the first frame does not show:
@@ -92,8 +102,10 @@ class SettingsFlow:
             models = await in_thread(
                 "list-models", model_choices, loaded, self._settings.model.path
             )
+            # What is in use: a reopened conversation's own sampling settings,
+            # a preset's.
+            self._shown = copy.deepcopy(self._screen.settings)
             pane = SettingsScreen(
-                # What is in use: a reopened conversation's own sampling settings.
                 self._screen.settings,
                 choices={
                     "model.path": list(models),
@@ -110,6 +122,8 @@ class SettingsFlow:
         """A line under a field: set for this run only, or ignored by the model
         server in use (a setting its API does not take is not sent)."""
         notes = self._run_overrides.notes()
+        for key, note in self._conversation_notes().items():
+            notes[key] = f"{notes[key]} {note}" if key in notes else note
         engine = self._models.engine
         ignored: frozenset[str] = getattr(engine, "ignored_settings", frozenset())
         if engine is not None:
@@ -123,6 +137,20 @@ class SettingsFlow:
                 notes[key] = f"{notes[key]} {note}" if key in notes else note
         return notes
 
+    def _conversation_notes(self) -> dict[str, str]:
+        """A line under each sampling setting whose value shown is the
+        conversation's own (its preset's, or saved with it), not the default."""
+        own, defaults = self._screen.settings.sampling, self._settings.sampling
+        preset = self._screen.preset_in_use
+        whose = f"preset {sanitize_line(preset)}" if preset else "saved with it"
+        return {
+            f"sampling.{name}": (
+                f"This conversation's value ({whose}); your default, "
+                f"{shown_value(value)}, stays unless you change it here."
+            )
+            for name, value in changed_sampling(own, defaults).items()
+        }
+
     async def _closed(self, result: SettingsResult | None) -> None:
         if result is not None:
             await self.apply(result.settings, save=result.save)
@@ -130,7 +158,12 @@ class SettingsFlow:
     async def apply(self, new: Settings, *, save: bool = False) -> None:
         """Use `new` from now on (see the module docstring); `save`: write the file too."""
         current = self._settings
-        current.sampling = copy.deepcopy(new.sampling)
+        # The pane shows the conversation's sampling settings, which may be a
+        # preset's or a reopened conversation's own: only what was changed in
+        # it becomes a default (and is saved), the rest of the defaults stay.
+        shown, self._shown = self._shown, None
+        changed = changed_sampling(shown.sampling if shown else current.sampling, new.sampling)
+        current.sampling = replace(current.sampling, **changed)
         prompt_changed = new.chat.system_prompt != current.chat.system_prompt
         current.chat = copy.deepcopy(new.chat)
         theme_changed = new.ui.theme != current.ui.theme
@@ -141,7 +174,7 @@ class SettingsFlow:
         # Replies drawn from now on start folded or not (those shown keep theirs).
         AssistantMessageView.show_thinking = current.ui.show_thinking
         ScrollingCompositor.scrolls_terminal = current.ui.terminal_scroll
-        self._screen.defaults_changed()
+        self._screen.defaults_changed(changed)
         if prompt_changed:
             await self._system_prompt_changed()
         if theme_changed:
@@ -313,3 +346,21 @@ class SettingsFlow:
             self.config_had_problems = False  # a second save must not overwrite that copy
         notify(text, timeout=8)
         return True
+
+
+def changed_sampling(shown: SamplingSettings, new: SamplingSettings) -> dict[str, Any]:
+    """The sampling settings `new` gives another value than `shown` had."""
+    return {
+        field.name: getattr(new, field.name)
+        for field in fields(new)
+        if getattr(new, field.name) != getattr(shown, field.name)
+    }
+
+
+def shown_value(value: object) -> str:
+    """A setting's value as the pane's note names it."""
+    if value is None:
+        return "none"
+    if isinstance(value, list):
+        return ", ".join(repr(each) for each in value) or "none"
+    return sanitize_line(str(value))

@@ -111,10 +111,12 @@ def test_a_reopened_conversation_keeps_its_own_sampling(tmp_path: Path) -> None:
         session.open(*session.load(conv_id))
         assert session.settings.sampling.temperature == 0.1
         assert session.defaults.sampling.temperature == 0.8  # new conversations unchanged
-        # The settings pane's new defaults reach the reopened conversation too.
+        # What the settings pane changed reaches the reopened conversation too;
+        # its own values stay.
         session.defaults.sampling = replace(session.defaults.sampling, top_k=7)
-        session.defaults_changed()
+        session.defaults_changed({"top_k": 7})
         assert session.settings.sampling.top_k == 7
+        assert session.settings.sampling.temperature == 0.1
         session.new_conversation()
         assert session.settings is session.defaults and not session.conversation.messages
 

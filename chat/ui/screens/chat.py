@@ -23,9 +23,9 @@ app for anything else by posting a message.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from textual import on
 from textual.app import ComposeResult
@@ -456,9 +456,9 @@ class ChatScreen(DrawsWhenAsked, Screen[None]):
     def action_export(self) -> None:
         self.conversations.export()
 
-    def defaults_changed(self) -> None:
+    def defaults_changed(self, sampling: Mapping[str, Any]) -> None:
         """The settings pane changed the defaults (see `ChatSession.defaults_changed`)."""
-        self.session.defaults_changed()
+        self.session.defaults_changed(sampling)
 
     # The seed.
 

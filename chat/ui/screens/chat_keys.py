@@ -30,7 +30,8 @@ CHAT_KEYS: list[BindingType] = [
         key_display="alt+←→",
         tooltip="Show the previous or next alternative of a message",
     ),
-    Binding("alt+right", "switch_branch(1)", "Next alternative", show=False),
+    # No description: alt+left's line ("alt+←→") tells of both.
+    Binding("alt+right", "switch_branch(1)", "", show=False),
     Binding("alt+up", "select_message(-1)", "Select previous message", show=False),
     Binding("alt+down", "select_message(1)", "Select next message", show=False),
     Binding("f4", "fork", "Fork here", show=False),

@@ -40,7 +40,9 @@ def screen_keys(screen: Screen[Any]) -> list[tuple[str, str]]:
         if binding.action in seen or binding.action.rsplit(".", 1)[-1] in MOVING_FOCUS:
             continue
         seen.add(binding.action)
-        keys.append((screen.app.get_key_display(binding), tooltip or binding.description))
+        what = tooltip or binding.description
+        if what:  # one without a description is told of by another's line
+            keys.append((screen.app.get_key_display(binding), what))
     return keys
 
 
@@ -103,7 +105,9 @@ class HelpScreen(DrawsWhenAsked, ModalScreen[None]):
                 yield Button("Close", id="close", variant="primary")
 
     def on_mount(self) -> None:
-        self.query_one("#close", Button).focus()
+        # The text, not the Close button: the arrows and Page Down scroll it
+        # at once (Esc closes, Tab reaches the button).
+        self.query_one("#help-body", VerticalScroll).focus()
 
     def on_button_pressed(self) -> None:
         self.dismiss()

@@ -48,6 +48,8 @@ class Draft(VerticalGroup):
         """The message being edited in the prompt box, and the draft it replaced there."""
         self._picked_before_edit: list[Attachment] = []
         """The draft's picked files while a message of yours is edited."""
+        self._submitted = ""
+        """The box's text when Enter was last pressed over it."""
 
     @property
     def editing(self) -> Message | None:
@@ -77,22 +79,49 @@ class Draft(VerticalGroup):
     @on(PromptBox.Submitted)
     def _on_box_submitted(self, event: PromptBox.Submitted) -> None:
         event.stop()
+        self._submitted = event.text
         self.post_message(self.Submitted(event.text.strip("\n"), self.editing))
 
     # After the turn took the text.
 
     def sent(self) -> None:
-        """The message went (or waits for the model): the box is emptied."""
-        self._box.clear()
+        """The message went (or waits for the model): the box is emptied of
+        it, and keeps what was typed after the Enter."""
+        typed = self._typed_after_submit()
+        if typed:
+            self._set_text(typed)
+        else:
+            self._box.clear()
 
     def edit_sent(self) -> None:
-        """The edit went as a new branch: the draft the box held before comes back."""
+        """The edit went as a new branch: the draft the box held before comes
+        back (with what was typed after the Enter, on a line of its own)."""
         assert self._editing is not None
+        typed = self._typed_after_submit()
         _, draft = self._editing
         self._editing = None
+        self._turn.editing = None
         self._turn.draft.picked = self._picked_before_edit
         self.query_one("#editing").display = False
-        self._set_text(draft)
+        self._set_text(f"{draft}\n{typed}" if draft.strip() and typed else draft + typed)
+
+    def _typed_after_submit(self) -> str:
+        """What went into the box between the Enter and the turn taking the
+        message: keys read from the terminal with the Enter (typed fast, or
+        over a slow link) come in before the screen hears of it. Only text
+        added in one place is recognised; anything else is given up, as the
+        box was emptied before."""
+        submitted, self._submitted = self._submitted, ""
+        text = self._box.text
+        added = len(text) - len(submitted)
+        if added <= 0:
+            return ""
+        start = 0
+        while start < len(submitted) and text[start] == submitted[start]:
+            start += 1
+        if text[start + added :] != submitted[start:]:
+            return ""
+        return text[start : start + added]
 
     def put_back(self, text: str) -> None:
         """A message not sent comes back into the box, above anything typed
@@ -121,6 +150,7 @@ class Draft(VerticalGroup):
         attachments.picked = []
         attachments.put_back(message.attachments, message.content)
         self._editing = (message, draft)
+        self._turn.editing = message  # the meter counts what the edit sends
         self._set_text(message.content)
         box.focus()
         banner = self.query_one("#editing", Static)
@@ -133,6 +163,7 @@ class Draft(VerticalGroup):
             return
         _, draft = self._editing
         self._editing = None
+        self._turn.editing = None
         self._turn.draft.picked = self._picked_before_edit
         self.query_one("#editing").display = False
         self.screen.refresh_bindings()

@@ -105,7 +105,29 @@ class PromptBox(TakesTypedText, UntrustedTextArea):
             event.prevent_default()
             return
         self._cycle = None
-        # Other keys go on to TextArea's own handler and bindings.
+        if await self._run_own_binding(event.key):
+            event.stop()
+            event.prevent_default()
+            return
+        # Other keys go on to TextArea's own handler, and up the chain.
+
+    async def _run_own_binding(self, key: str) -> bool:
+        """Run the box's own binding for `key` (Backspace, the arrows, Ctrl+W,
+        ...) here, in order with the text around it.
+
+        Textual runs a widget's binding once the key has bubbled up to the
+        app, a few queues later. Text read from the terminal with the key (a
+        run of chat.ui.terminal_input, handed straight to the box) went in
+        before that: "hello", Backspace twice, "p!" arriving together became
+        "hello" (the backspaces took "p!"), and Left Left "X" put the X at
+        the end. The box is the first place Textual looks for a key's
+        binding (priority ones ran at the app before the key came here), so
+        the binding run is the same; only its moment changes. True when a
+        binding took the key (one whose action is not allowed now passes)."""
+        for binding in self._bindings.key_to_bindings.get(key, ()):
+            if not binding.priority and await self.app.run_action(binding.action, self):
+                return True
+        return False
 
     def _type(self, text: str) -> None:
         self._typed.append(text)

@@ -53,6 +53,22 @@ async def test_f5_copies_the_last_reply_or_the_selected_message() -> None:
         assert app.clipboard == "A question"
 
 
+async def test_ctrl_c_with_nothing_selected_says_how_to_quit_in_words() -> None:
+    app = make_app(ScriptedEngine())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("h", "i", "ctrl+c")
+        await wait_for(lambda: bool(app.notices), pilot)
+        notice = app.notices[-1]
+        assert (notice.title, notice.message) == (
+            "Do you want to quit?",
+            "Ctrl+Q quits kvchat; Esc stops a reply.",
+        )
+        # Selected, the text is copied instead (the box's own Ctrl+C).
+        await pilot.press("f7", "ctrl+c")
+        assert app.clipboard == "hi" and len(app.notices) == 1
+
+
 async def test_code_blocks_copy_from_the_palette_and_their_button() -> None:
     app = make_app(ScriptedEngine(replies=[[CODE_REPLY]]))
     async with app.run_test(size=(120, 40)) as pilot:

@@ -103,6 +103,41 @@ def test_enter_after_a_flood_sends_all_of_it(typing_app: Typed) -> None:
     assert outcome["box"] == ""
 
 
+@pytest.mark.parametrize(
+    ("keys", "box"),
+    [
+        (b"hello\x7f\x7fp!", "help!|"),  # Backspace twice between two runs of text
+        (b"abcd\x1b[D\x1b[DX", "abX|cd"),  # Left twice, then a key typed alone
+        (b"one two\x17three", "one three|"),  # Ctrl+W deletes the word before it
+    ],
+)
+def test_keys_read_with_typed_text_act_in_order(typing_app: Typed, keys: bytes, box: str) -> None:
+    # Sent in one write, as fast typing or a slow link delivers them: the
+    # box's own bindings ran after the text read with them (Textual runs a
+    # binding once its key has bubbled up to the app), "help!" came out "hello".
+    terminal = typing_app.terminal
+    terminal.send(keys)
+    # Then a paste at the cursor (| in `box`), so the test knows the keys went in.
+    terminal.send(b"\x1b[200~.end\x1b[201~")
+    assert terminal.wait_for(b".end")
+    terminal.send(CTRL_Q)
+    assert terminal.wait_exit(20) == 0
+    assert typing_app.outcome()["box"] == box.replace("|", ".end")
+
+
+def test_text_typed_right_after_enter_stays_in_the_box(typing_app: Typed) -> None:
+    # The Enter and the words after it read together: the message is sent and
+    # the words stay for the next one (the box was emptied of everything once
+    # the screen heard of the Enter).
+    terminal = typing_app.terminal
+    since = terminal.mark()
+    terminal.send(b"first message\rnext words")
+    assert terminal.wait_for(b"Noted.", timeout=30, since=since)
+    terminal.send(CTRL_Q)
+    assert terminal.wait_exit(20) == 0
+    assert typing_app.outcome() == {"box": "next words", "sent": ["first message"]}
+
+
 def test_ctrl_q_mid_flood_quits_at_once(typing_app: Typed) -> None:
     terminal = typing_app.terminal
     since = terminal.mark()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import llama_cpp
 import pytest
-from textual.widgets import TextArea
+from textual.widgets import Static, TextArea
 
 from chat import paths
 from chat.conversations.store import Store
@@ -20,11 +20,13 @@ from chat.models.files import ModelCandidate
 from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.screens.dialogs import EditReplyScreen
+from chat.ui.screens.help import HelpScreen
+from chat.ui.widgets.context_meter import ContextMeter
 from chat.ui.widgets.message_view import BranchSwitch, MessageView
 from chat.ui.widgets.prompt_box import PromptBox
 from tests.conftest import wait_for
 from tests.fakes import ScriptedEngine
-from tests.ui.conftest import header_of, make_app, ready, run_command, send
+from tests.ui.conftest import header_of, make_app, on_top, ready, run_command, send
 
 REPLIES = [["first"], ["second"], ["third"], ["fourth"], ["fifth"], ["sixth"]]
 
@@ -87,6 +89,15 @@ async def test_regenerate_keeps_the_old_reply_and_alt_arrows_switch() -> None:
             lambda: all(" token" in header_of(v) for v in views),
             pilot,
         )
+        # The help tells of the branch keys on one line (alt+→ had its own too).
+        await pilot.press("f1")
+        help_screen = await on_top(pilot, HelpScreen)
+        lines = [str(item.render()) for item in help_screen.query(Static).results()]
+        assert [line for line in lines if "alternative" in line.lower()] == [
+            "Show the previous or next alternative of a message"
+        ]
+        await pilot.press("escape")
+        await wait_for(lambda: app.screen is screen, pilot)
         conv_id = screen.conversation.id
     assert conv_id is not None
     with Store() as store:
@@ -108,6 +119,11 @@ async def test_edit_a_message_sends_a_new_branch_and_keeps_the_original() -> Non
         await pilot.press("f3")  # no selection: your last message
         assert box.text == "two"
         assert app.query_one("#editing").display
+        # The meter counts the two messages before it, not the whole conversation.
+        meter = app.query_one(ContextMeter)
+        earlier = sum(m.token_count or 0 for m in screen.conversation.messages[:2])
+        assert 0 < earlier < sum(m.token_count or 0 for m in screen.conversation.messages)
+        await wait_for(lambda: meter.state is not None and meter.state.history == earlier, pilot)
         # Esc stops editing: the draft comes back, nothing changed.
         await pilot.press("escape")
         assert box.text == "a draft"
@@ -116,6 +132,9 @@ async def test_edit_a_message_sends_a_new_branch_and_keeps_the_original() -> Non
         await pilot.press("alt+up", "alt+up", "alt+up", "alt+up")
         await pilot.press("f3")
         assert box.text == "one"
+        # The meter counts what sending the edit sends: nothing before it (it
+        # counted the whole conversation, the edited message and all after).
+        await wait_for(lambda: meter.state is not None and meter.state.history == 0, pilot)
         box.insert(" (edited)")
         await pilot.press("enter")
         await wait_for(

@@ -659,6 +659,40 @@ async def test_save_writes_the_config_file(gguf: Path, tmp_path: Path) -> None:
     assert not backup_path(path).exists()
 
 
+async def test_with_a_preset_only_what_was_changed_becomes_a_default(
+    gguf: Path, tmp_path: Path
+) -> None:
+    # The pane shows the conversation's values, a preset's here: saving a
+    # change of top_p wrote the preset's temperature to config.toml as the
+    # user's own (docs/presets.md: "Your defaults do not change").
+    path = tmp_path / "config" / "config.toml"
+    app = make_app(gguf, config_path=path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await ready(app, pilot)
+        await run_command(pilot, "coder", "Use preset: coder")
+        await wait_for(lambda: screen.settings.sampling.temperature == 0.2, pilot)
+        pane = await open_pane(app, pilot)
+        # The pane says which values are the conversation's, and the defaults.
+        help_line = pane.query_one("#setting-sampling-temperature .setting-help", Static)
+        assert "This conversation's value (preset coder); your default, 0.8," in str(
+            help_line.render()
+        )
+        top_k_help = pane.query_one("#setting-sampling-top-k .setting-help", Static)
+        assert "This conversation" not in str(top_k_help.render())
+        await set_field(pane, pilot, "sampling.top_p", "0.9")
+        await save(pane, pilot)
+        # The conversation keeps its preset and takes the change; the
+        # defaults take only the change.
+        assert (screen.settings.sampling.temperature, screen.settings.sampling.top_p) == (0.2, 0.9)
+        assert screen.settings.sampling.min_p == 0.1
+        defaults = app.settings.sampling
+        assert (defaults.temperature, defaults.top_p, defaults.min_p) == (0.8, 0.9, 0.05)
+    saved, problems = load_config(path)
+    assert problems == []
+    assert (saved.sampling.temperature, saved.sampling.top_p) == (0.8, 0.9)
+    assert saved.sampling.min_p == SamplingSettings().min_p
+
+
 async def test_apply_does_not_write(gguf: Path, tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
     app = make_app(gguf, config_path=path)

@@ -198,3 +198,11 @@ async def test_help_lists_what_the_bars_leave_out_at_80_columns() -> None:
         assert any(line.startswith("sent ") and "evaluated" in line for line in lines)
         assert any(line.startswith("reserved: ") for line in lines)
         assert "Switch model, or download one" in lines  # F8, not in the footer at 120
+        # The keys scroll the help as it opens (the Close button had the
+        # focus, and Page Down did nothing).
+        body = help_screen.query_one("#help-body")
+        assert body.max_scroll_y > 0
+        await pilot.press("pagedown")
+        await wait_for(lambda: body.scroll_y > 0, pilot)
+        await pilot.press("end")
+        await wait_for(lambda: body.scroll_y == body.max_scroll_y, pilot)
