@@ -103,6 +103,11 @@ def database_file() -> Path:
     return data_dir() / "conversations.db"
 
 
+def unsent_dir() -> Path:
+    """Messages being written when kvchat quit (chat.conversations.unsent)."""
+    return data_dir() / "unsent"
+
+
 def log_file() -> Path:
     """llama.cpp's own log lines go here, never to the terminal."""
     return state_dir() / "llama.log"

@@ -35,9 +35,10 @@ from textual.screen import Screen
 
 from chat import paths
 from chat.conversations.store import Store
+from chat.conversations.unsent import keep_unsent, take_unsent
 from chat.errors import KvchatError
 from chat.models.files import ModelCandidate, how_to_get_a_model
-from chat.runtime.background import start_thread
+from chat.runtime.background import in_thread, start_thread
 from chat.runtime.model_loader import (
     EngineFactory,
     ModelFailed,
@@ -385,7 +386,36 @@ class ChatApp(App[None]):
         try:
             await self._open_database_and_model()
         finally:
+            await self._put_back_unsent()
             await self._hand_over_typed_ahead()
+
+    # The message being written when kvchat quit comes back at the next start
+    # (chat.conversations.unsent): a quit never loses it.
+
+    async def _put_back_unsent(self) -> None:
+        text = await in_thread("unsent", take_unsent)
+        if text:
+            self.chat_screen.message_draft.put_back(text)
+            self.notify("The message you were writing when kvchat quit is back in the box.")
+
+    def _keep_unsent(self) -> None:
+        screen = self.chat_screen
+        if not screen.is_mounted:
+            return
+        text = screen.message_draft.unsent()
+        if not text:
+            return
+        try:
+            keep_unsent(text)
+        except OSError as error:
+            # Printed once the app has left the terminal: there it is kept.
+            reason = error.strerror or str(error)
+            self._exit_renderables.append(
+                Text(
+                    f"kvchat could not keep the message you were writing ({reason}); "
+                    f"here it is:\n{sanitize(text)}"
+                )
+            )
 
     async def _open_database_and_model(self) -> None:
         settle_startup_garbage()
@@ -638,6 +668,7 @@ class ChatApp(App[None]):
             await asyncio.wait_for(self.tool_servers.close(), TOOL_SERVERS_CLOSE_S)
 
     def _leave_and_exit(self) -> None:
+        self._keep_unsent()
         if not self.turn.generating:
             # Its KV cache, for instant resume next time: the save may wait for
             # the work the engine does ahead of time to end its batch for as

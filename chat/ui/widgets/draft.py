@@ -123,6 +123,17 @@ class Draft(VerticalGroup):
             return ""
         return text[start : start + added]
 
+    def unsent(self) -> str:
+        """What is written and not sent ("" for nothing): the box's text, and
+        the draft set aside while a message of yours is edited (the edit
+        itself only if it was changed)."""
+        text = self._box.text
+        if self._editing is None:
+            return text if text.strip() else ""
+        message, draft = self._editing
+        edited = text if text.strip() and text != message.content else ""
+        return "\n".join(part for part in (draft, edited) if part.strip())
+
     def put_back(self, text: str) -> None:
         """A message not sent comes back into the box, above anything typed
         since: nothing is lost."""

@@ -138,6 +138,33 @@ def test_text_typed_right_after_enter_stays_in_the_box(typing_app: Typed) -> Non
     assert typing_app.outcome() == {"box": "next words", "sent": ["first message"]}
 
 
+def test_a_message_being_written_at_quit_comes_back_at_the_next_start(tmp_path: Path) -> None:
+    # Ctrl+Q with a draft in the box threw it away.
+    unsent = tmp_path / "data" / "unsent"
+    first = start_typing_driver(tmp_path)
+    try:
+        assert first.terminal.wait_for(MODEL_READY), first.terminal.output[-2000:]
+        since = first.terminal.mark()
+        first.terminal.send(b"my careful draft")
+        assert first.terminal.wait_for(b"careful draft", since=since)
+        first.terminal.send(CTRL_Q)
+        assert first.terminal.wait_exit(20) == 0
+    finally:
+        first.terminal.close()
+    assert [path.read_text() for path in unsent.iterdir()] == ["my careful draft"]
+
+    again = start_typing_driver(tmp_path)
+    try:
+        assert again.terminal.wait_for(b"my careful draft"), again.terminal.output[-2000:]
+        assert list(unsent.iterdir()) == []  # taken: a third start gets none
+        again.terminal.send(CTRL_Q)
+        assert again.terminal.wait_exit(20) == 0
+    finally:
+        again.terminal.close()
+    assert again.outcome() == {"box": "my careful draft", "sent": []}
+    assert b"Traceback" not in again.terminal.output
+
+
 def test_ctrl_q_mid_flood_quits_at_once(typing_app: Typed) -> None:
     terminal = typing_app.terminal
     since = terminal.mark()

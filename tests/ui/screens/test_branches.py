@@ -135,7 +135,12 @@ async def test_edit_a_message_sends_a_new_branch_and_keeps_the_original() -> Non
         # The meter counts what sending the edit sends: nothing before it (it
         # counted the whole conversation, the edited message and all after).
         await wait_for(lambda: meter.state is not None and meter.state.history == 0, pilot)
+        # Quitting now would keep the draft set aside, not the unchanged edit...
+        draft = screen.message_draft
+        assert draft.unsent() == "a draft"
         box.insert(" (edited)")
+        # ...and with the edit changed, both.
+        assert draft.unsent() == "a draft\none (edited)"
         await pilot.press("enter")
         await wait_for(
             lambda: not screen.generating and contents(screen) == ["one (edited)", "third"], pilot
