@@ -483,6 +483,12 @@ def _run_app(args: argparse.Namespace, resolved: ResolvedSettings, problems: lis
             # The config names a bad file: open the app anyway and say so there.
             model, model_error = None, str(error)
     resume = _conversation_to_open(args, problems)
+    if not sys.stdout.isatty():
+        # Textual would draw the app's screens into the file or the pipe.
+        raise KvchatError(
+            "The chat app needs a terminal to draw on, and standard output is not one. "
+            'For an answer in a pipe or a file, use one-shot mode: chat -p "...".'
+        )
     from chat.cli.tool_servers import tool_servers_for_run
 
     # Read now, so a bad file is said at once (a notice in the app); the app

@@ -258,7 +258,19 @@ def fake_app(monkeypatch: pytest.MonkeyPatch) -> type[FakeApp]:
 
     FakeApp.started = []
     monkeypatch.setattr(chat.ui.app, "ChatApp", FakeApp)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)  # the app draws on a terminal
     return FakeApp
+
+
+def test_the_app_is_not_started_without_a_terminal_to_draw_on(
+    fake_app: type[FakeApp], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `chat --continue | cat` drew the app's screens into the pipe.
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    assert cli.main(["--continue"]) == 2
+    assert fake_app.started == []
+    assert "needs a terminal to draw on" in capsys.readouterr().err
 
 
 def test_chat_exits_with_the_apps_status(

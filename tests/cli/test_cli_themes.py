@@ -109,6 +109,7 @@ def test_app_gets_the_theme_and_where_to_save_it(monkeypatch: pytest.MonkeyPatch
     started: list[ChatApp] = []
     monkeypatch.setattr(ChatApp, "run", lambda app: started.append(app))
     monkeypatch.setattr(sys, "stdin", FakeTerminal())
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)  # the app draws on a terminal
     assert cli.main(["--theme", "kvchat-light", "--model", str(Path(__file__))]) == 2  # not GGUF
     assert cli.main(["--theme", "kvchat-light"]) == 0
     (app,) = started

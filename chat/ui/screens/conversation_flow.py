@@ -223,7 +223,8 @@ class ConversationFlow:
         self._session.use_preset(preset)
         await self._screen.show_preset_used(before)
         system = self._conversation.system_prompt
-        text = f"Preset {preset.name}" + (f": {preset.summary()}" if preset.summary() else ".")
+        summary = preset.summary()
+        text = f"Preset {preset.name}" + (f": {summary}." if summary else ".")
         if system != before and self._conversation.messages:
             text += " The next reply reads the whole conversation again, with the new prompt."
         self._app.notify(text, timeout=6)

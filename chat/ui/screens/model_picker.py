@@ -132,9 +132,18 @@ class ModelPickerScreen(ListScreen[Path | None]):
             return
         compared = budgets_text(self._rows)
         free = f" · free {compared}" if compared is not None else ""
-        context = self._settings.n_ctx or "each model's own"
+        context = (
+            f"at a {self._settings.n_ctx:,}-token window"
+            if self._settings.n_ctx
+            else "at each model's own window"
+        )
+        matched = (
+            f"{shown} of {len(self._rows)} models"
+            if shown
+            else f"No model matches the filter (of {len(self._rows)})"
+        )
         status.update(
-            f"{shown} of {len(self._rows)} models · memory at context {context}{free} · "
+            f"{matched} · memory {context}{free} · "
             "Enter switches to the model (the conversation stays)"
         )
 

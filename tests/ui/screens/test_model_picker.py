@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from textual.widgets import DataTable, Input
+from textual.widgets import DataTable, Input, Static
 
 from chat.models.files import demo_model_path
 from chat.settings.schema import Settings
@@ -60,8 +60,12 @@ async def test_the_picker_lists_filters_and_switches() -> None:
         )
         assert str(row[1]).endswith("ctx")  # the memory it needs, at the context asked for
         assert [str(cell) for cell in row[2:7]] == ["93.8 MiB", "135M", "Q4_1", "8,192", "chatml"]
+        status = picker.query_one("#models-status", Static)
+        assert " models · memory at each model's own window · " in str(status.render())
         await pilot.press(*"no such model")
         await wait_for(lambda: table.row_count == 0, pilot)
+        # An empty table says why.
+        assert str(status.render()).startswith("No model matches the filter (of ")
         picker.query_one("#models-filter", Input).value = "smollm2"
         await wait_for(lambda: table.row_count >= 1, pilot)
         await pilot.press("enter")

@@ -137,6 +137,9 @@ async def test_f9_lists_only_the_presets_and_a_choice_mid_conversation_is_saved_
         assert preset == "creative" and system.startswith("You are an imaginative writer.")
         assert sampling["temperature"] == 1.1
         await wait_for(lambda: any("whole conversation again" in n for n in notices(app)), pilot)
+        [told] = [n for n in notices(app) if "whole conversation again" in n]
+        assert ": Preset creative: temperature 1.1 · " in told
+        assert "repeat_penalty 1.1. The next reply reads" in told  # one sentence, then the next
 
         # "default" goes back to the configured prompt and sampling.
         await run_command(pilot, "default", "Use preset: default")

@@ -752,6 +752,7 @@ async def test_broken_config_app_starts_and_saving_keeps_a_backup(
         path.write_text(original)
     before = path.read_bytes()
     monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
     started: list[ChatApp] = []
     monkeypatch.setattr(ChatApp, "run", lambda self, **kw: started.append(self))
     assert cli.main(["--model", str(gguf)]) == 0
