@@ -157,7 +157,7 @@ class StatusBar(Static):
             # First, where a narrow terminal does not cut it off; "generating…" goes.
             shown = (reading, *shown[:3], shown[4])
         parts = [p for p in shown if p]
-        self.update(Content("  │  ".join(parts)), layout=False)
+        self.update(Content(_fitted(parts, width)), layout=False)
 
     def _compact_parts(self) -> list[str]:
         """What the bar shows, most wanted first."""
@@ -205,3 +205,17 @@ class StatusBar(Static):
     def full_text(self) -> str:
         """Everything the bar knows on one line, whatever the terminal's width."""
         return "  │  ".join(self.full_lines())
+
+
+def _fitted(parts: list[str], width: int) -> str:
+    """`parts` side by side; where they do not all fit in `width` (a wide
+    terminal, a long model name or device line), whole parts from the end
+    make way for "…F1", as the compact bar does, rather than the terminal
+    cutting the last one off mid-phrase."""
+    text = "  │  ".join(parts)
+    if not width or cell_len(text) <= width:
+        return text
+    kept = list(parts)
+    while kept and cell_len("  │  ".join([*kept, MORE])) > width:
+        kept.pop()
+    return "  │  ".join([*kept, MORE])

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.cells import cell_len
 from textual.errors import NoWidget
 from textual.pilot import Pilot
 from textual.screen import Screen
@@ -206,3 +207,19 @@ async def test_help_lists_what_the_bars_leave_out_at_80_columns() -> None:
         await wait_for(lambda: body.scroll_y > 0, pilot)
         await pilot.press("end")
         await wait_for(lambda: body.scroll_y == body.max_scroll_y, pilot)
+
+
+@pytest.mark.parametrize(
+    ("columns", "end"), [(120, "  │  …F1"), (140, "  │  …F1"), (160, "support)")]
+)
+async def test_a_wide_bar_that_does_not_fit_ends_with_f1_not_mid_phrase(
+    columns: int, end: str
+) -> None:
+    # From 120 columns the bar shows whole parts (model, reply, device); what
+    # did not fit was cut off by the terminal mid-phrase.
+    async with chat_app().run_test(size=(columns, 30)) as pilot:
+        screen = await one_reply(pilot)
+        bar = screen.query_one("#status", Static)
+        status = str(bar.render())
+        assert cell_len(status) <= bar.content_size.width
+        assert status.endswith(end)  # the device line whole, or left to F1

@@ -95,7 +95,7 @@ async def meter_caught_up(pilot: Pilot[Any]) -> None:
     draft = pilot.app.query_one(PromptBox).text
     await wait_for(
         lambda: (
-            (plan := screen.session.plan(draft)) is not None
+            (plan := screen.turn.plan(draft)) is not None  # an edit: what it sends
             and meter.state == MeterState.from_plan(plan)
         ),
         pilot,
