@@ -59,6 +59,7 @@ from chat.settings.presets import load_presets
 from chat.settings.run_overrides import RunOverrides
 from chat.settings.schema import Settings
 from chat.settings.user_files import FileProblem, problem_notices
+from chat.settings.values import get_value
 from chat.tools.config import ServerConfig as ToolServerConfig
 from chat.tools.manager import ToolServers
 from chat.tools.permissions import Permissions
@@ -166,6 +167,11 @@ class ChatApp(App[None]):
         ScrollingCompositor.scrolls_terminal = self.settings.ui.terminal_scroll
         presets, self._preset_problems = load_presets()
         self.conversations = ConversationFlow(self)
+        self.conversations.flagged_sampling = {
+            key.removeprefix("sampling."): copy.deepcopy(get_value(self.settings, key))
+            for key, origin in launch.run_overrides.items()
+            if key.startswith("sampling.") and origin.startswith("--")
+        }
         session = ChatSession(
             self.settings,
             self.models,

@@ -25,6 +25,7 @@ from chat.errors import KvchatError
 from chat.session.chat_session import ChatSession
 from chat.session.turn import Turn
 from chat.settings.presets import Preset
+from chat.settings.values import format_value
 from chat.ui.messages import SwitchModelRequested, SwitchServerRequested
 
 if TYPE_CHECKING:
@@ -74,6 +75,9 @@ class ConversationFlow:
         self._offer_when_loaded = False
         """A conversation was opened before any model was ready: once one is,
         say whether it was made with another."""
+        self.flagged_sampling: dict[str, Any] = {}
+        """Sampling settings given on the command line (`--max-tokens 40`):
+        they apply to a conversation reopened in this run too."""
 
     def show_on(self, screen: ConversationScreen, turn: Turn) -> None:
         self._shown_on, self._turn = screen, turn
@@ -131,12 +135,33 @@ class ConversationFlow:
                 self._app.notify(str(error), severity="error", timeout=10)
                 return False
         self._session.open(conversation, sampling)
+        self._apply_flags()
         await self._screen.show_opened_conversation()
         if self._session.engine is None:
             self._offer_when_loaded = True
         else:
             self.offer_model_switch()
         return True
+
+    def _apply_flags(self) -> None:
+        """A reopened conversation keeps its own sampling settings, except those
+        given on the command line: typed with `--continue`, they are meant for
+        it. Said when they change what it had (saved with it from now on)."""
+        own = self._session.settings.sampling
+        changed = {
+            name: (getattr(own, name), value)
+            for name, value in self.flagged_sampling.items()
+            if getattr(own, name) != value
+        }
+        if not changed:
+            return
+        self._session.change_sampling(**{name: new for name, (_, new) in changed.items()})
+        said = ", ".join(
+            f"{name} {format_value(f'sampling.{name}', new)} (it had "
+            f"{format_value(f'sampling.{name}', old)})"
+            for name, (old, new) in changed.items()
+        )
+        self._app.notify(f"From the command line, for this conversation too: {said}.")
 
     def browse(self) -> None:
         """Ctrl+O: the saved conversations; the one chosen is opened."""

@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 from textual.widgets import Button, Input, Select, Static, Switch, TextArea
 
+from chat import paths
+from chat.conversations.conversation import Conversation, Message
+from chat.conversations.store import Store
 from chat.engine.llama import LlamaEngine
 from chat.errors import ModelError
 from chat.models import files as model_files
@@ -822,6 +825,39 @@ async def test_values_from_flags_and_environment_are_for_this_run_only(
     assert saved.sampling.min_p == SamplingSettings().min_p  # env value not written
     assert saved.sampling.top_k == 30
     assert saved.sampling.seed == 7
+
+
+async def test_a_flag_given_with_continue_applies_to_the_conversation_reopened(
+    gguf: Path,
+) -> None:
+    # `chat --continue --max-tokens 40` kept the conversation's own 400, silently.
+    saved = Conversation(title="old")
+    saved.messages = [Message("user", "q"), Message("assistant", "a")]
+    with Store(paths.database_file()) as store:
+        conv_id = store.import_conversation(
+            saved, {"max_tokens": 400, "temperature": 0.3, "seed": 3}
+        )
+    settings = Settings()
+    settings.sampling.max_tokens = 40
+    settings.sampling.seed = 9
+    app = make_app(
+        gguf,
+        settings=settings,
+        resume=conv_id,
+        run_overrides={"sampling.max_tokens": "--max-tokens", "sampling.seed": "KVCHAT_SEED"},
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await ready(app, pilot)
+        await wait_for(lambda: screen.conversation.id == conv_id, pilot)
+        sampling = screen.settings.sampling
+        # The flag wins; its own other values stay; a variable (a shell's
+        # profile, not typed for this conversation) does not.
+        assert (sampling.max_tokens, sampling.temperature, sampling.seed) == (40, 0.3, 3)
+        await wait_for(lambda: any("command line" in n.message for n in app.notices), pilot)
+        [told] = [n.message for n in app.notices if "command line" in n.message]
+        assert (
+            told == "From the command line, for this conversation too: max_tokens 40 (it had 400)."
+        )
 
 
 async def test_a_config_that_cannot_be_written_is_reported(gguf: Path, tmp_path: Path) -> None:
