@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import tempfile
 from pathlib import Path
 
 import platformdirs
@@ -97,6 +98,20 @@ def user_presets_dir() -> Path:
 def models_dir() -> Path:
     """Drop `.gguf` files here and kvchat finds them."""
     return data_dir() / "models"
+
+
+def working_folder() -> Path:
+    """The current folder, where relative paths start (attachments, exports).
+    If it was removed since kvchat started, `Path.cwd()` raises: then a path
+    where nothing is (the shell's PWD, if that is gone too), so that a
+    relative path names no file rather than one elsewhere."""
+    try:
+        return Path.cwd()
+    except OSError:
+        shell = os.environ.get("PWD", "")
+        if os.path.isabs(shell) and not os.path.lexists(shell):
+            return Path(shell)
+        return Path(tempfile.gettempdir(), f"kvchat-gone-{os.getpid()}", "current folder")
 
 
 def database_file() -> Path:

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from chat import paths
 from chat.errors import KvchatError
 from chat.safe_files import UnsafeFileError, read_bytes, refusal_detail
 from chat.sanitize import sanitize
@@ -60,7 +61,7 @@ def resolve_path(path_text: str, base: Path | None = None) -> Path:
     """`~` expanded; a relative path is taken from `base` (by default the
     folder kvchat was started in)."""
     path = Path(path_text).expanduser()
-    return path if path.is_absolute() else (base or Path.cwd()) / path
+    return path if path.is_absolute() else (base or paths.working_folder()) / path
 
 
 def read_attachment(path_text: str, base: Path | None = None) -> Attachment:

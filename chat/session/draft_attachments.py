@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chat import paths
 from chat.conversations.attachments import (
     Attachment,
     AttachmentError,
@@ -105,7 +106,7 @@ def shared_prefix(paths: list[str]) -> str:
 def relative_name(path: Path, base: Path | None = None) -> str:
     """How the picker names a file: relative to `base` when inside it, else
     from the home folder (`~/...`) when inside that, else in full."""
-    base = base or Path.cwd()
+    base = base or paths.working_folder()
     for root, prefix in ((base, ""), (Path.home(), "~/")):
         try:
             return prefix + str(path.relative_to(root))

@@ -73,6 +73,7 @@ from chat.ui.database_flow import DatabaseFlow
 from chat.ui.messages import ModelLoadFinished, SwitchModelRequested, SwitchServerRequested
 from chat.ui.screens.chat import ChatScreen
 from chat.ui.screens.conversation_flow import ConversationFlow
+from chat.ui.screens.help import HelpScreen
 from chat.ui.settings_flow import SettingsFlow
 from chat.ui.terminal_input import TerminalGone, TypedText, deliver_typed_text, typing_driver
 from chat.ui.terminal_scroll import ScrollingCompositor
@@ -532,7 +533,16 @@ class ChatApp(App[None]):
     # The settings pane.
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        for command in super().get_system_commands(screen):
+            # Textual's own keys panel docks over the footer and Esc does not
+            # close it; kvchat's help (F1) lists every key and figure.
+            if command.title != "Keys":
+                yield command
+        yield SystemCommand(
+            "Keys and help",
+            "Every key, every figure of the status bar and the meter (F1)",
+            lambda: self.push_screen(HelpScreen.of(screen)),
+        )
         yield SystemCommand(
             "Settings", "Sampling, chat and model settings (F2)", self.action_settings
         )
@@ -556,6 +566,35 @@ class ChatApp(App[None]):
 
     async def action_settings(self) -> None:
         await self.settings_flow.open_pane()
+
+    def deliver_screenshot(
+        self,
+        filename: str | None = None,
+        path: str | None = None,
+        time_format: str | None = None,
+    ) -> str | None:
+        """The palette's Screenshot: an SVG of the screen in the current folder
+        (as Ctrl+E's export), named in a notice. Textual saves it in the
+        Downloads folder and says only "Failed to save screenshot" when that
+        folder is missing."""
+        stamp = time.strftime(time_format or "%Y-%m-%dT%H_%M_%S")
+        name = filename or f"kvchat {stamp}.svg"
+        try:
+            folder = Path(path) if path else paths.working_folder()
+            target = folder / name
+            target.write_text(self.export_screenshot(), encoding="utf-8")
+        except OSError as error:
+            reason = (error.strerror or str(error)).lower()
+            where = shown_path(path) if path else "the current folder"
+            self.notify(
+                f"The screenshot could not be saved in {where}: {reason}.",
+                title="Screenshot",
+                severity="error",
+                timeout=10,
+            )
+            return None
+        self.notify(f"Screenshot saved to {shown_path(target)}.", title="Screenshot")
+        return str(target)
 
     def on_switch_model_requested(self, message: SwitchModelRequested) -> None:
         self.settings_flow.switch_model(message.path)

@@ -56,7 +56,7 @@ def file_stem(conv: Conversation) -> str:
 
 
 def default_folder() -> Path:
-    cwd = Path.cwd()
+    cwd = paths.working_folder()
     return cwd if os.access(cwd, os.W_OK) else paths.data_dir() / "exports"
 
 

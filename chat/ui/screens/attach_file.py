@@ -14,6 +14,7 @@ from textual.containers import Vertical
 from textual.suggester import Suggester
 from textual.widgets import DirectoryTree, Input, Static
 
+from chat import paths
 from chat.session.draft_attachments import complete_path, relative_name
 from chat.ui.screens.base import Dialog
 
@@ -64,7 +65,7 @@ class AttachFileScreen(Dialog[str | None]):
 
     def __init__(self, base: Path | None = None) -> None:
         super().__init__()
-        self.base = base or Path.cwd()
+        self.base = base or paths.working_folder()
 
     def compose(self) -> ComposeResult:
         with Vertical(id="attach-dialog"):

@@ -69,6 +69,58 @@ async def test_ctrl_c_with_nothing_selected_says_how_to_quit_in_words() -> None:
         assert app.clipboard == "hi" and len(app.notices) == 1
 
 
+async def test_the_palette_screenshot_goes_to_the_current_folder_and_says_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Textual saved it in ~/Downloads, and where that was missing said only
+    # "Failed to save screenshot".
+    monkeypatch.chdir(tmp_path)
+    app = make_app(ScriptedEngine())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await run_command(pilot, "screenshot", "Screenshot")
+        await wait_for(lambda: any(n.title == "Screenshot" for n in app.notices), pilot)
+        [svg] = tmp_path.glob("kvchat *.svg")
+        assert svg.read_text().startswith("<svg")
+        assert app.notices[-1].message == f"Screenshot saved to {svg}."
+        # A current folder removed meanwhile: the reason, no traceback.
+        gone = tmp_path / "gone"
+        gone.mkdir()
+        monkeypatch.chdir(gone)
+        gone.rmdir()
+        await run_command(pilot, "screenshot", "Screenshot")
+        await wait_for(lambda: app.notices[-1].severity == "error", pilot)
+        assert app.notices[-1].message == (
+            "The screenshot could not be saved in the current folder: no such file or directory."
+        )
+
+
+async def test_the_palette_offers_kvchats_help_not_textuals_keys_panel() -> None:
+    # Textual's panel docked over the footer and Esc did not close it.
+    from textual.command import CommandList, CommandPalette
+
+    from chat.ui.screens.help import HelpScreen
+
+    app = make_app(ScriptedEngine())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("ctrl+p")
+        await wait_for(lambda: isinstance(app.screen, CommandPalette), pilot)
+        await pilot.press(*"keys")
+        suggestions = app.screen.query_one(CommandList)
+        await wait_for(lambda: suggestions.option_count > 0, pilot)
+        titles = [
+            str(suggestions.get_option_at_index(i).prompt).split("\n")[0]
+            for i in range(suggestions.option_count)
+        ]
+        assert "Keys" not in titles and "Keys and help" in titles
+        await pilot.press("escape")
+        await run_command(pilot, "keys and help", "Keys and help")
+        await wait_for(lambda: isinstance(app.screen, HelpScreen), pilot)
+        await pilot.press("escape")
+        await wait_for(lambda: not isinstance(app.screen, HelpScreen), pilot)
+
+
 async def test_code_blocks_copy_from_the_palette_and_their_button() -> None:
     app = make_app(ScriptedEngine(replies=[[CODE_REPLY]]))
     async with app.run_test(size=(120, 40)) as pilot:
