@@ -50,6 +50,7 @@ from chat.settings.schema import (
     Settings,
 )
 from chat.settings.server import ServerConfig
+from chat.settings.values import format_value
 from chat.ui.screens.chat import ChatScreen
 from chat.ui.terminal_scroll import ScrollingCompositor
 from chat.ui.widgets.message_view import AssistantMessageView
@@ -146,7 +147,8 @@ class SettingsFlow:
         return {
             f"sampling.{name}": (
                 f"This conversation's value ({whose}); your default, "
-                f"{shown_value(value)}, stays unless you change it here."
+                f"{sanitize_line(format_value(f'sampling.{name}', value))}, "
+                "stays unless you change it here."
             )
             for name, value in changed_sampling(own, defaults).items()
         }
@@ -355,12 +357,3 @@ def changed_sampling(shown: SamplingSettings, new: SamplingSettings) -> dict[str
         for field in fields(new)
         if getattr(new, field.name) != getattr(shown, field.name)
     }
-
-
-def shown_value(value: object) -> str:
-    """A setting's value as the pane's note names it."""
-    if value is None:
-        return "none"
-    if isinstance(value, list):
-        return ", ".join(repr(each) for each in value) or "none"
-    return sanitize_line(str(value))
