@@ -454,7 +454,8 @@ class ChatApp(App[None]):
         self.store = store
         self.conversations.attach_store(store)
         if self.launch.resume is not None:
-            await self.conversations.open(self.launch.resume)
+            if await self.conversations.open(self.launch.resume):
+                self.conversations.apply_flags()
             self.launch.resume = None
 
     async def on_model_load_finished(self, message: ModelLoadFinished) -> None:

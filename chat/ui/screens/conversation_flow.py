@@ -77,7 +77,7 @@ class ConversationFlow:
         say whether it was made with another."""
         self.flagged_sampling: dict[str, Any] = {}
         """Sampling settings given on the command line (`--max-tokens 40`):
-        they apply to a conversation reopened in this run too."""
+        they apply to the conversation `--continue` or `--resume` reopens."""
 
     def show_on(self, screen: ConversationScreen, turn: Turn) -> None:
         self._shown_on, self._turn = screen, turn
@@ -135,7 +135,6 @@ class ConversationFlow:
                 self._app.notify(str(error), severity="error", timeout=10)
                 return False
         self._session.open(conversation, sampling)
-        self._apply_flags()
         await self._screen.show_opened_conversation()
         if self._session.engine is None:
             self._offer_when_loaded = True
@@ -143,10 +142,11 @@ class ConversationFlow:
             self.offer_model_switch()
         return True
 
-    def _apply_flags(self) -> None:
-        """A reopened conversation keeps its own sampling settings, except those
-        given on the command line: typed with `--continue`, they are meant for
-        it. Said when they change what it had (saved with it from now on)."""
+    def apply_flags(self) -> None:
+        """The conversation `--continue` or `--resume` reopened keeps its own
+        sampling settings, except those given on the command line: typed with
+        it, they are meant for it. Said when they change what it had (saved
+        with it from now on). Conversations opened later (Ctrl+O) keep theirs."""
         own = self._session.settings.sampling
         changed = {
             name: (getattr(own, name), value)

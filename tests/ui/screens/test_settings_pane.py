@@ -837,6 +837,7 @@ async def test_a_flag_given_with_continue_applies_to_the_conversation_reopened(
         conv_id = store.import_conversation(
             saved, {"max_tokens": 400, "temperature": 0.3, "seed": 3}
         )
+        other_id = store.import_conversation(saved, {"max_tokens": 500})
     settings = Settings()
     settings.sampling.max_tokens = 40
     settings.sampling.seed = 9
@@ -858,6 +859,9 @@ async def test_a_flag_given_with_continue_applies_to_the_conversation_reopened(
         assert (
             told == "From the command line, for this conversation too: max_tokens 40 (it had 400)."
         )
+        # Another opened later (Ctrl+O) keeps its own.
+        assert await screen.open_conversation(other_id)
+        assert screen.settings.sampling.max_tokens == 500
 
 
 async def test_a_config_that_cannot_be_written_is_reported(gguf: Path, tmp_path: Path) -> None:
