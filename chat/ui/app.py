@@ -392,18 +392,26 @@ class ChatApp(App[None]):
         start_thread("highlighting", warm_up_highlighting)  # before a reply needs it
         try:
             await self._open_database_and_model()
-        finally:
             await self._put_back_unsent()
+        finally:
             await self._hand_over_typed_ahead()
 
     # The message being written when kvchat quit comes back at the next start
     # (chat.conversations.unsent): a quit never loses it.
 
     async def _put_back_unsent(self) -> None:
+        if self._quit_by is not None:
+            return  # quitting already: it waits for the next start
         text = await in_thread("unsent", take_unsent)
-        if text:
-            self.chat_screen.message_draft.put_back(text)
-            self.notify("The message you were writing when kvchat quit is back in the box.")
+        if not text:
+            return
+        if self._quit_by is not None:
+            # A quit came while it was read: its box was kept without it.
+            with contextlib.suppress(OSError):
+                keep_unsent(text)
+            return
+        self.chat_screen.message_draft.put_back(text)
+        self.notify("The message you were writing when kvchat quit is back in the box.")
 
     def _keep_unsent(self) -> None:
         screen = self.chat_screen

@@ -165,6 +165,26 @@ def test_a_message_being_written_at_quit_comes_back_at_the_next_start(tmp_path: 
     assert b"Traceback" not in again.terminal.output
 
 
+async def test_a_quit_while_the_unsent_message_is_read_keeps_it_for_the_next_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import chat.ui.app
+    from chat import paths
+
+    app = make_app(SlowTokenizer(0.0))
+
+    def read_as_a_quit_comes() -> str:
+        app._quit_by = time.monotonic() + 5  # Ctrl+Q while the file was read
+        return "kept for later"
+
+    monkeypatch.setattr(chat.ui.app, "take_unsent", read_as_a_quit_comes)
+    async with app.run_test() as pilot:
+        await wait_for(lambda: app._typed_ahead is None, pilot)  # startup done
+        assert app.query_one(PromptBox).text == ""
+    [kept] = paths.unsent_dir().iterdir()
+    assert kept.read_text() == "kept for later"
+
+
 def test_ctrl_q_mid_flood_quits_at_once(typing_app: Typed) -> None:
     terminal = typing_app.terminal
     since = terminal.mark()
