@@ -8,7 +8,7 @@ with "…F1" when something is left out; F1 or a click lists everything."""
 
 from __future__ import annotations
 
-from rich.cells import cell_len
+from rich.cells import cell_len, set_cell_size
 from textual.content import Content
 from textual.timer import Timer
 from textual.widgets import Static
@@ -208,14 +208,12 @@ class StatusBar(Static):
 
 
 def _fitted(parts: list[str], width: int) -> str:
-    """`parts` side by side; where they do not all fit in `width` (a wide
-    terminal, a long model name or device line), whole parts from the end
-    make way for "…F1", as the compact bar does, rather than the terminal
-    cutting the last one off mid-phrase."""
+    """`parts` side by side; where they do not all fit in `width` (a long
+    model name, a server's address, the device line), cut at the width and
+    ended with "…F1", as the compact bar ends: the terminal would cut the
+    last part mid-phrase with no sign that more is in the help."""
     text = "  │  ".join(parts)
     if not width or cell_len(text) <= width:
         return text
-    kept = list(parts)
-    while kept and cell_len("  │  ".join([*kept, MORE])) > width:
-        kept.pop()
-    return "  │  ".join([*kept, MORE])
+    kept = set_cell_size(text, max(0, width - cell_len(MORE))).rstrip(" │")
+    return kept + MORE
