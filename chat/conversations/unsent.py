@@ -10,14 +10,13 @@ each. No Textual here.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 import time
 from pathlib import Path
 
 from chat import paths
 from chat.safe_files import UnsafeFileError, read_text
+from chat.whole_files import replace_whole
 
 PREFIX, SUFFIX = "unsent-", ".txt"
 UNSENT_LIMIT = 64 * 1024 * 1024
@@ -30,15 +29,7 @@ def keep_unsent(text: str, folder: Path | None = None) -> Path:
     folder = folder or paths.unsent_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{PREFIX}{time.time_ns()}{SUFFIX}"
-    descriptor, temporary = tempfile.mkstemp(prefix=".unsent-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+    replace_whole(path, text)
     return path
 
 

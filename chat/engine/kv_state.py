@@ -17,19 +17,19 @@ into place: a reader never sees half a file under the real name.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import mmap
 import os
 import struct
-import tempfile
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from chat.whole_files import replace_whole
 
 MAGIC = b"KVCHATKV"
 FORMAT_VERSION = 1
@@ -174,21 +174,9 @@ def write_state(
         }
     ).encode()
     preamble = _PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header), zlib.crc32(header))
-    descriptor, temporary = tempfile.mkstemp(
-        prefix=f".{path.name}.", suffix=".tmp", dir=path.parent
-    )
-    try:
-        with os.fdopen(descriptor, "wb") as out:
-            out.write(preamble)
-            out.write(header)
-            out.write(tokens)
-            out.write(state.data)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-    return len(preamble) + len(header) + len(tokens) + len(state.data)
+    # Not synced to the disk before the rename: a state is a cache whose
+    # checksum is read back, and a quit should not wait for the disk.
+    return replace_whole(path, (preamble, header, tokens, state.data), durable=False)
 
 
 def _token_bytes(tokens: Sequence[int]) -> bytes:

@@ -36,6 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from chat.whole_files import replace_whole
+
 
 def usable_cores() -> int:
     """CPUs this process may run on (a container's or `taskset`'s limit included)."""
@@ -233,11 +235,9 @@ class RememberedRates:
             "when": time.strftime("%Y-%m-%d %H:%M:%S"),
             QUIET: True,
         }
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # a measure not kept is taken again
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = self.path.with_suffix(".tmp")
-            temporary.write_text(json.dumps(data, indent=1, sort_keys=True))
-            temporary.replace(self.path)
+            replace_whole(self.path, json.dumps(data, indent=1, sort_keys=True), durable=False)
 
 
 def choose_threads(

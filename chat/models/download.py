@@ -58,6 +58,7 @@ from chat.models.hub_spec import (
 )
 from chat.safe_files import UnsafeFileError, inside, is_plain_name
 from chat.sanitize import sanitize_line
+from chat.whole_files import replace_whole
 
 __all__ = [
     "DEFAULT_QUANT",
@@ -225,9 +226,7 @@ class _CacheRepo:
         """`refs/<revision>`: which commit a branch or tag named (offline use)."""
         ref = inside(self.storage, "refs", revision, what="ref")
         ref.parent.mkdir(parents=True, exist_ok=True)
-        temporary = ref.with_name(f".{ref.name}.kvchat-tmp")
-        temporary.write_text(self.commit)
-        temporary.replace(ref)
+        replace_whole(ref, self.commit)
 
 
 def _fetch_file(

@@ -192,7 +192,7 @@ class Turn:
         """The files attached to the message being written (chat.session.draft_attachments)."""
         self.typed: Callable[[], str] = lambda: ""
         """The text being written (the prompt box's): what a prefill evaluates."""
-        self.editing: Message | None = None
+        self.editing: Callable[[], Message | None] = lambda: None
         """The user's message the text being written replaces (an edit, sent as
         a new branch), if it does: the meter and a prefill plan the messages
         before it, as sending the edit will."""
@@ -328,7 +328,7 @@ class Turn:
         garbage) makes the plan's problem, so nothing is sent and what was
         typed stays in the box."""
         try:
-            return self.session.plan(text, before=self.editing if text is not None else None)
+            return self.session.plan(text, before=self.editing() if text is not None else None)
         except KvchatError as error:
             return WindowPlan(0, 0, 0, 0, 0, (), problem=str(error))
 
@@ -806,7 +806,7 @@ class Turn:
             engine,
             self.session,
             self.prompt_for(self.typed().strip("\n")),
-            self.editing,
+            self.editing(),
             chat.prefill,
             self.session.settings.sampling.repeatable,
             # The tools the reply will be offered: the template renders them

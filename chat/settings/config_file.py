@@ -7,13 +7,10 @@ the text (`_find_line`).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
-import stat
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +23,7 @@ from chat.settings.schema import FIELDS, SECTIONS, Settings
 from chat.settings.server import url_as_saved
 from chat.settings.user_files import USER_FILE_LIMIT
 from chat.settings.values import format_value, get_value, parse_value, set_value
+from chat.whole_files import replace_whole
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -212,34 +210,16 @@ def save_config(settings: Settings, path: Path, *, keep_backup: bool = False) ->
     text = "# kvchat settings; only values that differ from the defaults are listed.\n\n"
     text += tomli_w.dumps(document, multiline_strings=True)
 
-    temp_name: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if keep_backup and path.exists():
             shutil.copy2(path, backup_path(path))
         # A linked config.toml (a dotfile setup) is written through the link:
         # replacing the link with a plain file would cut it from its repository.
-        target = Path(os.path.realpath(path))
-        # Write beside the target so os.replace is a rename on one file system:
-        # a crash leaves either the old file or the new one, never half of one.
-        with tempfile.NamedTemporaryFile(
-            "w", encoding="utf-8", dir=target.parent, prefix=f".{target.name}.", delete=False
-        ) as temp:
-            temp_name = temp.name
-            temp.write(text)
-            temp.flush()
-            os.fsync(temp.fileno())
-        if target.exists():
-            os.chmod(temp_name, stat.S_IMODE(target.stat().st_mode))
-        os.replace(temp_name, target)
-        temp_name = None
+        replace_whole(Path(os.path.realpath(path)), text, keep_mode=True)
     except OSError as error:
         reason = error.strerror or str(error)
         raise ConfigError(f"Cannot save the settings to {path}: {reason}.") from error
-    finally:
-        if temp_name is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(temp_name)
 
 
 def _url_in_file(path: Path) -> str | None:

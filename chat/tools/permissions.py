@@ -16,10 +16,7 @@ made meanwhile last only for the run.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -29,6 +26,7 @@ from chat import paths
 from chat.errors import ConfigError
 from chat.safe_files import UnsafeFileError, read_text, shown_path
 from chat.tools.config import ServerConfig
+from chat.whole_files import replace_whole
 
 FILE_LIMIT = 1024 * 1024
 
@@ -201,31 +199,11 @@ class Permissions:
                 for g in sorted(self._saved)
             ],
         }
-        temp_name: str | None = None
         try:
             self.file.parent.mkdir(parents=True, exist_ok=True)
-            # Beside the file, so that the rename stays on one file system: a
-            # crash leaves the old file or the new one, never half of one.
-            with tempfile.NamedTemporaryFile(
-                "w",
-                encoding="utf-8",
-                dir=self.file.parent,
-                prefix=f".{self.file.name}.",
-                delete=False,
-            ) as temp:
-                temp_name = temp.name
-                json.dump(document, temp, indent=2)
-                temp.write("\n")
-                temp.flush()
-                os.fsync(temp.fileno())
-            os.replace(temp_name, self.file)
-            temp_name = None
+            replace_whole(self.file, json.dumps(document, indent=2) + "\n")
         except OSError as error:
             raise ConfigError(
                 f"Cannot save the tool permissions to {shown_path(self.file)}: "
                 f"{error.strerror or error}."
             ) from error
-        finally:
-            if temp_name is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(temp_name)

@@ -87,6 +87,7 @@ from chat.ui.themes import (
 )
 from chat.ui.tuning import QuietCollections, settle_startup_garbage, share_the_gil_quickly
 from chat.ui.widgets.message_view import AssistantMessageView
+from chat.whole_files import write_new
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -587,11 +588,10 @@ class ChatApp(App[None]):
         Downloads folder and says only "Failed to save screenshot" when that
         folder is missing."""
         stamp = time.strftime(time_format or "%Y-%m-%dT%H_%M_%S")
-        name = filename or f"kvchat {stamp}.svg"
+        names = [filename] if filename else [f"kvchat {stamp}{n}.svg" for n in ("", "-2", "-3")]
         try:
             folder = Path(path) if path else paths.working_folder()
-            target = folder / name
-            target.write_text(self.export_screenshot(), encoding="utf-8")
+            target = write_new(folder, names, self.export_screenshot())  # the user's files stay
         except OSError as error:
             reason = (error.strerror or str(error)).lower()
             where = shown_path(path) if path else "the current folder"

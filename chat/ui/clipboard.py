@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from chat import paths
 from chat.sanitize import sanitize
+from chat.whole_files import replace_whole
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
@@ -72,7 +73,7 @@ def save_for_copying(text: str) -> Path:
     """Write `text` where the user can copy it from; raises OSError."""
     path = fallback_file()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    replace_whole(path, text, durable=False)  # for this session's copying only
     return path
 
 

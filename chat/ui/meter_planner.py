@@ -89,7 +89,7 @@ class MeterPlanner:
 
     async def _plan_in_thread(self, text: str) -> None:
         conversation = self._session.conversation
-        plan = await in_thread("plan", self._session.plan, text, self._turn.editing)
+        plan = await in_thread("plan", self._session.plan, text, self._turn.editing())
         if self._session.conversation is conversation and self.draft_text() == text:
             self.show(plan)
 

@@ -8,6 +8,7 @@ never replaces an existing file: a numeric suffix is added instead. No Textual.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import tempfile
@@ -21,6 +22,7 @@ from chat.conversations.conversation import Conversation
 from chat.conversations.transcript.json_export import to_json
 from chat.conversations.transcript.markdown import to_markdown
 from chat.errors import KvchatError
+from chat.whole_files import write_new
 
 ExportFormat = Literal["md", "json"]
 
@@ -62,26 +64,13 @@ def default_folder() -> Path:
 
 def write_new_file(folder: Path, stem: str, suffix: str, text: str) -> Path:
     """Write `text` to `folder/stem.suffix`, or `stem-2.suffix`, ... whichever is free."""
+    names = (
+        f"{stem}.{suffix}" if number == 1 else f"{stem}-{number}.{suffix}"
+        for number in itertools.count(1)
+    )
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=folder, prefix=".kvchat-export-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as file:
-                file.write(text)
-                file.flush()
-                os.fsync(file.fileno())
-            number = 1
-            while True:
-                target = folder / (
-                    f"{stem}.{suffix}" if number == 1 else f"{stem}-{number}.{suffix}"
-                )
-                try:
-                    os.link(temp, target)  # fails if the name exists: nothing is overwritten
-                    return target
-                except FileExistsError:
-                    number += 1
-        finally:
-            os.unlink(temp)
+        return write_new(folder, names, text)
     except OSError as error:
         raise KvchatError(
             f"kvchat cannot write the export: {paths.folder_problem(folder, error)}."

@@ -195,6 +195,7 @@ class ChatScreen(DrawsWhenAsked, Screen[None]):
             self._bindings.bind(key, action, description, show=False)
         box = self.query_one(PromptBox)
         self.turn.typed = lambda: box.text
+        self.turn.editing = lambda: self.message_draft.editing  # the meter counts what it sends
         self.query_one(PromptBox).focus()
         await self._show_system_prompt()
 

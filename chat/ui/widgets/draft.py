@@ -100,7 +100,6 @@ class Draft(VerticalGroup):
         typed = self._typed_after_submit()
         _, draft = self._editing
         self._editing = None
-        self._turn.editing = None
         self._turn.draft.picked = self._picked_before_edit
         self.query_one("#editing").display = False
         self._set_text(f"{draft}\n{typed}" if draft.strip() and typed else draft + typed)
@@ -161,7 +160,6 @@ class Draft(VerticalGroup):
         attachments.picked = []
         attachments.put_back(message.attachments, message.content)
         self._editing = (message, draft)
-        self._turn.editing = message  # the meter counts what the edit sends
         self._set_text(message.content)
         box.focus()
         banner = self.query_one("#editing", Static)
@@ -174,7 +172,6 @@ class Draft(VerticalGroup):
             return
         _, draft = self._editing
         self._editing = None
-        self._turn.editing = None
         self._turn.draft.picked = self._picked_before_edit
         self.query_one("#editing").display = False
         self.screen.refresh_bindings()

@@ -83,6 +83,12 @@ async def test_the_palette_screenshot_goes_to_the_current_folder_and_says_where(
         [svg] = tmp_path.glob("kvchat *.svg")
         assert svg.read_text().startswith("<svg")
         assert app.notices[-1].message == f"Screenshot saved to {svg}."
+        # Two in the same second: the second gets a name of its own.
+        first, second = (app.deliver_screenshot(time_format="same") for _ in range(2))
+        assert (first, second) == (
+            str(tmp_path / "kvchat same.svg"),
+            str(tmp_path / "kvchat same-2.svg"),
+        )
         # A current folder removed meanwhile: the reason, no traceback.
         gone = tmp_path / "gone"
         gone.mkdir()
