@@ -117,3 +117,19 @@ async def test_a_reply_dims_keys_and_moves_none(
             # No key moved: each is where it was before the first message.
             assert {k.key: k.region for k in footer.query(FooterKey) if k.display} == places
         assert composed == composed_before  # nothing composed again
+
+
+@pytest.mark.parametrize("size", [(20, 5), (24, 6), (30, 8)])
+async def test_in_a_narrow_terminal_nothing_shows_after_the_palette_key(
+    size: tuple[int, int],
+) -> None:
+    # The palette key's blank end was a margin, showing the end of a key that
+    # did not fit under it ("f1 Hel▏^p paletteg" at 20 columns).
+    app = make_app(ScriptedEngine())
+    async with app.run_test(size=size) as pilot:
+        await ready(app, pilot)
+        await pilot.pause()
+        footer = app.screen.query_one(KeysFooter)
+        row = app.screen._compositor.render_strips()[footer.region.y]
+        drawn_row = row.crop(footer.region.x, footer.region.right).text
+        assert drawn_row.endswith("^p palette ")
