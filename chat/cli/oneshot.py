@@ -308,13 +308,16 @@ def _tool_turn(
     settings: Settings,
     tools: OneShotTools,
     printer: _ReplyPrinter,
+    progress: _ProgressLine,
 ) -> tuple[Finished, dict[str, object], str | None]:
     """The turn with its tool loop: the last reply, what the JSON adds (each
     call, each reply's figures), and why the turn ended early (None when
     the model answered)."""
     from chat.cli.oneshot_tools import run_tool_turn
 
-    outcome = run_tool_turn(engine, messages, settings.sampling, tools, printer.token)
+    outcome = run_tool_turn(
+        engine, messages, settings.sampling, tools, printer.token, on_progress=progress.update
+    )
     if not outcome.steps:  # the first reply failed
         raise KvchatError(outcome.problem or "The model gave no reply.")
     calls: list[dict[str, object]] = [
@@ -377,7 +380,9 @@ def _reply(
     problem: str | None = None
     try:
         if tools is not None:
-            finished, tool_data, problem = _tool_turn(engine, messages, settings, tools, printer)
+            finished, tool_data, problem = _tool_turn(
+                engine, messages, settings, tools, printer, progress
+            )
         else:
             for event in engine.stream_reply(messages, settings.sampling, cancel):
                 if isinstance(event, PromptProgress):

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from chat.engine.protocol import ChatMessage, Engine, TokenEvent
+from chat.engine.protocol import ChatMessage, Engine, PromptProgress, TokenEvent
 from chat.errors import KvchatError
 from chat.safe_files import shown_path
 from chat.sanitize import sanitize_line
@@ -76,9 +76,11 @@ def run_tool_turn(
     tools: OneShotTools,
     on_text: Callable[[TokenEvent], None],
     err: TextIO | None = None,
+    on_progress: Callable[[PromptProgress], None] = lambda progress: None,
 ) -> ToolLoopOutcome:
     """Start the servers, run the turn's tool loop, stop the servers. The
-    calls are told on `err` (default: stderr)."""
+    calls are told on `err` (default: stderr); `on_progress` hears how far
+    each step's prompt has been read."""
     if not engine.info.calls_tools:
         raise KvchatError(
             engine.info.no_tools_reason
@@ -87,7 +89,9 @@ def run_tool_turn(
         )
     servers = tools.servers()
     told = sys.stderr if err is None else err
-    return asyncio.run(_turn(engine, messages, sampling, tools, servers, on_text, told))
+    return asyncio.run(
+        _turn(engine, messages, sampling, tools, servers, on_text, told, on_progress)
+    )
 
 
 async def _turn(
@@ -98,6 +102,7 @@ async def _turn(
     servers: list[ServerConfig],
     on_text: Callable[[TokenEvent], None],
     err: TextIO,
+    on_progress: Callable[[PromptProgress], None],
 ) -> ToolLoopOutcome:
     manager = ToolServers(servers)
     manager.start()
@@ -127,6 +132,8 @@ async def _turn(
         def report(event: LoopEvent) -> None:
             if event.kind == "text" and event.token is not None and not event.token.tool_call:
                 on_text(event.token)
+            elif event.kind == "progress" and event.progress is not None:
+                on_progress(event.progress)
             elif event.kind == "call" and event.request is not None:
                 request = event.request
                 arguments = sanitize_line(json.dumps(dict(request.arguments), ensure_ascii=False))

@@ -25,7 +25,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from chat.engine.protocol import ChatMessage, Engine, EngineEvent, Finished, TokenEvent
+from chat.engine.protocol import (
+    ChatMessage,
+    Engine,
+    EngineEvent,
+    Finished,
+    PromptProgress,
+    TokenEvent,
+)
 from chat.engine.tool_calls.calls import ToolCall, ToolDefinition
 from chat.engine.tool_calls.grammar import arguments_problem
 from chat.errors import KvchatError, ToolCallError
@@ -154,12 +161,13 @@ class ToolLoopOutcome:
 class LoopEvent:
     """What the loop reports as it goes: `kind` and what it carries.
 
-    "text": a reply's `TokenEvent` (`token`); "step": a reply ended
-    (`finished`); "ask": the user is being asked (`request`); "call": a
-    call starts (`call`, `server`, `tool`); "result": a call ended
-    (`record`)."""
+    "progress": a reply's prompt is being read (`progress`); "text": a
+    reply's `TokenEvent` (`token`); "step": a reply ended (`finished`);
+    "ask": the user is being asked (`request`); "call": a call starts
+    (`call`, `server`, `tool`); "result": a call ended (`record`)."""
 
-    kind: Literal["text", "step", "ask", "call", "result"]
+    kind: Literal["progress", "text", "step", "ask", "call", "result"]
+    progress: PromptProgress | None = None
     token: TokenEvent | None = None
     finished: Finished | None = None
     request: PermissionRequest | None = None
@@ -268,8 +276,8 @@ class ToolLoop:
     async def _reply(
         self, history: Sequence[ChatMessage], definitions: Sequence[ToolDefinition]
     ) -> Finished:
-        """One model reply, streamed in a worker thread; its text is reported
-        as it comes."""
+        """One model reply, streamed in a worker thread; its prompt's reading
+        and its text are reported as they come."""
         loop = asyncio.get_running_loop()
 
         def stream() -> Finished:
@@ -281,6 +289,8 @@ class ToolLoop:
                 last = event
                 if isinstance(event, TokenEvent):
                     loop.call_soon_threadsafe(self._on_event, LoopEvent("text", token=event))
+                elif isinstance(event, PromptProgress):  # the tools' definitions make it long
+                    loop.call_soon_threadsafe(self._on_event, LoopEvent("progress", progress=event))
             assert isinstance(last, Finished)
             return last
 

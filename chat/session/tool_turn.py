@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from chat.conversations.conversation import Message
 from chat.conversations.tool_switches import ToolSwitches
-from chat.engine.protocol import ChatMessage, Engine, Finished
+from chat.engine.protocol import ChatMessage, Engine, Finished, PromptProgress
 from chat.engine.reasoning.splitter import (
     ReplyPart,
     ThinkingSplitter,
@@ -203,15 +203,18 @@ class ToolTurn:
         reply: Message,
         report: Callable[[ToolTurnEvent], object],
         on_text: Callable[[str, int, str, int], object],
+        on_progress: Callable[[PromptProgress], object] = lambda progress: None,
         frame_s: float = FASTEST_FRAME_S,
     ) -> None:
         """`report` gets each step's events, `on_text` the reply's text, its
         tokens (a call's own tokens counted with no text), and a reasoning
-        model's thinking with its tokens, at most once a frame; both on the
-        event loop `run` is awaited in."""
+        model's thinking with its tokens, at most once a frame, `on_progress`
+        how far each step's prompt has been read; all on the event loop `run`
+        is awaited in."""
         self.reply = reply
         self._report = report
         self._on_text = on_text
+        self._on_progress = on_progress
         self._frame_s = frame_s
         self._reasoning = engine.info.reasoning
         self._splitter = self._new_splitter()
@@ -297,6 +300,9 @@ class ToolTurn:
             self._flush()
 
     def _loop_event(self, event: LoopEvent) -> None:
+        if event.kind == "progress" and event.progress is not None:
+            self._on_progress(event.progress)
+            return
         if event.kind == "text" and event.token is not None:
             token = event.token
             if not token.tool_call:  # the call's JSON shows in its own block

@@ -651,6 +651,7 @@ class Turn:
             reply,
             self._tool_event,
             partial(self._tool_text, reply),
+            partial(self._tool_progress, reply),
         )
         self._tool_turn = tool_turn
         messages = cast("list[ChatMessage]", self.session.reply_prompt(plan))
@@ -693,6 +694,12 @@ class Turn:
     ) -> None:
         if reply is self._reply:
             self.listener(TurnText(reply, text, tokens, thinking, thinking_tokens))
+
+    def _tool_progress(self, reply: Message, progress: PromptProgress) -> None:
+        """As a plain reply's: a long prompt (the tools' definitions make it
+        long) says how far it has been read."""
+        if reply is self._reply and not self._closed:
+            self.listener(TurnProgress(reply, progress))
 
     async def _run_tool_turn(
         self,

@@ -15,9 +15,11 @@ from typing import Any
 import jsonschema
 import pytest
 
+from chat.cli import oneshot
 from chat.cli.oneshot import run_oneshot
 from chat.cli.oneshot_tools import OneShotTools
 from chat.engine import llama
+from chat.engine.protocol import PromptProgress
 from chat.models.files import ModelCandidate
 from chat.settings.schema import Settings
 from chat.tools.config import parse_document
@@ -173,10 +175,17 @@ def one_shot(path: Path, tmp_path: Path, grants: tuple[Grant, ...]) -> dict[str,
 
 
 def test_an_allowed_tool_runs_and_the_model_answers(
-    tool_model: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tool_model: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     path, chosen = tool_model
     chosen["tool"] = "get_current_time"
+    read: list[PromptProgress] = []  # the progress line (drawn on a terminal only)
+    monkeypatch.setattr(
+        oneshot._ProgressLine, "update", lambda line, progress: read.append(progress)
+    )
     data = one_shot(path, tmp_path, (Grant("time", "get_current_time"),))
     (call,) = data["tool_calls"]
     assert (call["server"], call["tool"], call["outcome"]) == ("time", "get_current_time", "ran")
@@ -186,6 +195,11 @@ def test_an_allowed_tool_runs_and_the_model_answers(
     first, second = data["steps"]
     assert first["prompt_evaluated"] == first["prompt_tokens"]
     assert second["prompt_evaluated"] <= second["prompt_tokens"] - first["prompt_tokens"]
+    # Each step's prompt said how far it had been read (it said nothing with tools).
+    assert [each.total for each in read if each.done == each.total] == [
+        first["prompt_evaluated"],
+        second["prompt_evaluated"],
+    ]
     err = capsys.readouterr().err
     assert "chat: calling time.get_current_time {" in err
     assert "chat: time.get_current_time: " in err

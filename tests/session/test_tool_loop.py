@@ -118,7 +118,11 @@ async def test_a_turn_asks_calls_reads_the_result_and_answers(
     assert [m["role"] for m in outcome.added] == ["assistant", "tool", "assistant"]
     assert outcome.added[1]["content"] == "hello"
     assert outcome.added[2]["content"] == second.finished.text and second.finished.text
-    assert [e.kind for e in events if e.kind != "text"] == ["step", "ask", "call", "result", "step"]
+    kinds = [e.kind for e in events if e.kind not in ("text", "progress")]
+    assert kinds == ["step", "ask", "call", "result", "step"]
+    # Each step's prompt is read with progress, before the step's text.
+    assert next(e.kind for e in events if e.kind != "text") == "progress"
+    assert "progress" in [e.kind for e in events[events.index(first_step(events)) :]]
     assert permissions.allowed("sdk", "echo") is None  # once is once
     # The step after the call evaluates only the call and its result: the
     # first prompt is still in the KV cache.
@@ -253,3 +257,7 @@ async def test_offered_tools_come_from_ready_servers_and_clashes_are_renamed(
     assert sorted(o.definition.name for o in offered) == ["a_echo", "b_echo"]
     assert {(o.server, o.tool) for o in offered} == {("a", "echo"), ("b", "echo")}
     assert json.dumps(offered[0].definition.for_template())  # plain JSON for the template
+
+
+def first_step(events: list[LoopEvent]) -> LoopEvent:
+    return next(event for event in events if event.kind == "step")

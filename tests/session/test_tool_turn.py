@@ -30,7 +30,7 @@ from chat.session.tool_turn import (
     ToolStepEnded,
     ToolTurnStopped,
 )
-from chat.session.turn import TurnEnded, TurnStarted, TurnText
+from chat.session.turn import TurnEnded, TurnProgress, TurnStarted, TurnText
 from chat.settings.schema import ModelSettings, Settings
 from chat.tools.permissions import Choice, Grant, Permissions
 from chat.tools.status import ServerState
@@ -159,6 +159,31 @@ async def test_a_turn_with_tools_asks_runs_the_call_and_answers(tmp_path: Path) 
             "assistant",
             "user",
         ]
+
+
+async def test_each_steps_prompt_says_how_far_it_has_been_read() -> None:
+    # The tools' definitions make a tool turn's prompt long: the status bar
+    # says how far it has been read, as for a plain reply (the loop dropped
+    # the engine's progress, and a 2,000-token prompt showed "generating…").
+    engine = calling_engine(prompt_batches=2)
+    recorded = Recorded(engine)
+    with_tools(recorded, FakeToolServers(), Answers(Choice.ONCE))
+    assert recorded.turn.send("What does echo say?") is None
+    await asyncio.wait_for(recorded.turn.stopped(), 10)
+    kinds = [type(e).__name__ for e in recorded.events if not isinstance(e, TurnText)]
+    reading = ["TurnProgress"] * 3  # none read, then each of the two batches
+    assert kinds == [
+        "TurnStarted",
+        *reading,
+        "ToolStepEnded",
+        "ToolCallAsked",
+        "ToolCallStarted",
+        "ToolCallEnded",
+        *reading,
+        "TurnEnded",
+    ]
+    first = recorded.of(TurnProgress)[2].progress
+    assert first.done == first.total > 0
 
 
 LOOKS = ["<think>", "I", " should", " look.", "</think>", "Let", " me", " look."]
@@ -525,6 +550,10 @@ async def test_the_real_model_calls_the_real_server_and_answers(
     assert last.prompt_reused >= first.prompt_tokens - 2
     assert last.prompt_evaluated < first.prompt_evaluated
     assert isinstance(recorded.events[0], TurnStarted)
+    # Each step's prompt said how far it had been read, before its text.
+    kinds = [type(e) for e in recorded.events if not isinstance(e, TurnText)]
+    step_ended = kinds.index(ToolStepEnded)
+    assert TurnProgress in kinds[:step_ended] and TurnProgress in kinds[step_ended:]
 
 
 async def tool_turn_of(
