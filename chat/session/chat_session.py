@@ -131,25 +131,43 @@ class ChatSession:
             self.tool_definitions(),
         )
         if new_text is None and plan.problem is None:
-            return self._continued_whole(budget, plan)
+            return self._continuing(budget, plan)
         return plan
 
-    def _continued_whole(self, budget: ContextBudget, plan: WindowPlan) -> WindowPlan:
-        """`plan` for continuing the last reply, when it thought: it goes on
-        whole, its thinking included (`reply_prompt`), whatever the template
-        drops of it. Counted so (as the tokens it was sampled as, when it has
-        them), with its thinking so far apart."""
+    def _continuing(self, budget: ContextBudget, plan: WindowPlan) -> WindowPlan:
+        """`plan` for continuing the last reply: the user's message before it
+        is the new one, as when the reply was sent, and the reply goes on
+        whole, a reasoning model's thinking included (`reply_prompt`),
+        whatever the template drops of it. Counted as the tokens it was
+        sampled as, when it has them, with its thinking so far apart. (The
+        budget plans a continue as a regeneration of the reply: the reply as
+        the new message, rendered whole and closed, the user's in `history`.)"""
         reply = self.last_reply()
-        model = self.model
-        if reply is None or not reply.thinking or model is None or model.reasoning is None:
+        if reply is None:
             return plan
         messages = self.conversation.messages
         system_prompt = self.conversation.system_prompt
         rendered = budget.message_tokens(system_prompt, reply, messages[0])
-        stats = reply.stats
-        thinking = stats.thinking_tokens if stats else budget.text_tokens(reply.thinking)
+        opening = plan.new - rendered  # the template's opening of a reply
+        asked = len(messages) - 2
+        user = (
+            budget.message_tokens(system_prompt, messages[asked], messages[0])
+            if asked in plan.included
+            else 0
+        )
+        model = self.model
+        thinking = 0
+        if reply.thinking and model is not None and model.reasoning is not None:
+            stats = reply.stats
+            thinking = stats.thinking_tokens if stats else budget.text_tokens(reply.thinking)
         whole = len(reply.token_ids) if reply.token_ids else rendered + thinking
-        return replace(plan, new=plan.new - rendered + whole, thinking=min(thinking, whole))
+        return replace(
+            plan,
+            history=plan.history - user,
+            new=user + opening + whole,
+            thinking=min(thinking, whole),
+            continued=whole,
+        )
 
     def reply_prompt(self, plan: WindowPlan, continuing: bool = False) -> list[dict[str, Any]]:
         """What the reply to the conversation's last message is generated from;

@@ -61,9 +61,13 @@ class WindowPlan:
     """Indices of earlier messages outside the window this turn."""
     problem: str | None = None
     """Why this turn cannot be sent (it does not fit), in words; None when it fits."""
+    continued: int = 0
+    """Of `new`, when a reply is continued: the reply so far, as it is sent
+    (`new` is then the user's message before it, the template's opening of
+    the reply, and this)."""
     thinking: int = 0
-    """Of `new`, when a reply that thought is continued: its thinking so far
-    (the meter's thinking segment starts from it)."""
+    """Of `continued`: the thinking so far of a reply that thought (the
+    meter's thinking segment starts from it)."""
     tools: int = 0
     """Of `system`: the tool definitions offered, as the template renders them."""
     tool_steps: int = 0

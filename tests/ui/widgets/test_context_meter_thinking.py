@@ -11,8 +11,10 @@ from chat.ui.widgets.context_meter import MeterState
 
 
 def test_a_continued_replys_thinking_is_counted_from_the_start() -> None:
-    plan = WindowPlan(2048, 0, 15, 3 + 40, 100, (0,), thinking=30)
+    # The user's message (10) and the reply's opening (3) are new; the reply
+    # so far (40) is the reply, its thinking (30) apart.
+    plan = WindowPlan(2048, 0, 5, 10 + 3 + 40, 100, (0,), continued=40, thinking=30)
     state = MeterState.from_plan(plan)
-    assert state.thinking == 30 and state.new == 13
+    assert (state.new, state.thinking, state.reply) == (13, 30, 10)
     assert state.used == plan.used
     assert state.sizes()["thinking"] == 30
