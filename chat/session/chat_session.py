@@ -17,7 +17,7 @@ from typing import Any
 
 from chat import paths
 from chat.conversations.attachments import Attachment
-from chat.conversations.conversation import Conversation, FinishReason, Message
+from chat.conversations.conversation import LOCAL_BACKEND, Conversation, FinishReason, Message
 from chat.conversations.saver import ConversationSaver, ConversationSettings, restore_sampling
 from chat.conversations.tool_steps import ToolStep
 from chat.conversations.tool_switches import ToolSwitches
@@ -595,10 +595,14 @@ class ChatSession:
     def conversation_settings(self) -> ConversationSettings:
         """What the conversation's row records: its system prompt, sampling and model."""
         info = self.model
+        if info is None:
+            model_path = self.conversation.model_path
+        else:  # a server's model has no file here (its "path" is its URL)
+            model_path = str(info.path) if info.kind == LOCAL_BACKEND else ""
         return ConversationSettings(
             system_prompt=self.conversation.system_prompt,
             sampling=asdict(self.settings.sampling),
-            model_path=str(info.path) if info else self.conversation.model_path,
+            model_path=model_path,
             model_name=info.name if info else self.conversation.model_name,
             backend=info.kind if info else self.conversation.backend,
             server_url=(info.server_url or "") if info else self.conversation.server_url,

@@ -75,7 +75,9 @@ def to_json(conv: Conversation, sampling: Mapping[str, Any]) -> str:
             "created": conv.created,
             "updated": conv.updated,
             "model": conv.model_name,
-            "model_path": split_credentials(conv.model_path)[0],
+            "model_path": (
+                "" if conv.made_on_server else split_credentials(conv.model_path)[0]
+            ),  # a server's model has no file here
             # "local", or the kind of model server, with its URL (no key, no password).
             "backend": conv.backend,
             "server_url": public_url(conv.server_url) if conv.server_url else "",

@@ -46,7 +46,8 @@ def to_markdown(
     conv.link_shown()
     leaves = conv.tree.leaves()
     lines = [f"# {conv.title or conv.default_title()}", ""]
-    model_path = split_credentials(conv.model_path)[0]  # a server's, from older databases
+    # A server's conversation has no model file (older databases held its URL made a path).
+    model_path = "" if conv.made_on_server else split_credentials(conv.model_path)[0]
     if conv.model_name or model_path:
         model = conv.model_name or Path(model_path).name
         lines.append(f"- **Model:** {model}" + (f" (`{model_path}`)" if model_path else ""))

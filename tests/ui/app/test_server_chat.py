@@ -13,6 +13,7 @@ import pytest
 
 from chat import paths
 from chat.conversations.store import Store
+from chat.conversations.transcript.markdown import to_markdown
 from chat.models.files import ModelCandidate
 from chat.session.server_choice import server_config
 from chat.settings.schema import Settings
@@ -81,6 +82,10 @@ async def test_chat_on_a_llama_server(server: RunningServer, demo_model: Path) -
         saved = store.get_conversation(conv_id)
     assert saved.backend == "llama-server"
     assert saved.server_url == server.url
+    # No model file: the URL made a path was saved as one ("http:/127.0.0.1:…").
+    assert saved.model_path == ""
+    exported = to_markdown(saved)
+    assert "http:/1" not in exported and f"**Server:** llama-server at {server.url}" in exported
 
     # Reopened with the local model loaded: kvchat offers to reconnect.
     local = Settings()
