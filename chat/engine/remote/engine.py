@@ -48,6 +48,8 @@ from chat.settings.schema import SamplingSettings
 
 PREFILL_WAIT_S = 60.0
 """A reply sent while its prompt is being prefilled waits this long at most."""
+_CANCEL_POLL_S = 0.05
+"""How often a reply waiting for a prefill looks at its `cancel`."""
 MAX_N_CTX = 1 << 24
 """The largest context window a server's word is taken for: far above any
 model's, below figures that only a broken or hostile server sends."""
@@ -274,6 +276,8 @@ class RemoteEngine:
         names "thinking")."""
         self._lock = threading.Lock()
         self._prefilling = False
+        self._stop_prefill = threading.Event()
+        """Set, the prefill's request ends (its connection shut down)."""
         self._closed = False
 
     def __repr__(self) -> str:
@@ -302,19 +306,26 @@ class RemoteEngine:
         if tools and not self.info.api_tool_calls:
             raise KvchatError(self.info.no_tools_reason or _NO_SERVER_TOOLS)
         started = time.perf_counter()
-        self._acquire_for_reply()
+        self._acquire_for_reply(cancel)
         try:
             if continue_last:
                 request = self._prepare_continuation(messages)
             else:
                 request = self._prepare(messages, sampling, tools)
+            if cancel.is_set():  # Esc while a prefill was waited for: nothing is sent
+                yield _stopped_unsent(request, sampling, started)
+                return
             yield from self._run(request, sampling, cancel, record_probs, started)
         finally:
             self._lock.release()
 
-    def _acquire_for_reply(self) -> None:
+    def _acquire_for_reply(self, cancel: threading.Event) -> None:
+        """The engine for a reply. A prefill under way is waited for (it
+        reads the reply's prompt, or most of it, into the server's cache);
+        `cancel` set meanwhile (Esc) ends the prefill's request, so that the
+        server stops reading at once rather than after the whole prompt."""
         if not self._lock.acquire(blocking=False) and not (
-            self._prefilling and self._lock.acquire(timeout=PREFILL_WAIT_S)
+            self._prefilling and self._wait_for_prefill(cancel)
         ):
             raise EngineBusyError(
                 "A reply is already being generated; wait for it or press Escape."
@@ -322,6 +333,16 @@ class RemoteEngine:
         if self._closed:
             self._lock.release()
             raise EngineClosedError("The server connection was closed.")
+
+    def _wait_for_prefill(self, cancel: threading.Event) -> bool:
+        deadline = time.monotonic() + PREFILL_WAIT_S
+        while not self._lock.acquire(timeout=_CANCEL_POLL_S):
+            if cancel.is_set():
+                self._stop_prefill.set()
+                return self._lock.acquire(timeout=PREFILL_WAIT_S)
+            if time.monotonic() > deadline:
+                return False
+        return True
 
     def _prepare(
         self, messages: ChatMessages, sampling: SamplingSettings, tools: Sequence[ToolDefinition]
@@ -507,7 +528,25 @@ class RemoteEngine:
 
     def close(self) -> None:
         """A reply under way ends after its current token (its stream is shut
-        down); later calls raise `EngineClosedError`."""
+        down), a prefill at once; later calls raise `EngineClosedError`."""
         self._closed = True
+        self._stop_prefill.set()
         with self._lock:
             self._http.close()
+
+
+def _stopped_unsent(request: Request, sampling: SamplingSettings, started: float) -> Finished:
+    """The end of a reply stopped before its request was sent: no text, its
+    prompt counted as not read (the server may hold part of it from a prefill)."""
+    waited = time.perf_counter() - started
+    stats = ReplyStats(
+        prompt_tokens=len(request.tokens),
+        prompt_evaluated=len(request.tokens),
+        generated_tokens=0,
+        ttft_s=waited,
+        decode_tps=0.0,
+        finish_reason="stopped",
+        seed=sampling.seed,
+        total_s=waited,
+    )
+    return Finished("", stats)

@@ -136,19 +136,8 @@ class ServerHttp:
             with self._client.stream("POST", path, json=body) as response:
                 if response.status_code >= 300:
                     self.check_status(response, path, self._read_capped(response, path))
-                done = threading.Event()
-                watcher = threading.Thread(
-                    target=_shut_down_on_cancel,
-                    args=(response, cancel, done),
-                    name="kvchat-cancel-watch",
-                    daemon=True,
-                )
-                watcher.start()
-                try:
+                with _shut_down_when(response, cancel):
                     yield self._lines(response, cancel)
-                finally:
-                    done.set()
-                    watcher.join()
         except httpx.HTTPError as error:
             if cancel.is_set():
                 return  # our own shutdown
@@ -324,6 +313,24 @@ def sse_data(lines: Iterator[bytes]) -> Iterator[bytes]:
                 yield payload
         elif line.startswith(b"error:"):  # some servers name an error event this way
             yield line[6:].strip()
+
+
+@contextlib.contextmanager
+def _shut_down_when(response: httpx.Response, cancel: threading.Event) -> Iterator[None]:
+    """While the block runs, `cancel` shuts the response's connection down."""
+    done = threading.Event()
+    watcher = threading.Thread(
+        target=_shut_down_on_cancel,
+        args=(response, cancel, done),
+        name="kvchat-cancel-watch",
+        daemon=True,
+    )
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
 
 
 def _shut_down_on_cancel(

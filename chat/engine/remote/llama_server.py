@@ -633,16 +633,21 @@ class LlamaServerEngine(RemoteEngine):
         if not add_generation_prompt or not self._lock.acquire(blocking=False):
             return False
         self._prefilling = True
+        self._stop_prefill.clear()
         try:
             if self._closed:
                 return False
             tokens = self.tokenize_chat(messages, tools=tools)
             if len(tokens) >= self.info.n_ctx:
                 return False
-            self._http.post_json(
-                "/completion", {"prompt": tokens, "n_predict": 0, "cache_prompt": True}
-            )
-            return True
+            # Streamed, for its headers come at once: until then there is no
+            # connection to shut down, and Esc on a reply waiting for this
+            # one (`_acquire_for_reply`) would wait for the whole prompt.
+            body = {"prompt": tokens, "n_predict": 0, "cache_prompt": True, "stream": True}
+            with self._http.stream("/completion", body, self._stop_prefill) as lines:
+                for _ in lines:
+                    pass
+            return not self._stop_prefill.is_set()
         except ServerError:
             return False
         finally:

@@ -156,3 +156,34 @@ def test_a_finished_reply_counts_as_the_next_prompt_holds_it(engine: RemoteEngin
     assert following[: len(closed)] == closed
     # The end-of-turn marker is counted (llama-server alone leaves the reply open).
     assert len(closed) > len(engine.tokenize_chat(answered[:2], True)) + 4
+
+
+def test_esc_on_a_reply_waiting_for_a_prefill_ends_the_prefills_request(tmp_path: Path) -> None:
+    # A reply sent while its prompt is prefilled waits for the prefill, which
+    # reads that prompt into the server's cache. Esc then ended the reply only
+    # once the server had read the whole prompt (19 s for 1,941 tokens here):
+    # the prefill's request now ends at once, and the server stops reading.
+    words = " ".join(f"word{i % 97}" for i in range(1_400))
+    long = [SYSTEM, {"role": "user", "content": f"Summarise this: {words}"}]
+    # Batches of 512: the server looks at its connections between batches.
+    with llama_server(tmp_path, extra=["-b", "512", "-ub", "512"], threads=1) as slow:
+        engine = connect(ServerConfig(slow.url))
+        try:
+            assert len(engine.tokenize_chat(long)) > 2_500  # well over 10 s on one thread
+            prefill = threading.Thread(target=engine.prefill, args=(long,))
+            prefill.start()
+            time.sleep(0.5)  # the server is reading it
+            cancel = threading.Event()
+            threading.Timer(0.5, cancel.set).start()
+            began = time.monotonic()
+            _, finished = run_reply(engine, long, GREEDY, cancel=cancel)
+            stopped_after = time.monotonic() - began
+            prefill.join(10)
+            assert not prefill.is_alive()
+            assert finished.stats.finish_reason == "stopped" and not finished.text
+            assert stopped_after < 3, stopped_after
+            # The server goes on with the next request.
+            _, again = run_reply(engine, [SYSTEM, ASK], GREEDY)
+            assert again.text and again.stats.finish_reason != "error"
+        finally:
+            engine.close()
