@@ -410,6 +410,7 @@ class ChatScreen(DrawsWhenAsked, Screen[None]):
     async def show_new_conversation(self) -> None:
         """An empty conversation (its system prompt alone)."""
         self._restore_tools()
+        self._show_last_reply_figures()
         self.query_one(StatusBar).show_preset(self.conversation.preset)
         await self.query_one(ConversationView).clear()
         await self._show_system_prompt()
@@ -421,6 +422,7 @@ class ChatScreen(DrawsWhenAsked, Screen[None]):
     async def show_opened_conversation(self) -> None:
         """A conversation opened from the store (or the browser)."""
         self._restore_tools()
+        self._show_last_reply_figures()
         self.query_one(StatusBar).show_preset(self.conversation.preset)
         await self._show_all()
         self._mark_branches(self.query_one(ConversationView).message_views())
@@ -431,9 +433,21 @@ class ChatScreen(DrawsWhenAsked, Screen[None]):
     async def show_forked_conversation(self) -> None:
         """A fork of the conversation shown (its preset and tools stay)."""
         self._restore_tools()
+        self._show_last_reply_figures()
         await self._show_all()
         self._read_ahead()
         self.refresh_bindings()
+
+    def _show_last_reply_figures(self) -> None:
+        """The status bar's figures are the last reply's of the conversation
+        now shown (none in a new one), not those of the one before."""
+        messages = self.conversation.messages
+        last = messages[-1] if messages else None
+        status = self.query_one(StatusBar)
+        if last is not None and last.role == "assistant" and last.stats is not None:
+            status.show_reply(last.stats)
+        else:
+            status.show_no_reply()
 
     async def show_preset_used(self, system_before: str) -> None:
         """The same conversation with a preset: redrawn only if its system prompt

@@ -31,6 +31,9 @@ from chat.ui.screens.dialogs import DIALOG_CSS
 from chat.wording import counted
 
 DESCRIPTION_CHARS = 50
+PROBLEM_CHARS = 400
+"""A failed server's reason is shown whole (the list wraps it); a longer one
+(its last words on stderr) is cut here."""
 """Characters of a tool's description shown beside its name."""
 
 
@@ -115,8 +118,8 @@ class ToolsScreen(Dialog[None]):
             what = [status.state.value]
             if status.state is ServerState.READY:
                 what.append(counted(len(status.tools), "tool"))
-            elif status.problem:
-                what.append(_short(status.problem, 70))
+            elif status.problem:  # whole: it names the command, the variable, the last words
+                what.append(_short(status.problem, PROBLEM_CHARS))
             line = f"{'[on] ' if server_on else '[off]'} {sanitize_line(name)} · {' · '.join(what)}"
             servers.add_option(Option(Content(line)))
             self._rows.append((name, None))
@@ -130,8 +133,10 @@ class ToolsScreen(Dialog[None]):
                     text += f" · {unusable}{_short(note, DESCRIPTION_CHARS)}"
                 servers.add_option(Option(Content(text)))
                 self._rows.append((name, tool.name))
-        if highlighted is not None and self._rows:
-            servers.highlighted = min(highlighted, len(self._rows) - 1)
+        if self._rows:  # a row is highlighted from the start: Enter acts on it
+            servers.highlighted = (
+                0 if highlighted is None else min(highlighted, len(self._rows) - 1)
+            )
         grants = self.query_one("#tool-grants", OptionList)
         grants.clear_options()
         self._grants = tools.permissions.lasting()
@@ -139,6 +144,8 @@ class ToolsScreen(Dialog[None]):
             grants.add_option(Option(Content(sanitize_line(grant.describe()))))
         if not self._grants:
             grants.add_option(Option(Content("none"), disabled=True))
+        else:
+            grants.highlighted = 0
 
     @on(OptionList.OptionSelected, "#tool-servers")
     def _switch_row(self, event: OptionList.OptionSelected) -> None:
@@ -146,6 +153,14 @@ class ToolsScreen(Dialog[None]):
         tools = self._tools
         if tool is None:
             tools.servers_off ^= {server}
+        elif server in tools.servers_off:  # its switch would change out of sight
+            self.notify(
+                f"The server '{sanitize_line(server)}' is off for this conversation: "
+                "turn it on first (Enter on its row).",
+                markup=False,
+                timeout=6,
+            )
+            return
         else:
             tools.tools_off ^= {(server, tool)}
         self._after_change()

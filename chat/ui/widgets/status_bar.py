@@ -100,7 +100,8 @@ class StatusBar(Static):
         self._render_bar()
 
     def show_no_reply(self) -> None:
-        """The reply failed: neither "generating…" nor its progress stays."""
+        """No reply to show (one failed, or the conversation has none): neither
+        "generating…" nor its progress nor an earlier reply's figures stay."""
         self._end_progress()
         self._stats = None
         self._reply = ""

@@ -117,10 +117,14 @@ async def test_ctrl_n_starts_a_new_conversation() -> None:
         screen = await ready(app, pilot)
         await send(pilot, "hello")
         await turn_done(screen, pilot, 2)
+        status = screen.query_one(StatusBar)
+        assert "last: " in status.full_text()
         await pilot.press("ctrl+n")
         await pilot.pause()
         assert screen.conversation.messages == []
         assert len(app.query(AssistantMessageView)) == 0
+        # The figures were the conversation before's ("max tokens reached").
+        assert "last: " not in status.full_text()
 
 
 async def test_reply_markup_is_shown_literally_and_does_not_run_actions() -> None:

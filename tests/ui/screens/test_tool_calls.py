@@ -158,8 +158,8 @@ async def test_always_this_tool_is_kept_listed_in_the_pane_and_taken_back() -> N
         pane = await on_top(pilot, ToolsScreen)
         grants = pane.query_one("#tool-grants", OptionList)
         assert "the tool 'echo' of the server 'notes'" in str(grants.get_option_at_index(0).prompt)
-        grants.focus()
-        grants.highlighted = 0
+        await pilot.press("tab")  # its first row is highlighted: Enter did nothing before
+        assert pane.focused is grants
         await pilot.press("enter")
         await wait_for(lambda: tools.permissions.lasting() == [], pilot)
         assert any("Taken back" in notice for notice in app_notices(app))
@@ -177,7 +177,15 @@ async def test_the_pane_turns_a_server_off_and_tools_off_for_the_conversation() 
         rows = [str(listed.get_option_at_index(i).prompt) for i in range(listed.option_count)]
         assert rows[0].startswith("[on]  notes · ready · 2 tools")
         assert "echo" in rows[1] and "other" in rows[2]
-        listed.focus()
+        assert pane.focused is listed and listed.highlighted == 0  # Enter acts at once
+        await pilot.press("enter")
+        assert tools.servers_off == {"notes"}
+        # A tool of a server that is off: said so, not switched out of sight.
+        await pilot.press("down", "enter")
+        assert tools.tools_off == set()
+        assert any("is off for this conversation" in notice for notice in app_notices(app))
+        await pilot.press("up", "enter")
+        assert tools.servers_off == set()
         listed.highlighted = 2
         await pilot.press("enter")
         assert tools.tools_off == {("notes", "other")}
