@@ -31,6 +31,14 @@ FINISH_REASONS: tuple[FinishReason, ...] = (
     "context_full",
     "error",
 )
+FINISH_WORDS: dict[FinishReason, str] = {
+    "done": "done",
+    "stopped": "stopped",
+    "max_tokens": "max tokens reached",
+    "context_full": "context full",
+    "error": "failed",
+}
+"""How a reply ended, as the app and the exports say it."""
 
 # What a conversation was made with: "local", a GGUF file loaded in process
 # (`Conversation.model_path`), or the kind of model server it talked to

@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from chat.conversations.attachments import attachment_block
-from chat.conversations.conversation import STATE_NOTES, Conversation, Message, ReplyStats
+from chat.conversations.conversation import (
+    FINISH_WORDS,
+    STATE_NOTES,
+    Conversation,
+    Message,
+    ReplyStats,
+)
 from chat.conversations.tool_steps import ToolCallRecord
 from chat.sanitize import show_controls
 from chat.settings.server import public_url, split_credentials
@@ -33,7 +39,7 @@ def _stats_line(stats: ReplyStats) -> str:
     return (
         f"{stats.generated_tokens} tokens · {stats.decode_tps:.1f} tokens/s · "
         f"first token {stats.ttft_s:.2f} s{answer} · prompt {stats.prompt_tokens} tokens "
-        f"({stats.prompt_reused} reused) · {stats.finish_reason}"
+        f"({stats.prompt_reused} reused) · {FINISH_WORDS[stats.finish_reason]}"
     )
 
 

@@ -22,7 +22,7 @@ from textual.geometry import Region, Size
 from textual.message import Message as TextualMessage
 from textual.widgets import Static
 
-from chat.conversations.conversation import STATE_NOTES, Message, ReplyStats
+from chat.conversations.conversation import FINISH_WORDS, STATE_NOTES, Message, ReplyStats
 from chat.sanitize import sanitize
 from chat.ui.code_highlighting import block_language
 from chat.ui.widgets.code_lines import grown, key, with_new_lines_highlighted
@@ -42,13 +42,8 @@ if TYPE_CHECKING:
     from textual.widgets import Markdown
     from typing_extensions import Self
 
-FINISH_NOTES = {
-    "done": "",
-    "stopped": "stopped",
-    "max_tokens": "max tokens reached",
-    "context_full": "context full",
-    "error": "failed",
-}
+FINISH_NOTES = {**FINISH_WORDS, "done": ""}
+"""A reply's header and the status bar say how a reply ended unless it ended as it should."""
 
 
 def reply_summary(stats: ReplyStats) -> str:
