@@ -384,10 +384,9 @@ class Conversation:
             )
             for m in self.tree.path_to(message)
         ]
-        return Conversation(
+        fork = Conversation(
             system_prompt=self.system_prompt,
             messages=copies,
-            title=f"{self.title or self.default_title()} (fork)",
             model_path=self.model_path,
             model_name=self.model_name,
             backend=self.backend,
@@ -395,6 +394,14 @@ class Conversation:
             preset=self.preset,
             tool_switches=self.tool_switches,
         )
+        # A title the user chose stays; one made from a first message is made
+        # from the fork's own (a fork of an edited first message asks that).
+        made = {
+            Conversation(messages=[first]).default_title() for first in self.tree.children(None)
+        }
+        own = self.title and self.title not in made
+        fork.title = f"{self.title if own else fork.default_title()} (fork)"
+        return fork
 
     def chat_messages(self, upto: int | None = None) -> list[dict[str, str]]:
         """System prompt plus messages[:upto], as the chat template expects them."""

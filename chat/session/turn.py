@@ -403,6 +403,11 @@ class Turn:
         reply = selected if selected and selected.role == "assistant" else None
         reply = reply or self.session.last_reply()
         if reply is None:
+            messages = self.session.conversation.messages
+            if messages and messages[-1].role == "user":  # a fork there, a stop while reading
+                return Refused(
+                    "Your last message has no reply yet: Ctrl+L answers it.", severity="warning"
+                )
             return Refused("There is no reply to regenerate yet.", severity="warning")
         shown = self.session.cut_before(reply)
         plan = self.plan_to_send(None)

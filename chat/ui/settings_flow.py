@@ -49,7 +49,7 @@ from chat.settings.schema import (
     ServerSettings,
     Settings,
 )
-from chat.settings.server import ServerConfig
+from chat.settings.server import ServerConfig, public_url
 from chat.settings.values import format_value
 from chat.ui.screens.chat import ChatScreen
 from chat.ui.terminal_scroll import ScrollingCompositor
@@ -261,8 +261,16 @@ class SettingsFlow:
             self._app.notify(str(error), severity="error", timeout=15, markup=False)
             return
         reload = self._plan_reload(self._settings.model, server)
-        if reload is None:
-            self._app.notify("Connected to the server already.")
+        if reload is None and server is not None:
+            # Each message is a request of its own: nothing to reconnect.
+            self._app.notify(
+                f"kvchat uses the server at {sanitize_line(public_url(server.url))} already; "
+                "the next message "
+                "goes to it (once it is up again, if it was down).",
+                markup=False,
+            )
+        elif reload is None:
+            self._app.notify("The local model is in use: there is no server to reconnect to.")
         else:
             self._start_reload(reload, save=False)
 

@@ -133,6 +133,19 @@ def test_fork_at_copies_the_path_as_a_new_conversation() -> None:
     assert conv.messages[1].id == 2
 
 
+def test_a_fork_of_an_edited_first_message_is_titled_from_it() -> None:
+    # The title made from the first branch's question named a fork that
+    # holds only the second's ("Forked: Name a fruit. (fork)").
+    conv = chat_of("Name a fruit.", "Apple.")
+    conv.title = conv.default_title()  # as the first save sets it
+    edited = Message("user", "Name a vegetable.")
+    conv.add_sibling(conv.messages[0], edited)  # the edit's branch
+    assert conv.fork_at(edited).title == "Name a vegetable. (fork)"
+    assert conv.fork_at(conv.tree.children(None)[0]).title == "Name a fruit. (fork)"
+    conv.title = "Food"  # a title the user chose stays
+    assert conv.fork_at(edited).title == "Food (fork)"
+
+
 def test_as_chat_dict_carries_the_sampled_tokens() -> None:
     assert Message("user", "hi").as_chat_dict() == {"role": "user", "content": "hi"}
     reply = Message("assistant", "Hello", token_ids=[9, 8])

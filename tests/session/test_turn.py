@@ -161,6 +161,9 @@ async def test_esc_while_the_prompt_is_read_keeps_no_reply() -> None:
     assert not recorded.of(TurnEnded)
     assert [m.role for m in turn.session.conversation.messages] == ["user"]
     assert cancelled.reply not in turn.session.conversation.messages
+    # Ctrl+R has no reply to regenerate, and says what answers the message.
+    refused = turn.regenerate()
+    assert isinstance(refused, Refused) and "Ctrl+L answers it" in refused.text
     # Ctrl+L then answers the message kept.
     engine.prompt_hold_after = None
     assert turn.continue_reply() is None

@@ -353,6 +353,10 @@ async def test_sending_after_a_real_server_was_killed_keeps_the_message(
             said = [n for n in app_notices(app) if doomed.url in n]
             assert said and "Nothing answers" in said[-1], said
             assert len(screen.conversation.messages) == sent and app.is_running
+            # The palette's reconnect says what happens next ("Connected to the
+            # server already." read as if nothing had failed).
+            await run_command(pilot, "reconnect", "Reconnect to the model server")
+            await wait_for(lambda: "the next message goes to it" in app_notices(app)[-1], pilot)
 
 
 async def test_switching_to_a_server_that_is_down_keeps_the_draft_and_the_server() -> None:
