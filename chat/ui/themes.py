@@ -43,7 +43,9 @@ APP_VARIABLES: tuple[str, ...] = (
     # Context meter segments, left to right.
     "meter-system",
     "meter-history",
+    "meter-tools",
     "meter-new",
+    "meter-thinking",
     "meter-reply",
     "meter-reserved",
     "meter-free",
@@ -382,11 +384,15 @@ success = "#8ccf8a"
 # kvchat's own colours. All optional in a user theme: any left out come from
 # kvchat-dark (or kvchat-light when dark = false).
 [variables]
-# The context meter, left to right: system prompt, earlier conversation, the
-# new message, the reply being generated, space reserved for the reply, free.
+# The context meter, left to right: system prompt, earlier conversation,
+# earlier tool calls and their results (drawn dimmed), the new message, the
+# reply's thinking (dimmed), the reply being generated, space reserved for
+# the reply, free space.
 meter-system = "#b49ae0"
 meter-history = "#4f8fd9"
+meter-tools = "#4f8fd9"
 meter-new = "#5fd3c9"
+meter-thinking = "#8ccf8a"
 meter-reply = "#8ccf8a"
 meter-reserved = "#f2b56b"
 meter-free = "#263638"

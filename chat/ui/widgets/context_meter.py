@@ -140,9 +140,9 @@ class ContextMeter(Static):
     }
     ContextMeter > .meter--system { color: $meter-system; }
     ContextMeter > .meter--history { color: $meter-history; }
-    ContextMeter > .meter--tools { color: $meter-history; text-style: dim; }
+    ContextMeter > .meter--tools { color: $meter-tools; text-style: dim; }
     ContextMeter > .meter--new { color: $meter-new; }
-    ContextMeter > .meter--thinking { color: $meter-reply; text-style: dim; }
+    ContextMeter > .meter--thinking { color: $meter-thinking; text-style: dim; }
     ContextMeter > .meter--reply { color: $meter-reply; }
     ContextMeter > .meter--reserved { color: $meter-reserved; }
     ContextMeter > .meter--free { color: $meter-free; }

@@ -36,7 +36,14 @@ from chat.ui.themes import (
 from tests.conftest import good_document, write
 
 REPO = Path(__file__).resolve().parents[3]
-METER_VARIABLES = APP_VARIABLES[:6]
+DIMMED_METER_VARIABLES = ("meter-tools", "meter-thinking")
+"""Drawn dimmed: told apart from the segment whose colour they take by default
+(earlier conversation, the reply) by that."""
+METER_VARIABLES = tuple(
+    name
+    for name in APP_VARIABLES
+    if name.startswith("meter-") and name not in DIMMED_METER_VARIABLES
+)
 
 
 def builtin_themes() -> list[KvchatTheme]:
@@ -496,3 +503,12 @@ def test_the_themes_page_names_every_builtin_theme() -> None:
     section = themes_page()
     for theme in builtin_themes():
         assert f"`{theme.name}`" in section
+
+
+def test_a_theme_colours_the_meters_tools_and_thinking(tmp_path: Path) -> None:
+    # They took the colours of other segments, and a theme naming them was
+    # skipped whole ("is not a variable kvchat or Textual knows").
+    colours = {"meter-tools": "#aa5500", "meter-thinking": "#ff0000"}
+    file = write(tmp_path, "mine.toml", with_changes(variables=colours))
+    theme = load_theme_file(file)
+    assert {name: theme.variables[name] for name in colours} == colours
