@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 FINISH_NOTES = {**FINISH_WORDS, "done": ""}
 """A reply's header and the status bar say how a reply ended unless it ended as it should."""
+NO_ANSWER = "no answer: the model ended its turn while thinking"
 
 
 def reply_summary(stats: ReplyStats) -> str:
@@ -258,6 +259,9 @@ class MessageView(SizedByTheLayout, Vertical):
             note = FINISH_NOTES[stats.finish_reason]
             if note:
                 parts.append(f"[{note}]")
+            elif self.message.thinking and not self.message.content.strip():
+                # Folded, the thinking alone looks like a reply that broke.
+                parts.append(f"[{NO_ANSWER}]")
         if self.message.state != "complete":
             parts.append(f"[{STATE_NOTES[self.message.state]}]")
         if self.outside_window:

@@ -17,7 +17,7 @@ from chat.engine.reasoning.markers import THINK
 from chat.models.files import ModelCandidate
 from chat.settings.schema import Settings
 from chat.ui.app import ChatApp, Launch
-from chat.ui.widgets.message_view import AssistantMessageView
+from chat.ui.widgets.message_view import NO_ANSWER, AssistantMessageView
 from chat.ui.widgets.prompt_box import PromptBox
 from chat.ui.widgets.thinking_block import ThinkingBlock
 from tests.conftest import turn_done, wait_for
@@ -95,3 +95,26 @@ async def test_a_reasoning_reply_thinks_in_a_folded_block_then_answers(
         text = engine.chat_prompt.formatters[True].render(prompt)  # type: ignore[attr-defined]
         assert reply.thinking.strip()[:20] not in text
         assert reply.content[:20] in text
+
+
+@pytest.mark.model
+async def test_a_reply_that_ends_inside_its_thinking_says_it_gave_no_answer(
+    thinking_model: Path,
+) -> None:
+    # Folded, the thinking alone looked like a reply that broke: nothing
+    # said the model ended its turn before answering (an R1 distill does).
+    app = thinking_app(thinking_model)
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = app.chat_screen
+        await wait_for(lambda: screen.engine is not None, pilot, timeout=60)
+        engine = screen.engine
+        engine.grammar = 'root ::= "<think>\\n" [a-z ,.]{5,40}'  # type: ignore[attr-defined]
+        box = app.query_one(PromptBox)
+        box.insert("What is 2+2?")
+        await pilot.press("enter")
+        await turn_done(screen, pilot, 2, timeout=120)
+        reply = screen.conversation.messages[-1]
+        assert reply.thinking and not reply.content.strip()
+        assert reply.stats is not None and reply.stats.finish_reason == "done"
+        view = list(app.query(AssistantMessageView))[-1]
+        assert NO_ANSWER in view.header_text().plain
