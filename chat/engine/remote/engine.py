@@ -32,7 +32,14 @@ from typing import Any
 
 from chat.conversations.conversation import FinishReason, ReplyStats, TokenChoice
 from chat.engine.kv_state import KvState, StateIdentity
-from chat.engine.protocol import ChatMessages, EngineEvent, Finished, ModelInfo, TokenEvent
+from chat.engine.protocol import (
+    ChatMessages,
+    EngineEvent,
+    Finished,
+    ModelInfo,
+    PromptProgress,
+    TokenEvent,
+)
 from chat.engine.remote.http import ServerHttp
 from chat.engine.reply_text import ReplyText
 from chat.engine.tool_calls.calls import ToolCall, ToolDefinition
@@ -372,7 +379,9 @@ class RemoteEngine:
             f"llama-server, not on {self.info.kind}."
         )
 
-    def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary, None, None]:
+    def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary | PromptProgress, None, None]:
+        """The reply's pieces as the server streams them, its figures last; a
+        kind whose server says how far it has read the prompt yields that too."""
         raise NotImplementedError
 
     def _run(
@@ -404,6 +413,9 @@ class RemoteEngine:
             for item in pieces:
                 if isinstance(item, Summary):
                     summary = item
+                    continue
+                if isinstance(item, PromptProgress):
+                    yield item
                     continue
                 if first_at is None:
                     first_at = time.perf_counter()

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from chat.conversations.conversation import FinishReason
-from chat.engine.protocol import ChatMessages
+from chat.engine.protocol import ChatMessages, PromptProgress
 from chat.engine.reasoning.budget import ThinkingBudget, forced_choice
 from chat.engine.reasoning.markers import (
     Reasoning,
@@ -455,7 +455,7 @@ class LlamaServerEngine(RemoteEngine):
             **grammar,
         }
 
-    def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary, None, None]:
+    def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary | PromptProgress, None, None]:
         """The reply; with a thinking budget, the stream is stopped once the
         thinking reaches it, and the reply goes on in a second request: the
         prompt, the tokens sampled so far and the closing marker's, which the
@@ -477,6 +477,9 @@ class LlamaServerEngine(RemoteEngine):
                 if isinstance(item, Summary):
                     yield item
                     return
+                if isinstance(item, PromptProgress):
+                    yield item
+                    continue
                 sampled.append(item.token_id)
                 yield item
                 room = call.sampling.max_tokens - len(sampled)
@@ -545,12 +548,18 @@ class LlamaServerEngine(RemoteEngine):
         grammar: str | None,
         summary: Summary,
         sampling: SamplingSettings | None = None,
-    ) -> Generator[Piece | Summary, None, None]:
+    ) -> Generator[Piece | Summary | PromptProgress, None, None]:
         """One `/completion` request's stream, its figures read into `summary`
-        as they come (every event carries them)."""
+        as they come (every event carries them), and how far the server has
+        read the prompt (`return_progress`: an event at each batch)."""
         sampling = sampling or call.sampling
         body = self._body(prompt, sampling, grammar)
-        body |= {"stream": True, "return_tokens": True, "timings_per_token": True}
+        body |= {
+            "stream": True,
+            "return_tokens": True,
+            "timings_per_token": True,
+            "return_progress": True,
+        }
         if call.record_probs:
             body["n_probs"] = TOP_N
         url = self._http.url
@@ -561,6 +570,12 @@ class LlamaServerEngine(RemoteEngine):
         with self._http.stream("/completion", body, call.cancel) as lines:
             for payload in sse_data(lines):
                 event = parse_json_line(payload, url)
+                progress = event.get("prompt_progress")
+                if isinstance(progress, dict):  # its "tokens" are no reply's
+                    read = _prompt_read(progress)
+                    if read is not None:
+                        yield read
+                    continue
                 _read_timings(event, summary)
                 content = event.get("content")
                 tokens = event.get("tokens")
@@ -653,6 +668,25 @@ class LlamaServerEngine(RemoteEngine):
         finally:
             self._lock.release()
             self._prefilling = False
+
+
+def _prompt_read(progress: dict[str, Any]) -> PromptProgress | None:
+    """llama-server's `prompt_progress` ({"total", "cache", "processed",
+    "time_ms"}) as the engine's progress over the part not cached; None
+    for figures of another shape (a server's word is not trusted)."""
+    figures = [progress.get(name) for name in ("total", "cache", "processed", "time_ms")]
+    if not all(type(value) is int and 0 <= value < 1 << 40 for value in figures):
+        return None
+    total, cache, processed, time_ms = figures
+    assert isinstance(total, int) and isinstance(cache, int) and isinstance(processed, int)
+    assert isinstance(time_ms, int)
+    new = total - cache
+    # Read so far: counted with the cached part (what this build sends) or
+    # without it.
+    done = processed - cache if processed >= cache else processed
+    if not 0 <= done <= new:
+        return None
+    return PromptProgress(done, new, time_ms / 1000)
 
 
 def _model_name(props: dict[str, Any], models: Any) -> tuple[str, int | None]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from chat.engine.protocol import EngineEvent, Finished, TokenEvent
+from chat.engine.protocol import EngineEvent, Finished, PromptProgress, TokenEvent
 from chat.engine.remote import ServerConfig, connect
 from chat.engine.remote.engine import RemoteEngine
 from chat.errors import ServerUnreachableError
@@ -57,8 +57,10 @@ def run_reply(
             messages, sampling or SamplingSettings(), cancel or threading.Event(), record_probs
         )
     )
-    *tokens, finished = events
+    *streamed, finished = events
     assert isinstance(finished, Finished)
+    # How far the prompt was read (llama-server) comes before the tokens.
+    tokens = [e for e in streamed if not isinstance(e, PromptProgress)]
     assert all(isinstance(t, TokenEvent) for t in tokens)
     return tokens, finished  # type: ignore[return-value]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from chat.engine.protocol import Finished, TokenEvent
+from chat.engine.protocol import Finished, PromptProgress, TokenEvent
 from chat.engine.remote import ServerConfig, connect
 from chat.engine.remote.engine import RemoteEngine
 from chat.errors import ServerAuthError
@@ -187,3 +187,27 @@ def test_esc_on_a_reply_waiting_for_a_prefill_ends_the_prefills_request(tmp_path
             assert again.text and again.stats.finish_reason != "error"
         finally:
             engine.close()
+
+
+def test_a_long_prompt_says_how_far_the_server_has_read_it(engine: RemoteEngine) -> None:
+    # llama-server streams its reading of the prompt (`return_progress`):
+    # the status bar's "Reading prompt" on a server too (it showed
+    # "generating…" for the 20 s of a 1,941-token prompt).
+    words = " ".join(f"word{i % 89}" for i in range(500))
+    long = [SYSTEM, {"role": "user", "content": f"Summarise this: {words}"}]
+    cancel = threading.Event()
+    events = list(engine.stream_reply(long, GREEDY, cancel))
+    finished = events[-1]
+    assert isinstance(finished, Finished)
+    first_token = next(i for i, e in enumerate(events) if isinstance(e, TokenEvent))
+    read = [e for e in events if isinstance(e, PromptProgress)]
+    assert read and all(events.index(e) < first_token for e in read)
+    assert all(0 <= e.done <= e.total for e in read)
+    assert read[-1].done == read[-1].total == finished.stats.prompt_evaluated
+    # Sent again with a new question: only the part not cached is counted.
+    again = [*long, {"role": "assistant", "content": finished.text}, ASK]
+    events = list(engine.stream_reply(again, GREEDY, cancel))
+    finished = events[-1]
+    assert isinstance(finished, Finished)
+    read = [e for e in events if isinstance(e, PromptProgress)]
+    assert read and read[-1].total == finished.stats.prompt_evaluated < 100
