@@ -265,8 +265,7 @@ class SettingsFlow:
             # Each message is a request of its own: nothing to reconnect.
             self._app.notify(
                 f"kvchat uses the server at {sanitize_line(public_url(server.url))} already; "
-                "the next message "
-                "goes to it (once it is up again, if it was down).",
+                "the next message goes to it (once it is up again, if it was down).",
                 markup=False,
             )
         elif reload is None:

@@ -674,12 +674,10 @@ def _prompt_read(progress: dict[str, Any]) -> PromptProgress | None:
     """llama-server's `prompt_progress` ({"total", "cache", "processed",
     "time_ms"}) as the engine's progress over the part not cached; None
     for figures of another shape (a server's word is not trusted)."""
-    figures = [progress.get(name) for name in ("total", "cache", "processed", "time_ms")]
-    if not all(type(value) is int and 0 <= value < 1 << 40 for value in figures):
+    names = ("total", "cache", "processed", "time_ms")
+    if not all(type(progress.get(name)) is int and 0 <= progress[name] < 1 << 40 for name in names):
         return None
-    total, cache, processed, time_ms = figures
-    assert isinstance(total, int) and isinstance(cache, int) and isinstance(processed, int)
-    assert isinstance(time_ms, int)
+    total, cache, processed, time_ms = (progress[name] for name in names)
     new = total - cache
     # Read so far: counted with the cached part (what this build sends) or
     # without it.

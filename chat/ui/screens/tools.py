@@ -31,10 +31,10 @@ from chat.ui.screens.dialogs import DIALOG_CSS
 from chat.wording import counted
 
 DESCRIPTION_CHARS = 50
+"""Characters of a tool's description shown beside its name."""
 PROBLEM_CHARS = 400
 """A failed server's reason is shown whole (the list wraps it); a longer one
 (its last words on stderr) is cut here."""
-"""Characters of a tool's description shown beside its name."""
 
 
 def _short(text: str, limit: int) -> str:
