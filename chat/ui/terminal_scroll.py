@@ -57,6 +57,7 @@ from textual.screen import Screen
 from textual.strip import Strip
 from textual.widget import Widget
 
+from chat.ui.marked_map import MarkedMapCompositor
 from chat.ui.row_compositor import RowCroppedCompositor
 
 Placements = dict[Widget, tuple[Region, Region]]
@@ -166,9 +167,11 @@ def row_groups(regions: Iterable[Region]) -> list[list[Region]]:
     return [members for _, _, members in groups]
 
 
-class ScrollingCompositor(RowCroppedCompositor):
+class ScrollingCompositor(MarkedMapCompositor, RowCroppedCompositor):
     """The chat screen's compositor: `scroll_view` (the conversation) is
-    scrolled on the terminal when its content only moved."""
+    scrolled on the terminal when its content only moved. Its map, built
+    again between layouts, marks what changed (chat.ui.marked_map): what the
+    terminal shows is then the last frame drawn and what is marked."""
 
     scrolls_terminal = True
     """`ui.terminal_scroll`: off, every frame is marked as Textual marks it

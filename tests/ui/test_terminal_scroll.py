@@ -19,6 +19,7 @@ from rich.segment import Segment
 from textual._compositor import ChopsUpdate, Compositor, CompositorUpdate, LayoutUpdate
 from textual.geometry import Region
 from textual.strip import Strip
+from textual.widgets import Static
 
 from chat.settings.schema import Settings
 from chat.ui.screens.help import HelpScreen
@@ -411,3 +412,30 @@ async def test_what_a_user_does_while_a_reply_streams_leaves_what_textual_draws(
             (mirror,) = mirrors
             mirror.check_whole()
     assert mirror.scrolled >= 3
+
+
+async def test_a_widget_looked_up_between_its_mount_and_the_layout_is_drawn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where a widget is, asked between its mount and the layout (the map is
+    built again then), still has it drawn (chat.ui.marked_map): on a busy
+    machine a reply's paragraphs stayed blank."""
+    with mirrored(monkeypatch) as mirrors:
+        app = make_app(ScriptedEngine())
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await ready(app, pilot)
+            view = screen.query_one(ConversationView)
+            note = Static("Mounted between two layouts.")
+            await view.mount(note)
+            compositor = screen._compositor
+            assert note not in compositor._full_map, "laid out already"
+            # Its repaint heard before its layout, as on a busy machine (the
+            # map is then out of date), and where it is asked: the map is
+            # built again, before the layout.
+            compositor.update_widgets({note})
+            assert note.region
+            for _ in range(3):
+                await pilot.pause()
+            (mirror,) = mirrors
+            mirror.check_whole()
+    assert "Mounted between two layouts." in "".join(mirror.terminal.display)
