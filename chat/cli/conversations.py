@@ -28,7 +28,8 @@ def print_list(store: Store, out: TextIO, saved_states: AbstractSet[str] = froze
     if not conversations:
         print("No saved conversations yet.", file=out)
         return
-    width = len(str(max(c.id for c in conversations)))
+    # As wide as the header too: ids under 10 were a column left of it.
+    width = max(len("id"), len(str(max(c.id for c in conversations))))
     print(f"{'id':>{width}}  {'updated':16}  {'messages':>8}  {'resume':7}  title", file=out)
     for c in conversations:
         updated = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated))

@@ -180,6 +180,18 @@ def route_llama_log(path: Path) -> None:
 
         _callback = callback
     llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
+    # llama-cpp-python's own prints at a load (`verbose=True`: the system's
+    # features, the model's metadata, the chat template's tokens) go to
+    # sys.stderr. While the app runs Textual captures them, but a quit while
+    # the model loads restored the terminal's stderr first: 27 lines of them
+    # were printed after kvchat had gone. Its module's `print` is this one.
+    sys.modules["llama_cpp.llama"].print = _print_to_log  # type: ignore[attr-defined]
+
+
+def _print_to_log(*values: object, sep: str | None = " ", end: str | None = "\n", **_: Any) -> None:
+    """`print`, for llama-cpp-python's module: into the log, never raising."""
+    with contextlib.suppress(Exception):  # a str() that fails: a line is not worth a load
+        write((" " if sep is None else sep).join(map(str, values)) + ("\n" if end is None else end))
 
 
 def forget_errors() -> None:

@@ -75,6 +75,10 @@ def test_list_prints_id_title_updated_and_messages() -> None:
     assert rows[0].endswith("Tea time") and "\x1b" not in result.stdout
     assert rows[1].split()[0] == str(first) and rows[1].split()[3] == "2"
     assert rows[1].endswith("Bread")
+    # Each column starts where its header does (ids under 10 were a column left).
+    for name in ("updated", "title"):
+        assert rows[1][header.index(name) - 1] == " " != rows[1][header.index(name)]
+    assert rows[1][header.index("messages") + len("messages") - 1] == "2"
 
 
 def test_export_markdown_and_json_to_stdout() -> None:

@@ -100,6 +100,20 @@ def test_one_load_writes_kilobytes_not_hundreds(demo_model: Path, tmp_path: Path
     assert log.stat().st_size < 50_000
 
 
+def test_llama_cpp_pythons_own_load_lines_go_to_the_log_not_stderr(
+    demo_model: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Its system info, the model's metadata and the template's tokens: after
+    a quit while the model loaded, the terminal's stderr had them."""
+    log = tmp_path / "llama.log"
+    load_engine(demo_model, ModelSettings(n_ctx=512), log).close()
+    printed = capfd.readouterr()
+    assert "Model metadata" not in printed.err + printed.out
+    assert "Using chat eos_token" not in printed.err + printed.out
+    text = log.read_text()
+    assert "Model metadata: {" in text and "Using chat eos_token: <|im_end|>" in text
+
+
 def test_a_failed_load_names_no_log_that_was_not_written(
     demo_model: Path, tmp_path: Path, uncreatable_folder: Fault
 ) -> None:

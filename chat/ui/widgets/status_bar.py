@@ -190,7 +190,9 @@ class StatusBar(Static):
             last = index == len(parts) - 1
             needed = cell_len(candidate) + (0 if last else cell_len(" " + MORE))
             if needed > width:
-                more = " ".join([" · ".join(shown), MORE]) if shown else MORE
+                if not shown:
+                    return _first_phrases(part, width)
+                more = " ".join([" · ".join(shown), MORE])
                 return more if cell_len(more) <= width else MORE
             shown.append(part)
         return " · ".join(shown)
@@ -206,6 +208,21 @@ class StatusBar(Static):
     def full_text(self) -> str:
         """Everything the bar knows on one line, whatever the terminal's width."""
         return "  │  ".join(self.full_lines())
+
+
+def _first_phrases(part: str, width: int) -> str:
+    """A part too wide for the bar alone (the prompt's progress in 80
+    columns), as many of its phrases as fit, and "…F1": rather than "…F1"
+    alone, which showed nothing of it for as long as the prompt was read."""
+    phrases = part.split(" · ")
+    for count in range(len(phrases) - 1, 0, -1):
+        text = " ".join([" · ".join(phrases[:count]), MORE])
+        if cell_len(text) <= width:
+            return text
+    room = width - cell_len(" " + MORE)
+    if room <= 0:
+        return MORE
+    return " ".join([set_cell_size(part, room).rstrip(), MORE])
 
 
 def _fitted(parts: list[str], width: int) -> str:

@@ -42,6 +42,24 @@ async def test_progress_shows_while_the_prompt_is_read() -> None:
         assert screen.conversation.messages[-1].content == "Sure."
 
 
+async def test_progress_too_wide_for_a_narrow_bar_shows_its_first_phrases() -> None:
+    """In a narrow terminal the progress line is wider than the bar (at 80
+    columns once its figures are large): it showed "…F1" alone for as long as
+    the prompt was read."""
+    engine = ScriptedEngine(replies=[["Sure", "."]], prompt_batches=4, prompt_hold_after=2)
+    app = make_app(engine)
+    async with app.run_test(size=(60, 20)) as pilot:
+        screen = await ready(app, pilot)
+        await send(pilot, "a long paste " * 300)
+        await wait_for(engine.holding.is_set, pilot)
+        await wait_for(lambda: "Reading prompt" in status(app), pilot)
+        shown = status(app)
+        assert shown.startswith("Reading prompt: ") and "tokens" in shown and "tok/s" in shown
+        assert shown.endswith("…F1") and len(shown) <= 58
+        engine.release.set()
+        await turn_done(screen, pilot, 2)
+
+
 async def test_a_quick_prompt_shows_no_progress() -> None:
     engine = ScriptedEngine(replies=[["Hi"]], prompt_batches=1)
     app = make_app(engine)
