@@ -577,6 +577,18 @@ class Store:
             raise self._missing(conv_id)
         return sampling_from_json(row[0])
 
+    def titles(self, conv_ids: Iterable[int]) -> dict[int, str]:
+        """The titles of the conversations of `conv_ids` that exist."""
+        wanted = sorted(set(conv_ids))
+        if not wanted:
+            return {}
+        marks = ", ".join("?" * len(wanted))
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT id, title FROM conversations WHERE id IN ({marks})", wanted
+            ).fetchall()
+        return {int(conv_id): title for conv_id, title in rows}
+
     def latest_conversation_id(self) -> int | None:
         with self._read() as conn:
             row = conn.execute(

@@ -35,7 +35,7 @@ from textual.screen import Screen
 
 from chat import paths
 from chat.conversations.store import Store
-from chat.conversations.unsent import keep_unsent, take_unsent
+from chat.conversations.unsent import keep_unsent, take_at_start
 from chat.errors import KvchatError
 from chat.models.files import ModelCandidate, how_to_get_a_model
 from chat.runtime.background import in_thread, start_thread
@@ -403,13 +403,27 @@ class ChatApp(App[None]):
     async def _put_back_unsent(self) -> None:
         if self._quit_by is not None:
             return  # quitting already: it waits for the next start
-        text = await in_thread("unsent", take_unsent)
+        opened = self.turn.session.conversation.id
+        store = self.turn.session.saver.store
+
+        def titles(conversations: set[int]) -> dict[int, str]:
+            assert store is not None
+            try:
+                return store.titles(conversations)
+            except KvchatError:
+                return {}  # cannot tell which are saved: they come back here
+
+        text, waiting = await in_thread(
+            "unsent", take_at_start, opened, None if store is None else titles
+        )
+        if waiting:
+            self.notify(_waiting_notice(waiting), timeout=12)
         if not text:
             return
         if self._quit_by is not None:
             # A quit came while it was read: its box was kept without it.
             with contextlib.suppress(OSError):
-                keep_unsent(text)
+                keep_unsent(text, opened)
             return
         self.chat_screen.message_draft.put_back(text)
         self.notify("The message you were writing when kvchat quit is back in the box.")
@@ -422,7 +436,7 @@ class ChatApp(App[None]):
         if not text:
             return
         try:
-            keep_unsent(text)
+            keep_unsent(text, self.turn.session.conversation.id)
         except OSError as error:
             # Printed once the app has left the terminal: there it is kept.
             reason = error.strerror or str(error)
@@ -783,3 +797,23 @@ class ChatApp(App[None]):
         self.turn.close()  # a reply still running past the wait writes nothing now
         if self.store is not None:
             self.store.close()
+
+
+def _waiting_notice(titles: list[str]) -> str:
+    """Messages written in other conversations when kvchat quit wait there."""
+    quoted = ", ".join(f"\u201c{_short(title)}\u201d" for title in titles[:3])
+    if len(titles) > 3:
+        quoted += f" and {len(titles) - 3} more"
+    if len(titles) == 1:
+        return (
+            f"The message you were writing in {quoted} when kvchat quit is kept there: "
+            "it comes back when you open that conversation (Ctrl+O)."
+        )
+    return (
+        f"The messages you were writing in {quoted} when kvchat quit are kept there: "
+        "each comes back when you open its conversation (Ctrl+O)."
+    )
+
+
+def _short(title: str, most: int = 40) -> str:
+    return title if len(title) <= most else title[: most - 1] + "\u2026"

@@ -279,6 +279,9 @@ class ChatScreen(DrawsWhenAsked, Screen[None]):
         if not box.text.strip():
             box.text = text
 
+    def put_back_unsent(self, text: str) -> None:
+        self.message_draft.put_back(text)
+
     async def on_turn_update(self, message: TurnUpdate) -> None:
         await self.drawer.draw(message.event)
 

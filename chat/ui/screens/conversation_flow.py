@@ -20,6 +20,7 @@ from textual.timer import Timer
 
 from chat.conversations.conversation import Conversation, Message
 from chat.conversations.store import Store
+from chat.conversations.unsent import take_unsent
 from chat.engine.protocol import Engine
 from chat.errors import KvchatError
 from chat.session.chat_session import ChatSession
@@ -56,6 +57,8 @@ class ConversationScreen(Protocol):
     async def show_branch(self, target: Message) -> None: ...
 
     def put_in_empty_box(self, text: str) -> None: ...
+
+    def put_back_unsent(self, text: str) -> None: ...
 
     async def reply_drawn(self) -> None: ...
 
@@ -136,11 +139,24 @@ class ConversationFlow:
                 return False
         self._session.open(conversation, sampling)
         await self._screen.show_opened_conversation()
+        self._put_back_unsent(conversation.id)
         if self._session.engine is None:
             self._offer_when_loaded = True
         else:
             self.offer_model_switch()
         return True
+
+    def _put_back_unsent(self, conversation_id: int | None) -> None:
+        """The message being written in this conversation when kvchat last
+        quit (chat.conversations.unsent) comes back into the box."""
+        if conversation_id is None:
+            return
+        text = take_unsent(lambda written_in: written_in == conversation_id)
+        if text:
+            self._screen.put_back_unsent(text)
+            self._app.notify(
+                "The message you were writing here when kvchat quit is back in the box."
+            )
 
     def apply_flags(self) -> None:
         """The conversation `--continue` or `--resume` reopened keeps its own

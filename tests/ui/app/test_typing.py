@@ -173,11 +173,11 @@ async def test_a_quit_while_the_unsent_message_is_read_keeps_it_for_the_next_sta
 
     app = make_app(SlowTokenizer(0.0))
 
-    def read_as_a_quit_comes() -> str:
+    def read_as_a_quit_comes(*_: object) -> tuple[str, list[str]]:
         app._quit_by = time.monotonic() + 5  # Ctrl+Q while the file was read
-        return "kept for later"
+        return "kept for later", []
 
-    monkeypatch.setattr(chat.ui.app, "take_unsent", read_as_a_quit_comes)
+    monkeypatch.setattr(chat.ui.app, "take_at_start", read_as_a_quit_comes)
     async with app.run_test() as pilot:
         await wait_for(lambda: app._typed_ahead is None, pilot)  # startup done
         assert app.query_one(PromptBox).text == ""
