@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 
 from textual.screen import Screen
@@ -29,6 +29,7 @@ from chat.session.turn import Turn
 from chat.ui.widgets.attachment_strip import AttachmentStrip
 from chat.ui.widgets.context_meter import ContextMeter, MeterState
 from chat.ui.widgets.conversation_view import ConversationView
+from chat.ui.widgets.message_view import MessageView
 from chat.ui.widgets.prompt_box import PromptBox
 
 METER_DEBOUNCE_S = 0.15
@@ -100,6 +101,18 @@ class MeterPlanner:
             return
         screen.query_one(ContextMeter).show(MeterState.from_plan(plan))
         views = screen.query_one(ConversationView).message_views()
+        for view in views:
+            if view.message.role == "system" and view.message.token_count != plan.system:
+                view.message.token_count = plan.system
+                view.refresh_header()
+        self.count_shown(views)
+
+    def count_shown(self, views: Sequence[MessageView]) -> None:
+        """The messages of `views` that have no token count yet (a page of older
+        ones just shown, a branch switched to) get theirs in their headers.
+        Cheap once the conversation was planned: the counts are cached."""
+        if self._session.budget is None:
+            return
         counted = {
             id(message)
             for message in self._session.fill_token_counts(
@@ -107,10 +120,7 @@ class MeterPlanner:
             )
         }
         for view in views:
-            if view.message.role == "system" and view.message.token_count != plan.system:
-                view.message.token_count = plan.system
-                view.refresh_header()
-            elif id(view.message) in counted:
+            if id(view.message) in counted:
                 view.refresh_header()
 
     async def _show_attachments(self) -> None:

@@ -331,6 +331,8 @@ class ChatScreen(DrawsWhenAsked, Screen[None]):
         self._mark_branches(event.views)
         if self.session.budget is not None and self.session.has_messages_outside:
             self._mark_views(event.views)
+        else:
+            self.meter.count_shown(event.views)
         self._find_changed()
 
     def _selected_message(self) -> Message | None:

@@ -503,3 +503,27 @@ async def test_a_model_ready_while_a_conversation_opens_counts_it_once_shown() -
         system = app.query(MessageView).first()
         assert system.message.content == "B."
         assert " token" in str(system.query_one(".message-header", Static).render())
+
+
+async def test_older_messages_shown_by_scrolling_up_have_their_token_counts() -> None:
+    # A conversation opened and scrolled up, before any turn: the pages of older
+    # messages mounted as it scrolled had headers with no count ("You",
+    # "Assistant") while the newest ones had theirs ("You · 8 tokens").
+    app = make_app(ScriptedEngine())
+    messages = [
+        Message("user" if number % 2 == 0 else "assistant", f"Message {number}: some words")
+        for number in range(40)
+    ]
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await ready(app, pilot)
+        assert await screen.open_conversation(Conversation(messages=messages))
+        view = app.query_one(ConversationView)
+        await wait_for(lambda: view.earlier_count > 0 and messages[-1].token_count, pilot)
+        while view.earlier_count:
+            view.scroll_home(animate=False)
+            await view.show_earlier()
+        await pilot.pause()
+        shown = [v for v in view.message_views() if v.message.role != "system"]
+        assert shown[0].message is messages[0]
+        headers = [str(v.query_one(".message-header", Static).render()) for v in shown]
+        assert all(" token" in header for header in headers), headers
