@@ -205,9 +205,11 @@ class ChatSession:
         return self.settings.sampling.keep_thinking
 
     def mark_window(self, plan: WindowPlan) -> None:
-        """Remember which messages are outside the window this turn."""
+        """Remember which messages are outside the window this turn (or the
+        next: the meter's plan). An index past the messages (a plan made before
+        a branch switch shortened them) marks nothing: the next plan is exact."""
         messages = self.conversation.messages
-        self._outside_window = {id(messages[i]) for i in plan.left_out}
+        self._outside_window = {id(messages[i]) for i in plan.left_out if i < len(messages)}
         self._system_tokens = plan.system
 
     @property

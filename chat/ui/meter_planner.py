@@ -95,17 +95,16 @@ class MeterPlanner:
             self.show(plan)
 
     def show(self, plan: WindowPlan | None) -> None:
-        """The meter shows `plan`; the messages shown get the counts it made."""
+        """The meter shows `plan`; the messages shown get the counts it made,
+        and those it leaves out of the window say so (the meter counts them:
+        "82 left out"; the headers say which)."""
         screen = self._screen
         if plan is None or self._drawing():
             return
         screen.query_one(ContextMeter).show(MeterState.from_plan(plan))
         views = screen.query_one(ConversationView).message_views()
-        for view in views:
-            if view.message.role == "system" and view.message.token_count != plan.system:
-                view.message.token_count = plan.system
-                view.refresh_header()
-        self.count_shown(views)
+        self._session.mark_window(plan)
+        ConversationView.mark_window(views, self._session.window_states)
 
     def count_shown(self, views: Sequence[MessageView]) -> None:
         """The messages of `views` that have no token count yet (a page of older

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from chat.conversations.conversation import Message
+from chat.conversations.conversation import Conversation, Message
 from chat.engine.llama import LlamaEngine, load_engine
 from chat.models.files import ModelCandidate
 from chat.session.context_window import CACHE_SIZE, ContextBudget
 from chat.settings.schema import ModelSettings, Settings
 from chat.ui.app import ChatApp, Launch
 from chat.ui.widgets.context_meter import ContextMeter, bar_cells
+from chat.ui.widgets.conversation_view import ConversationView
 from chat.ui.widgets.message_view import MessageView
 from chat.ui.widgets.prompt_box import PromptBox
 from tests.conftest import turn_done
@@ -235,6 +236,37 @@ async def test_drop_oldest_in_the_app_marks_messages_outside(demo_model: Path) -
         shown = str(meter.render_text())
         left_out = meter.state.left_out
         assert f"{left_out} messages outside the window" in shown or f"{left_out} left out" in shown
+
+
+async def test_an_opened_conversation_marks_the_messages_the_meter_leaves_out(
+    demo_model: Path,
+) -> None:
+    # Before any turn, the meter said "82 left out" and no header said which.
+    app = ChatApp(
+        Launch(small_window_settings(512, max_tokens=48), ModelCandidate(demo_model, 0, "demo"))
+    )
+    messages = [
+        Message("user" if i % 2 == 0 else "assistant", f"Message {i}: " + "ships and the sea " * 6)
+        for i in range(30)
+    ]
+    async with app.run_test(size=(140, 40)) as pilot:
+        screen = app.chat_screen
+        await wait_for_the_app(lambda: screen.engine is not None, pilot)
+        assert await screen.open_conversation(Conversation(messages=messages))
+        meter = app.query_one(ContextMeter)
+        await wait_for_the_app(
+            lambda: meter.state is not None and meter.state.left_out > 0, pilot, timeout=30
+        )
+        view = app.query_one(ConversationView)
+        while view.earlier_count:  # the older pages, as scrolling up mounts them
+            await view.show_earlier()
+        await pilot.pause()
+        shown = [v for v in view.message_views() if v.message.role != "system"]
+        assert [v.message for v in shown] == messages
+        marked = [v for v in shown if v.outside_window]
+        assert len(marked) == meter.state.left_out
+        assert "[outside the window: not sent]" in str(marked[0].header_text())
+        assert "outside" not in str(shown[-1].header_text())
 
 
 async def test_stop_policy_keeps_the_typed_message(demo_model: Path) -> None:

@@ -265,7 +265,7 @@ class MessageView(SizedByTheLayout, Vertical):
         if self.message.state != "complete":
             parts.append(f"[{STATE_NOTES[self.message.state]}]")
         if self.outside_window:
-            parts.append("[outside the window: not sent this turn]")
+            parts.append("[outside the window: not sent]")
         return Content(" · ".join(parts))
 
     def show_outside_window(self, outside: bool) -> None:
