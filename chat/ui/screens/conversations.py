@@ -28,6 +28,17 @@ from chat.ui.screens.dialogs import ConfirmScreen, RenameScreen
 OpenChoice = int | str | None
 """A conversation id to open, "new" to start one, or None to go back."""
 
+COLUMNS = (
+    ("Title", "title"),
+    ("Model", "model"),
+    ("Messages", "messages"),
+    ("Last activity", "updated"),
+)
+NARROWED = ("title", "model")
+"""The columns cut short (…) when the table is too narrow for every column:
+the list scrolls only vertically, so each column must stay in sight."""
+NARROWEST = 8
+
 
 def relative_time(then: float, now: float) -> str:
     """`just now`, `3 min ago`, `5 h ago`, `yesterday`, `4 days ago`, then the date."""
@@ -79,6 +90,11 @@ class ConversationTable(DataTable[Text]):
         if isinstance(screen, ConversationsScreen):
             screen.delete_highlighted()
 
+    def on_resize(self) -> None:
+        screen = self.screen
+        if isinstance(screen, ConversationsScreen):
+            screen.fit_columns()
+
 
 class ConversationsScreen(ListScreen[OpenChoice]):
     PAGE = 200
@@ -106,6 +122,8 @@ class ConversationsScreen(ListScreen[OpenChoice]):
         self._query = ""
         self._total = 0
         self._filter_timer: Timer | None = None
+        self._narrowed: dict[str, int] = {}
+        """The width of each column narrowed to fit (`fit_columns`)."""
 
     def compose(self) -> ComposeResult:
         yield Label("Saved conversations", id="conversations-title", classes="list-title")
@@ -121,13 +139,49 @@ class ConversationsScreen(ListScreen[OpenChoice]):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one(ConversationTable)
-        table.add_column("Title", key="title")
-        table.add_column("Model", key="model")
-        table.add_column("Messages", key="messages")
-        table.add_column("Last activity", key="updated")
+        self._add_columns()
         self.reload()
-        table.focus()
+        self.table.focus()
+
+    def _add_columns(self) -> None:
+        table = self.table
+        for label, key in COLUMNS:
+            table.add_column(label, key=key, width=self._narrowed.get(key))
+
+    # Every column stays in sight: when the table is too narrow for the
+    # widest title and model name, those two columns share the room the
+    # others leave (the model at most a third), and what is longer ends in "…".
+
+    def fit_columns(self) -> None:
+        """Narrow the title and model columns to the table's width (or widen
+        them back), and show the rows in them anew if that changed them."""
+        table = self.table
+        if not table.size.width:
+            return  # not laid out yet: its first resize fits them
+        others = sum(
+            column.get_render_width(table)
+            for key, column in table.columns.items()
+            if key.value not in NARROWED
+        )
+        room = table.scrollable_content_region.width - others - 2 * table.cell_padding * 2
+        cells = [self._cells(summary, 0.0) for summary in self._rows.values()]
+        title = max([len("Title"), *(row[0].cell_len for row in cells)])
+        model = max([len("Model"), *(row[1].cell_len for row in cells)])
+        narrowed: dict[str, int] = {}
+        if title + model > room:
+            model = min(model, max(NARROWEST, room // 3))
+            narrowed = {"title": max(NARROWEST, room - model), "model": model}
+        if narrowed == self._narrowed:
+            return
+        self._narrowed = narrowed
+        highlighted = self.highlighted()
+        table.clear(columns=True)
+        self._add_columns()
+        now = time.time()
+        for summary in self._rows.values():
+            table.add_row(*self._cells(summary, now), key=str(summary.id))
+        if highlighted is not None:
+            table.move_cursor(row=table.get_row_index(str(highlighted.id)))
 
     @property
     def table(self) -> ConversationTable:
@@ -165,6 +219,7 @@ class ConversationsScreen(ListScreen[OpenChoice]):
         if len(page) < self.PAGE:  # the list shrank meanwhile: stop asking for more
             self._total = len(self._rows)
         self._show_count()
+        self.fit_columns()
 
     def _cells(self, summary: ConversationSummary, now: float) -> tuple[Text, ...]:
         # rich Text: DataTable measures it for the column widths, and never reads
@@ -173,8 +228,9 @@ class ConversationsScreen(ListScreen[OpenChoice]):
         if summary.id == self.open_id:
             title = "● " + title
         return (
-            Text(title),
-            Text(_one_line(summary.model_name)),
+            # Cut short with "…" in a column narrowed to fit (`fit_columns`).
+            Text(title, no_wrap=True, overflow="ellipsis"),
+            Text(_one_line(summary.model_name), no_wrap=True, overflow="ellipsis"),
             Text(
                 f"{'⚡ ' if summary.id in self.resumable else ''}{summary.message_count:,}",
                 justify="right",
@@ -262,6 +318,7 @@ class ConversationsScreen(ListScreen[OpenChoice]):
             self.table.update_cell(
                 str(summary.id), "title", self._cells(summary, time.time())[0], update_width=True
             )
+            self.fit_columns()
 
         self.app.push_screen(RenameScreen(summary.title), renamed)
 

@@ -22,7 +22,11 @@ from chat.ui.widgets.status_bar import StatusBar
 TYPING_KEYS = [
     ("Enter", "send the message"),
     ("Shift+Enter, Ctrl+J", "new line in the message"),
-    ("Page Up, Page Down", "scroll the conversation a screenful, also while typing"),
+    (
+        "Page Up, Page Down",
+        "scroll the conversation a screenful, also while typing "
+        "(a message taller than its box pages its own text)",
+    ),
 ]
 """Keys of the prompt box (a TextArea), which are not bindings of the screen."""
 MOVING_FOCUS = {"focus_next", "focus_previous"}

@@ -731,3 +731,38 @@ async def test_real_model_reply_saved_then_reopened_and_continued(demo_model: Pa
         assert stats is not None and stats.prompt_tokens > reply.stats.prompt_tokens
         await pilot.press("ctrl+q")
     assert [m.role for m in saved(conv_id).messages] == ["user", "assistant"] * 2
+
+
+async def test_every_column_stays_in_sight_however_narrow_the_terminal() -> None:
+    # At 110 columns a 62-character title and a long model name pushed "Last
+    # activity" off the right edge (the list scrolls only vertically).
+    with Store(db()) as store:
+        ids = [
+            store.create_conversation(
+                Conversation(
+                    title=f"Conversation {number}: " + "a title as long as a first message " * 2,
+                    model_name="Qwen2.5-Coder-14B-Instruct-abliterated-Q4_K_M",
+                )
+            )
+            for number in range(3)
+        ]
+    app = make_app(ScriptedEngine())
+    async with app.run_test(size=(110, 34)) as pilot:
+        await ready(app, pilot)
+        await wait_for(lambda: app.store is not None, pilot)
+        await pilot.press("ctrl+o")
+        await wait_for(lambda: isinstance(app.screen, ConversationsScreen), pilot)
+        browser = app.screen
+        assert isinstance(browser, ConversationsScreen)
+        table = browser.query_one(DataTable)
+        await wait_for(lambda: table.row_count == 3, pilot)
+        await pilot.press("down")
+        assert browser.highlighted().id == ids[1]  # type: ignore[union-attr]
+        for width in (110, 60, 200):
+            await pilot.resize_terminal(width, 34)
+            await pilot.pause()
+            assert table.max_scroll_x == 0, width  # nothing off the edge
+            assert table.virtual_size.width <= table.scrollable_content_region.width
+            assert browser.highlighted().id == ids[1]  # type: ignore[union-attr]
+        # Wide enough: nothing is cut short any more.
+        assert all(column.auto_width for column in table.columns.values())
