@@ -279,6 +279,16 @@ def poll_until(condition: Callable[[], object], timeout: float) -> None:
 # --- reopening -----------------------------------------------------------------------
 
 
+async def browse(app: ChatApp, pilot) -> ConversationsScreen:  # type: ignore[no-untyped-def]
+    """The app ready with its database, then Ctrl+O: the list."""
+    await ready(app, pilot)
+    await wait_for(lambda: app.store is not None, pilot)
+    await pilot.press("ctrl+o")
+    await wait_for(lambda: isinstance(app.screen, ConversationsScreen), pilot)
+    assert isinstance(app.screen, ConversationsScreen)
+    return app.screen
+
+
 async def open_from_list(app: ChatApp, pilot, row: int = 0) -> None:  # type: ignore[no-untyped-def]
     await pilot.press("ctrl+o")
     await wait_for(lambda: isinstance(app.screen, ConversationsScreen), pilot)
@@ -538,11 +548,7 @@ async def test_ten_thousand_conversations_list_a_page_at_a_time() -> None:
         assert store.count_conversations() == 10_000
     app = make_app(ScriptedEngine())
     async with app.run_test(size=(100, 30)) as pilot:
-        await ready(app, pilot)
-        await wait_for(lambda: app.store is not None, pilot)
-        await pilot.press("ctrl+o")
-        await wait_for(lambda: isinstance(app.screen, ConversationsScreen), pilot)
-        table = app.screen.query_one(DataTable)
+        table = (await browse(app, pilot)).query_one(DataTable)
         await wait_for(lambda: table.row_count > 0, pilot)
         await pilot.pause()
         assert table.row_count == ConversationsScreen.PAGE
@@ -748,12 +754,7 @@ async def test_every_column_stays_in_sight_however_narrow_the_terminal() -> None
         ]
     app = make_app(ScriptedEngine())
     async with app.run_test(size=(110, 34)) as pilot:
-        await ready(app, pilot)
-        await wait_for(lambda: app.store is not None, pilot)
-        await pilot.press("ctrl+o")
-        await wait_for(lambda: isinstance(app.screen, ConversationsScreen), pilot)
-        browser = app.screen
-        assert isinstance(browser, ConversationsScreen)
+        browser = await browse(app, pilot)
         table = browser.query_one(DataTable)
         await wait_for(lambda: table.row_count == 3, pilot)
         await pilot.press("down")
