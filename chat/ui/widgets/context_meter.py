@@ -99,6 +99,12 @@ class MeterState:
     def free(self) -> int:
         return max(0, self.n_ctx - self.used - self.reserved)
 
+    @property
+    def too_many(self) -> int:
+        """Tokens past the window, the reply's reserve included: a message
+        this plan is for is refused on Enter (0: it fits)."""
+        return max(0, self.used + self.reserved - self.n_ctx)
+
     def sizes(self) -> dict[str, int]:
         """Each segment's tokens; the thinking's only while a reply thinks, the
         tools' only when there are calls."""
@@ -361,6 +367,8 @@ class ContextMeter(Static):
         share = 100 * state.used / state.n_ctx if state.n_ctx else 0
         about = "≈" if self.estimated else ""
         text.append(f" {about}{state.used:,} / {state.n_ctx:,} tokens · {share:.0f}% ")
+        if state.too_many:
+            text.append(f"⚠ {state.too_many:,} too many to send ", style="bold")
         for name, size in state.sizes().items():
             # A full block, like the bar: "■" is ambiguous-width in many fonts.
             text.append(f"{gap}█ ", style=styles[name])
@@ -375,6 +383,8 @@ class ContextMeter(Static):
         text = self._bar(state, bar) if bar else Text()
         about = "≈" if self.estimated else ""
         text.append(f"{' ' if bar else ''}{about}{state.used:,}/{state.n_ctx:,}")
+        if state.too_many:  # before the segments: kept where the end is cut
+            text.append(f" ⚠ {state.too_many:,} too many", style="bold")
         for name, size in state.sizes().items():
             text.append(" █", style=styles[name])
             text.append(f"{labels[name]} {size:,}")
@@ -390,6 +400,11 @@ class ContextMeter(Static):
         share = 100 * state.used / state.n_ctx if state.n_ctx else 0
         about = "≈" if self.estimated else ""
         lines = [f"{about}{state.used:,} of {state.n_ctx:,} tokens used ({share:.0f}%)"]
+        if state.too_many:
+            lines.append(
+                f"{state.too_many:,} tokens too many: the message does not fit with "
+                f"the {state.reserved:,} kept free for the reply"
+            )
         lines += [f"{LABELS[name]}: {size:,}" for name, size in state.sizes().items()]
         if state.left_out:
             lines.append(f"{state.left_out} messages outside the window")

@@ -138,3 +138,23 @@ async def test_the_meter_keeps_every_count_where_the_long_form_is_too_wide(width
         await pilot.pause()
         if width >= 130:  # the long form, with the window's share, where it fits
             assert "tokens · 4%" in meter._text.plain
+
+
+@pytest.mark.parametrize("width", [60, 80, 110, 160])
+async def test_a_message_too_long_to_send_is_said_before_enter(width: int) -> None:
+    """A 500 kB attachment: the meter read 122,765/8,192 with nothing else to
+    say that Enter would refuse it. It says how many tokens are too many, near
+    its start, where a narrow terminal still shows it."""
+    app = make_app(ScriptedEngine())
+    async with app.run_test(size=(width, 30)) as pilot:
+        screen = await ready(app, pilot)
+        meter = screen.query_one(ContextMeter)
+        too_long = MeterState(n_ctx=8192, system=11, new=122_754, reserved=1024)
+        assert too_long.too_many == 115_597
+        meter.show(too_long)
+        await pilot.pause()
+        assert "⚠ 115,597 too many" in meter._text.plain
+        assert any("115,597 tokens too many" in line for line in meter.legend_lines())
+        meter.show(MeterState(n_ctx=8192, system=11, new=7_000, reserved=1024))
+        await pilot.pause()
+        assert "too many" not in meter._text.plain
