@@ -195,6 +195,12 @@ class PromptBox(TakesTypedText, UntrustedTextArea):
         )
         return text
 
+    def on_resize(self) -> None:
+        # A narrower terminal wraps the draft into more rows: the cursor's row
+        # moves, and the box kept its scroll, with the cursor out of sight.
+        # Once the new wrapping is laid out, its row is brought back in sight.
+        self.call_after_refresh(self.scroll_cursor_visible)
+
     def on_text_area_selection_changed(self) -> None:
         # The cursor moved (typing moves it too): list what it may complete to.
         self._show_completions()

@@ -227,3 +227,23 @@ async def test_a_wide_bar_that_does_not_fit_ends_with_f1(columns: int, end: str)
         status = str(bar.render())
         assert cell_len(status) <= bar.content_size.width
         assert status.endswith(end)  # as much as fits, then "…F1"; or the whole line
+
+
+async def test_the_cursor_stays_in_sight_when_a_narrower_terminal_wraps_the_draft() -> None:
+    # A 30-line draft, the cursor on its 26th line: at 40 columns each line
+    # wraps in two rows, and the box showed lines 8 to 13, the cursor far below.
+    app = chat_app()
+    async with app.run_test(size=(110, 34)) as pilot:
+        await wait_for(lambda: app.chat_screen.engine is not None, pilot)
+        box = app.query_one(PromptBox)
+        box.focus()
+        box.insert("\n".join(f"line {i} of a long draft that goes on and on" for i in range(30)))
+        await pilot.pause()
+        box.move_cursor((25, 0))
+        await pilot.pause()
+        for width in (40, 60, 110):
+            await pilot.resize_terminal(width, 24)
+            await pilot.pause()
+            await pilot.pause()
+            row = box.wrapped_document.location_to_offset(box.cursor_location).y
+            assert box.scroll_y <= row < box.scroll_y + box.scrollable_content_region.height, width
