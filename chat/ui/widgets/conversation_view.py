@@ -549,16 +549,32 @@ class ConversationView(SizedByTheLayout, DrawnAgainByTheLayout, VerticalScroll):
 
     def select_step(self, step: int) -> None:
         """Select the message above (`step` -1) or below (+1) the selected one
-        (from none: the newest); below the newest, none is selected."""
+        (from none, going up: the lowest in sight, the newest at the bottom);
+        below the newest, none is selected."""
         views = [view for view in self.message_views() if view.message.role != "system"]
         if not views:
             return
         current = next((i for i, view in enumerate(views) if view.has_class("selected")), None)
-        index = (len(views) - 1 if step < 0 else None) if current is None else current + step
+        if current is None:
+            index = self._lowest_in_sight(views) if step < 0 else None
+        else:
+            index = current + step
         if index is None or index >= len(views):
             self.select(None)
         else:
             self.select(views[max(0, index)])
+
+    def _lowest_in_sight(self, views: Sequence[MessageView]) -> int:
+        """The index of the lowest of `views` with a row in sight (the last if
+        none is): after scrolling up or a find, the message the user sees,
+        not the newest one, far below."""
+        top = self.scroll_y
+        bottom = top + self.scrollable_content_region.height
+        for index in range(len(views) - 1, -1, -1):
+            region = views[index].virtual_region
+            if region.y < bottom and region.bottom > top:
+                return index
+        return len(views) - 1
 
     # What each message is, as of the last turn.
 

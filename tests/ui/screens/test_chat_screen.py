@@ -527,3 +527,26 @@ async def test_older_messages_shown_by_scrolling_up_have_their_token_counts() ->
         assert shown[0].message is messages[0]
         headers = [str(v.query_one(".message-header", Static).render()) for v in shown]
         assert all(" token" in header for header in headers), headers
+
+
+async def test_alt_up_from_no_selection_selects_the_lowest_message_in_sight() -> None:
+    # Scrolled up (or after a find), Alt+Up selected the newest message, far
+    # below, and scrolled back down to it.
+    app = make_app(ScriptedEngine(replies=[LONG_REPLY]))
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen, view = await chat_for(6, app, pilot)
+        await wait_for(lambda: view.scroll_y == view.max_scroll_y, pilot)
+        newest = screen.conversation.messages[-1]
+        await pilot.press("alt+up")
+        assert [v.message for v in view.message_views() if v.has_class("selected")] == [newest]
+        view.select(None)
+        view.scroll_to(y=view.scroll_y - 2 * view.size.height, animate=False)
+        await pilot.pause()
+        scrolled = view.scroll_y
+        await pilot.press("alt+up")
+        await pilot.pause()
+        [selected] = [v for v in view.message_views() if v.has_class("selected")]
+        assert selected.message is not newest
+        assert abs(view.scroll_y - scrolled) < view.size.height  # still where the user was
+        region = selected.virtual_region
+        assert region.y < view.scroll_y + view.size.height and region.bottom > view.scroll_y
