@@ -595,10 +595,14 @@ class ConversationView(SizedByTheLayout, DrawnAgainByTheLayout, VerticalScroll):
     def mark_window(
         views: Sequence[MessageView], outside: Callable[[list[Message]], list[bool]]
     ) -> None:
-        """Show each view's token count and whether it was `outside` the window."""
+        """Show each view's token count and whether it was `outside` the window
+        (`outside` sets the counts). Only the views whose count or mark changed
+        are drawn again: the meter marks them at each plan, as the user types."""
+        counts = [view.message.token_count for view in views]
         states = outside([view.message for view in views])
-        for view, is_outside in zip(views, states, strict=True):
-            view.show_outside_window(is_outside)
+        for view, count, is_outside in zip(views, counts, states, strict=True):
+            if is_outside != view.outside_window or view.message.token_count != count:
+                view.show_outside_window(is_outside)
 
     async def clear(self) -> None:
         self._earlier = []
