@@ -397,8 +397,10 @@ class ChatApp(App[None]):
         finally:
             await self._hand_over_typed_ahead()
 
-    # The message being written when kvchat quit comes back at the next start
-    # (chat.conversations.unsent): a quit never loses it.
+    # The message being written when kvchat quit comes back with its
+    # conversation (chat.conversations.unsent): a quit never loses it. At a
+    # start, those of a conversation not saved (or no longer) come back too;
+    # those of other saved conversations wait, and the user is told where.
 
     async def _put_back_unsent(self) -> None:
         if self._quit_by is not None:
