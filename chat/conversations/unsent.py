@@ -110,6 +110,6 @@ def take_at_start(
         if message.conversation_id is not None and message.conversation_id != opened
     }
     saved = titles(elsewhere) if titles is not None and elsewhere else {}
+    # What is taken is never a saved conversation's: those all wait.
     text = take_unsent(lambda conversation: conversation not in saved)
-    waiting = {message.conversation_id for message in kept_messages()}
-    return text, [title for conversation, title in sorted(saved.items()) if conversation in waiting]
+    return text, [title for _, title in sorted(saved.items())]

@@ -803,7 +803,9 @@ class ChatApp(App[None]):
 
 def _waiting_notice(titles: list[str]) -> str:
     """Messages written in other conversations when kvchat quit wait there."""
-    quoted = ", ".join(f"\u201c{_short(title)}\u201d" for title in titles[:3])
+    from chat.ui.widgets.token_strip import shorten  # rarely needed: not at every start
+
+    quoted = ", ".join(f"\u201c{shorten(title, 40)}\u201d" for title in titles[:3])
     if len(titles) > 3:
         quoted += f" and {len(titles) - 3} more"
     if len(titles) == 1:
@@ -815,7 +817,3 @@ def _waiting_notice(titles: list[str]) -> str:
         f"The messages you were writing in {quoted} when kvchat quit are kept there: "
         "each comes back when you open its conversation (Ctrl+O)."
     )
-
-
-def _short(title: str, most: int = 40) -> str:
-    return title if len(title) <= most else title[: most - 1] + "\u2026"
