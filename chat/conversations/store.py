@@ -92,6 +92,10 @@ class ConversationChangedError(StoreError):
     """Another kvchat window added to the conversation since this one last saw it."""
 
 
+SQLITE_LARGEST_INTEGER = 2**63 - 1
+"""An id beyond this cannot be a row's: SQLite refuses to bind it."""
+
+
 class ConversationNotFoundError(StoreError):
     """A conversation or message is gone, e.g. deleted from another kvchat window."""
 
@@ -170,6 +174,12 @@ class Store:
     def _translate_errors(self) -> Iterator[None]:
         try:
             yield
+        except OverflowError as error:
+            # An id past SQLite's integers (`--export 99999999999999999999`, a
+            # file name) names no row: it is not found, as any other missing id.
+            raise ConversationNotFoundError(
+                f"There is no conversation or message with that id in {self.path}."
+            ) from error
         except sqlite3.DatabaseError as error:
             translated = database_file.translate(self.path, error)
             if translated is error:
@@ -578,8 +588,9 @@ class Store:
         return sampling_from_json(row[0])
 
     def titles(self, conv_ids: Iterable[int]) -> dict[int, str]:
-        """The titles of the conversations of `conv_ids` that exist."""
-        wanted = sorted(set(conv_ids))
+        """The titles of the conversations of `conv_ids` that exist (an id
+        SQLite cannot hold names none)."""
+        wanted = sorted(i for i in set(conv_ids) if abs(i) <= SQLITE_LARGEST_INTEGER)
         if not wanted:
             return {}
         marks = ", ".join("?" * len(wanted))

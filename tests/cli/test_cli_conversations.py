@@ -220,12 +220,15 @@ def test_bad_import_says_why_and_imports_nothing(tmp_path: Path, content: str, s
 
 def test_unknown_ids_are_usage_errors() -> None:
     save("Bread", "How?")
-    for args in (["--resume", "999"], ["--export", "999"]):
-        result = chat(*args)
-        assert result.returncode == 2
-        assert result.stderr == (
-            "chat: There is no saved conversation 999; `chat --list` shows the saved ones.\n"
-        )
+    # An id past SQLite's integers too: it printed an OverflowError's traceback.
+    for number in ("999", "99999999999999999999999"):
+        for args in (["--resume", number], ["--export", number]):
+            result = chat(*args)
+            assert result.returncode == 2
+            assert result.stderr == (
+                f"chat: There is no saved conversation {number}; "
+                "`chat --list` shows the saved ones.\n"
+            )
     result = chat("--resume", "abc")
     assert result.returncode == 2 and "invalid int value" in result.stderr
 

@@ -757,3 +757,11 @@ def test_store_imports_no_ui_or_engine() -> None:
         [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_an_id_past_sqlites_integers_names_no_conversation(store: Store) -> None:
+    # SQLite cannot bind it: an OverflowError came out of the store.
+    saved = store.create_conversation(sample_conversation())
+    with pytest.raises(ConversationNotFoundError):
+        store.get_conversation(10**25)
+    assert store.titles([saved, 10**25, -(10**25)]) == {saved: sample_conversation().title}

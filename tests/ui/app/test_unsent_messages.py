@@ -89,3 +89,18 @@ async def test_a_message_of_a_conversation_deleted_since_comes_back_at_the_start
         assert app.query_one(PromptBox).text == "written in a conversation deleted since"
     [waiting] = kept_messages()
     assert waiting.path.read_text() == "waits for its own"
+
+
+async def test_a_kept_file_naming_an_impossible_conversation_does_not_stop_the_start() -> None:
+    # An id past SQLite's integers in a file's name stopped kvchat at the
+    # start (OverflowError). It names no saved conversation: it comes back.
+    folder = paths.unsent_dir()
+    folder.mkdir(parents=True)
+    (folder / "unsent-5-in-99999999999999999999999999.txt").write_text("odd name")
+    keep_unsent("waits for its own", saved("Its own"))
+    app = app_resuming(None)
+    async with app.run_test() as pilot:
+        await started(app, pilot)
+        assert app.query_one(PromptBox).text == "odd name"
+    [waiting] = kept_messages()
+    assert waiting.path.read_text() == "waits for its own"
