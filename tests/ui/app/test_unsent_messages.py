@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from chat import paths
 from chat.conversations.conversation import Conversation, Message
 from chat.conversations.store import Store
@@ -80,27 +82,23 @@ async def test_a_quit_keeps_the_message_with_the_conversation_open() -> None:
     assert kept_messages() == []
 
 
-async def test_a_message_of_a_conversation_deleted_since_comes_back_at_the_start() -> None:
-    keep_unsent("written in a conversation deleted since", 999)
+@pytest.mark.parametrize(
+    "conversation",
+    [
+        999,  # deleted since
+        # Past SQLite's integers (a file named by hand): it stopped kvchat at
+        # the start with an OverflowError.
+        99999999999999999999999999,
+    ],
+)
+async def test_a_message_of_no_saved_conversation_comes_back_at_the_start(
+    conversation: int,
+) -> None:
+    keep_unsent("written in no saved conversation", conversation)
     keep_unsent("waits for its own", saved("Its own"))
     app = app_resuming(None)
     async with app.run_test() as pilot:
         await started(app, pilot)
-        assert app.query_one(PromptBox).text == "written in a conversation deleted since"
-    [waiting] = kept_messages()
-    assert waiting.path.read_text() == "waits for its own"
-
-
-async def test_a_kept_file_naming_an_impossible_conversation_does_not_stop_the_start() -> None:
-    # An id past SQLite's integers in a file's name stopped kvchat at the
-    # start (OverflowError). It names no saved conversation: it comes back.
-    folder = paths.unsent_dir()
-    folder.mkdir(parents=True)
-    (folder / "unsent-5-in-99999999999999999999999999.txt").write_text("odd name")
-    keep_unsent("waits for its own", saved("Its own"))
-    app = app_resuming(None)
-    async with app.run_test() as pilot:
-        await started(app, pilot)
-        assert app.query_one(PromptBox).text == "odd name"
+        assert app.query_one(PromptBox).text == "written in no saved conversation"
     [waiting] = kept_messages()
     assert waiting.path.read_text() == "waits for its own"
