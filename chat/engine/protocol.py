@@ -114,6 +114,10 @@ class ModelInfo:
     """Why this model cannot be offered tools, in one sentence, where that is
     known (a llama-server without `--jinja`, a model whose template has no
     tools); None otherwise."""
+    continues_replies: bool = True
+    """Whether a reply cut short can go on in the same message (Ctrl+L): a
+    model in kvchat, or llama-server, which takes a prompt of token ids; a
+    chat API always closes the last message."""
 
     @property
     def calls_tools(self) -> bool:

@@ -42,8 +42,10 @@ from chat.settings.server import public_url
 
 MIB = 1024 * 1024
 
-CONTINUABLE: tuple[FinishReason, ...] = ("max_tokens", "stopped")
-"""Why a reply ended, when it can be continued: cut short, not finished by the model."""
+CONTINUABLE: tuple[FinishReason, ...] = ("max_tokens", "stopped", "error")
+"""Why a reply ended, when it can be continued: cut short, not finished by the
+model ("error": a model server's connection dropped mid-reply; what came is
+kept, and the reply goes on from there once the server answers again)."""
 
 
 class ChatSession:
@@ -310,8 +312,9 @@ class ChatSession:
         )
 
     def continuable_reply(self) -> Message | None:
-        """The last reply, when it was cut short (max tokens, Esc, or kvchat
-        stopped while writing it) and can be continued."""
+        """The last reply, when it was cut short (max tokens, Esc, a dropped
+        connection to a model server, or kvchat stopped while writing it) and
+        can be continued."""
         reply = self.last_reply()
         if reply is None or not (reply.content or reply.thinking):
             return None

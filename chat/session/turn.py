@@ -432,7 +432,8 @@ class Turn:
         answering = bool(messages) and messages[-1].role == "user"
         if reply is None and not answering:
             return Refused(
-                "Only a reply cut short (by max tokens or Esc) can be continued.",
+                "Only a reply cut short (by max tokens, Esc or a dropped connection) can be "
+                "continued.",
                 severity="warning",
             )
         if reply is not None and conversation.tree.children(reply):

@@ -105,7 +105,8 @@ CHAT_SCREEN_ACTIONS = (
     ),
     ScreenAction(
         "Continue the last reply",
-        "Ctrl+L: the reply cut short by max tokens or Esc goes on in the same message",
+        "Ctrl+L: the reply cut short (max tokens, Esc, a dropped connection) goes on in "
+        "the same message",
         "continue_reply",
         other_names=("Continue reply", "Go on"),
     ),

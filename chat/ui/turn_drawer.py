@@ -220,8 +220,14 @@ class TurnDrawer:
         screen.query_one(StatusBar).show_reply(finished.stats)
         if finished.error is not None:
             # The connection to a model server dropped mid-reply: what came is kept.
+            engine = self._turn.session.engine
+            then = (
+                ": Ctrl+L continues it once the server answers again."
+                if engine is not None and engine.info.continues_replies
+                else "."
+            )
             screen.notify(
-                f"{finished.error} The reply so far is kept.",
+                f"{finished.error} The reply so far is kept{then}",
                 title="Reply cut off",
                 severity="error",
                 timeout=15,

@@ -140,6 +140,7 @@ def server_model_info(
     count_exact: bool = True,
     api_tool_calls: bool = False,
     no_tools_reason: str | None = None,
+    continues_replies: bool = False,
 ) -> ModelInfo:
     """What the status bar and the meter show of a served model: its window
     (and where that figure came from); no layers or GPU figures of ours. The
@@ -160,6 +161,7 @@ def server_model_info(
         count_exact=count_exact,
         api_tool_calls=api_tool_calls,
         no_tools_reason=no_tools_reason,
+        continues_replies=continues_replies,
     )
 
 

@@ -132,6 +132,7 @@ class LlamaServerEngine(RemoteEngine):
             source,
             n_ctx_train=n_ctx_train,
             n_ctx_known=known,
+            continues_replies=True,  # a prompt of token ids: see _prepare_continuation
         )
         eos = props.get("eos_token")
         self._eos = eos if isinstance(eos, str) else ""

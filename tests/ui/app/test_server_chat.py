@@ -176,10 +176,11 @@ async def test_the_settings_pane_connects_to_a_server_and_back(
 
 
 @pytest.mark.model
-async def test_a_server_killed_mid_reply_keeps_and_saves_the_partial_reply(
+async def test_a_server_killed_mid_reply_keeps_the_partial_reply_and_ctrl_l_continues_it(
     tmp_path: Path,
 ) -> None:
-    with llama_server(tmp_path) as doomed:
+    port = free_port()
+    with llama_server(tmp_path, port=port) as doomed:
         app = server_app(doomed.url)
         app.settings.sampling.max_tokens = 2000
         async with app.run_test(size=(120, 40)) as pilot:
@@ -197,14 +198,30 @@ async def test_a_server_killed_mid_reply_keeps_and_saves_the_partial_reply(
             # Notices travel as messages to the app: the one said may not be
             # handled yet when the reply's end is.
             await wait_for(
-                lambda: any(doomed.url in n and "kept" in n for n in app_notices(app)), pilot
+                lambda: any(doomed.url in n and "Ctrl+L continues" in n for n in app_notices(app)),
+                pilot,
             )
             kept, conv_id = reply.content, screen.conversation.id
-    assert conv_id is not None and kept
+            assert conv_id is not None and kept
+            with Store() as store:
+                saved = store.get_conversation(conv_id).messages[-1]
+            assert saved.content == kept and saved.stats is not None
+            assert saved.stats.finish_reason == "error"
+
+            # The server is back (same address): Ctrl+L goes on in the same message.
+            with llama_server(tmp_path, port=port):
+                app.settings.sampling.max_tokens = 40
+                await pilot.press("ctrl+l")
+                await wait_for(lambda: screen.generating, pilot, timeout=30)
+                await wait_for(lambda: not screen.generating, pilot, timeout=60)
+                messages = screen.conversation.messages
+                continued = messages[-1]
+                assert len(messages) == 2 and continued.id == reply.id
+                assert continued.content.startswith(kept) and len(continued.content) > len(kept)
+                assert continued.stats is not None and continued.stats.finish_reason != "error"
     with Store() as store:
         saved = store.get_conversation(conv_id).messages[-1]
-    assert saved.content == kept and saved.stats is not None
-    assert saved.stats.finish_reason == "error"
+    assert saved.content == continued.content
 
 
 # -- faults while sending (issue 27): no real model needed, fake servers on loopback ----------
@@ -246,6 +263,26 @@ async def test_sending_to_a_server_that_went_down_keeps_the_message_in_the_box(
             assert screen.conversation.messages[-1].content == "Hello there, friend."
         finally:
             back.stop()
+
+
+async def test_a_chat_api_that_drops_mid_reply_keeps_it_and_promises_no_ctrl_l() -> None:
+    """A server whose chat API cannot continue a message (any but llama-server):
+    the reply so far is kept, and the notice does not offer Ctrl+L."""
+    server = serve(openai_routes(drop=True))
+    try:
+        app = server_app(server.url)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = app.chat_screen
+            await wait_for(lambda: screen.engine is not None, pilot, timeout=30)
+            await send(pilot, "Hello?")
+            await wait_for(lambda: any("kept" in n for n in app_notices(app)), pilot)
+            [said] = [n for n in app_notices(app) if "kept" in n]
+            assert "Ctrl+L" not in said, said
+            reply = screen.conversation.messages[-1]
+            assert reply.content and reply.stats is not None
+            assert reply.stats.finish_reason == "error"
+    finally:
+        server.stop()
 
 
 async def test_a_server_answering_garbage_to_a_send_keeps_the_message() -> None:
