@@ -5,9 +5,10 @@ and the palette goes back to the local model."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -265,43 +266,44 @@ async def test_sending_to_a_server_that_went_down_keeps_the_message_in_the_box(
             back.stop()
 
 
-async def test_a_chat_api_that_drops_mid_reply_keeps_it_and_promises_no_ctrl_l() -> None:
-    """A server whose chat API cannot continue a message (any but llama-server):
-    the reply so far is kept, and the notice does not offer Ctrl+L."""
-    server = serve(openai_routes(drop=True))
+@asynccontextmanager
+async def app_on(routes: dict[tuple[str, str], Route]) -> AsyncIterator[tuple[ChatApp, Any, str]]:
+    """The app attached to a fake server with `routes`, its engine ready:
+    the app, its pilot and the server's URL."""
+    server = serve(routes)
     try:
         app = server_app(server.url)
         async with app.run_test(size=(120, 40)) as pilot:
-            screen = app.chat_screen
-            await wait_for(lambda: screen.engine is not None, pilot, timeout=30)
-            await send(pilot, "Hello?")
-            await wait_for(lambda: any("kept" in n for n in app_notices(app)), pilot)
-            [said] = [n for n in app_notices(app) if "kept" in n]
-            assert "Ctrl+L" not in said, said
-            reply = screen.conversation.messages[-1]
-            assert reply.content and reply.stats is not None
-            assert reply.stats.finish_reason == "error"
+            await wait_for(lambda: app.chat_screen.engine is not None, pilot, timeout=30)
+            yield app, pilot, server.url
     finally:
         server.stop()
+
+
+async def test_a_chat_api_that_drops_mid_reply_keeps_it_and_promises_no_ctrl_l() -> None:
+    """A server whose chat API cannot continue a message (any but llama-server):
+    the reply so far is kept, and the notice does not offer Ctrl+L."""
+    async with app_on(openai_routes(drop=True)) as (app, pilot, _):
+        await send(pilot, "Hello?")
+        await wait_for(lambda: any("kept" in n for n in app_notices(app)), pilot)
+        [said] = [n for n in app_notices(app) if "kept" in n]
+        assert "Ctrl+L" not in said, said
+        reply = app.chat_screen.conversation.messages[-1]
+        assert reply.content and reply.stats is not None
+        assert reply.stats.finish_reason == "error"
 
 
 async def test_a_server_answering_garbage_to_a_send_keeps_the_message() -> None:
     routes = openai_routes()
     routes[("POST", "/v1/chat/completions")] = lambda _: Stream([b"data: \x1b[2J not json"])
-    server = serve(routes)
-    try:
-        app = server_app(server.url)
-        async with app.run_test(size=(120, 40)) as pilot:
-            screen = app.chat_screen
-            await wait_for(lambda: screen.engine is not None, pilot, timeout=30)
-            await send(pilot, "Hello?")
-            box = screen.query_one(PromptBox)
-            await wait_for(lambda: box.text == "Hello?" and not screen.generating, pilot)
-            [said] = [n for n in app_notices(app) if server.url in n]
-            assert "malformed" in said and "\x1b" not in said, said
-            assert app.is_running
-    finally:
-        server.stop()
+    async with app_on(routes) as (app, pilot, url):
+        screen = app.chat_screen
+        await send(pilot, "Hello?")
+        box = screen.query_one(PromptBox)
+        await wait_for(lambda: box.text == "Hello?" and not screen.generating, pilot)
+        [said] = [n for n in app_notices(app) if url in n]
+        assert "malformed" in said and "\x1b" not in said, said
+        assert app.is_running
 
 
 async def test_a_server_that_is_not_http_is_not_called_down() -> None:
