@@ -44,6 +44,7 @@ from chat.settings.presets import Preset, find_preset
 from chat.settings.schema import Settings
 from chat.ui.commands import ChatScreenCommands, PresetCommands
 from chat.ui.frame_timer import DrawsWhenAsked
+from chat.ui.markdown_parser import markdown_parser
 from chat.ui.messages import SwitchModelRequested, TurnUpdate
 from chat.ui.meter_planner import MeterPlanner
 from chat.ui.model_status import ModelStatus
@@ -56,15 +57,10 @@ from chat.ui.textual_fixes import textual_known
 from chat.ui.turn_drawer import TurnDrawer, tell
 from chat.ui.widgets.context_meter import ContextMeter
 from chat.ui.widgets.conversation_view import ConversationView
+from chat.ui.widgets.copy_button import CopyButton
 from chat.ui.widgets.draft import Draft
 from chat.ui.widgets.keys_footer import KeysFooter
-from chat.ui.widgets.message_view import (
-    AssistantMessageView,
-    BranchSwitch,
-    CopyButton,
-    MessageView,
-    markdown_parser,
-)
+from chat.ui.widgets.message_view import AssistantMessageView, BranchSwitch, MessageView
 from chat.ui.widgets.prompt_box import PromptBox
 from chat.ui.widgets.status_bar import StatusBar
 

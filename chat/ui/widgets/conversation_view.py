@@ -486,7 +486,7 @@ class ConversationView(SizedByTheLayout, DrawnAgainByTheLayout, VerticalScroll):
             await self._unmount_far_above()
         view = AssistantMessageView(message)
         # Streaming from its mount: its answer is composed with the first
-        # paragraph the words go to (message_view's ReplyMarkdown.compose).
+        # paragraph the words go to (chat.ui.widgets.reply_markdown, ReplyMarkdown.compose).
         view.start_stream()
         await self.mount(view)
         # Anchoring keeps the newest tokens in sight; Textual releases the

@@ -15,7 +15,9 @@ import pytest
 from chat import paths
 from chat.ui.clipboard import CodeBlock, code_blocks, terminal_without_clipboard
 from chat.ui.editor import EditorError, edit_text, editor_command
-from chat.ui.widgets.message_view import CopyButton, MessageView, markdown_parser
+from chat.ui.markdown_parser import markdown_parser
+from chat.ui.widgets.copy_button import CopyButton
+from chat.ui.widgets.message_view import MessageView
 from chat.ui.widgets.prompt_box import PromptBox
 from tests.conftest import wait_for
 from tests.fakes import ScriptedEngine

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 
+from chat.ui.markdown_parser import markdown_parser
 from chat.ui.widgets.fence_growth import MAY_CLOSE, grown_fence
-from chat.ui.widgets.message_view import markdown_parser
 
 OPENINGS = ["```", "~~~", "````", "```python", "~~~ js", "``` py extra", "~~~~~"]
 PIECES = [

@@ -11,8 +11,8 @@ from textual.app import App, ComposeResult
 from textual.screen import Screen
 
 from chat.conversations.conversation import Message
-from chat.ui.widgets import message_view
-from chat.ui.widgets.message_view import STREAM_RESERVE_LINES, AssistantMessageView
+from chat.ui.widgets.message_view import AssistantMessageView
+from chat.ui.widgets.reply_markdown import STREAM_RESERVE_LINES, ReplyMarkdown
 from tests.conftest import wait_for
 from tests.fakes import ScriptedEngine
 from tests.ui.conftest import make_app, ready, send
@@ -20,7 +20,7 @@ from tests.ui.widgets.test_streamed_blocks import blocks, token_pieces
 
 
 def paragraph_class() -> type:
-    return message_view._reply_markdown_class().BLOCKS["paragraph_open"]
+    return ReplyMarkdown.BLOCKS["paragraph_open"]
 
 
 class Host(App[None]):

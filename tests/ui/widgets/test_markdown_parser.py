@@ -11,7 +11,7 @@ import threading
 
 from markdown_it import MarkdownIt
 
-from chat.ui.widgets.message_view import markdown_parser
+from chat.ui.markdown_parser import markdown_parser
 
 
 def test_a_new_parser_can_be_used_by_several_threads_at_once() -> None:

@@ -9,7 +9,7 @@ import pytest
 from textual.content import Content
 from textual.widgets.markdown import MarkdownBlock
 
-from chat.ui.widgets.message_view import markdown_parser
+from chat.ui.markdown_parser import markdown_parser
 from chat.ui.widgets.plain_words import words_added
 
 PROSE = (

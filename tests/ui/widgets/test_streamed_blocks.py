@@ -87,7 +87,7 @@ async def test_a_streamed_code_block_lays_out_only_when_it_grows(
 def test_label_widths_are_measured_as_textual_measures_them() -> None:
     from textual.content import Content
 
-    from chat.ui.widgets.message_view import _text_shape
+    from chat.ui.widgets.reply_markdown import _text_shape
 
     text = "ab\n\t你好\nxyz"
     rules = Widget().styles
@@ -103,7 +103,7 @@ async def test_a_streamed_paragraph_lays_out_once_for_several_lines(
     """The streaming paragraph takes STREAM_RESERVE_LINES blank lines ahead of
     its text, so the screen is laid out once for those lines, not for each;
     at the end the paragraph is as tall as its text, as when shown whole."""
-    from chat.ui.widgets.message_view import STREAM_RESERVE_LINES
+    from chat.ui.widgets.reply_markdown import STREAM_RESERVE_LINES
 
     # The streaming paragraph's height each time it asked for a layout (once
     # the reply has ended, its view draws it afresh: not counted).
@@ -241,10 +241,10 @@ async def test_a_new_streamed_paragraph_comes_with_its_reserve(
     """A paragraph mounted while the reply streams has its reserve lines from
     the layout that mounts it: as its text grows to two or three lines it asks
     for no layout of its own."""
-    from chat.ui.widgets import message_view
+    from chat.ui.widgets import reply_markdown
 
     layouts = 0
-    paragraph_class = message_view._reply_markdown_class().BLOCKS["paragraph_open"]
+    paragraph_class = reply_markdown.ReplyMarkdown.BLOCKS["paragraph_open"]
     set_content = paragraph_class.set_content
 
     def counting(self: Widget, content: object) -> None:
@@ -330,7 +330,7 @@ async def test_words_added_to_the_last_block_are_set_in_place_as_markdown_would(
     from textual.widgets import Markdown
 
     from chat.conversations.conversation import Message
-    from chat.ui.widgets import message_view
+    from chat.ui.widgets import reply_markdown
     from chat.ui.widgets.plain_words import words_added
 
     class Host(App[None]):
@@ -339,17 +339,17 @@ async def test_words_added_to_the_last_block_are_set_in_place_as_markdown_would(
             yield AssistantMessageView(Message("assistant", ""))
 
     in_place: list[bool] = []
-    reply_markdown = message_view._reply_markdown_class()
-    append_in_place = reply_markdown._append_in_place  # type: ignore[attr-defined]
+    markdown_class = reply_markdown.ReplyMarkdown
+    append_in_place = markdown_class._append_in_place
 
     def counted(self: Markdown, markdown: str) -> bool:
         done: bool = append_in_place(self, markdown)
         in_place.append(done)
         return done
 
-    monkeypatch.setattr(reply_markdown, "_append_in_place", counted)
-    monkeypatch.setattr(message_view, "HIGHLIGHT_EVERY_S", 0.0)
-    fence_class = reply_markdown.BLOCKS["fence"]
+    monkeypatch.setattr(markdown_class, "_append_in_place", counted)
+    monkeypatch.setattr(reply_markdown, "HIGHLIGHT_EVERY_S", 0.0)
+    fence_class = markdown_class.BLOCKS["fence"]
     grow = fence_class.grow  # type: ignore[attr-defined]
     grown = 0
 
@@ -366,7 +366,7 @@ async def test_words_added_to_the_last_block_are_set_in_place_as_markdown_would(
         said.append(gained is not None)
         return gained
 
-    monkeypatch.setattr(message_view, "words_added", counted_words)
+    monkeypatch.setattr(reply_markdown, "words_added", counted_words)
     app = Host()
     async with app.run_test(size=(100, 60)) as pilot:
         ours, markdowns = app.query(AssistantMessageView).results()
@@ -396,9 +396,9 @@ async def test_a_growing_code_block_is_highlighted_whole_only_now_and_then(
     from textual.widgets.markdown import MarkdownFence
 
     from chat.conversations.conversation import Message
-    from chat.ui.widgets import message_view
+    from chat.ui.widgets import reply_markdown
 
-    monkeypatch.setattr(message_view, "HIGHLIGHT_EVERY_S", 60.0)  # none again while streaming
+    monkeypatch.setattr(reply_markdown, "HIGHLIGHT_EVERY_S", 60.0)  # none again while streaming
     highlights = 0
     highlight = MarkdownFence.highlight
 
@@ -407,7 +407,7 @@ async def test_a_growing_code_block_is_highlighted_whole_only_now_and_then(
         highlights += bool(code)  # not the empty blocks of "```p", "```py"...
         return highlight(code, language, ansi=ansi, dark=dark)
 
-    fence_class = message_view._reply_markdown_class().BLOCKS["fence"]
+    fence_class = reply_markdown.ReplyMarkdown.BLOCKS["fence"]
     monkeypatch.setattr(fence_class, "highlight", staticmethod(counted))
 
     class Host(App[None]):
@@ -445,9 +445,9 @@ async def test_a_streamed_code_block_draws_what_textual_draws(
     from textual.screen import Screen
     from textual.visual import Visual
 
-    from chat.ui.widgets import message_view
+    from chat.ui.widgets import reply_markdown
 
-    monkeypatch.setattr(message_view, "HIGHLIGHT_EVERY_S", 0.05)  # highlighted, and not yet
+    monkeypatch.setattr(reply_markdown, "HIGHLIGHT_EVERY_S", 0.05)  # highlighted, and not yet
     checked: list[int] = []
     compositor_refresh = Screen._compositor_refresh
 
@@ -581,9 +581,9 @@ async def test_text_set_before_a_paragraphs_first_layout_asks_for_no_layout() ->
     from textual.content import Content
     from textual.widgets import Markdown
 
-    from chat.ui.widgets import message_view
+    from chat.ui.widgets import reply_markdown
 
-    paragraph_class = message_view._reply_markdown_class().BLOCKS["paragraph_open"]
+    paragraph_class = reply_markdown.ReplyMarkdown.BLOCKS["paragraph_open"]
     app: App[None] = App()
     async with app.run_test(size=(60, 10)) as pilot:
         markdown = Markdown()
@@ -617,9 +617,9 @@ async def test_a_long_code_block_streams_without_a_parse_or_a_whole_highlight(
     from textual.widgets.markdown import MarkdownFence
 
     from chat.conversations.conversation import Message
-    from chat.ui.widgets import message_view
+    from chat.ui.widgets import reply_markdown
 
-    monkeypatch.setattr(message_view, "HIGHLIGHT_EVERY_S", 0.0)
+    monkeypatch.setattr(reply_markdown, "HIGHLIGHT_EVERY_S", 0.0)
     highlighted: list[int] = []  # the lines of each highlight
     highlight = MarkdownFence.highlight
 
@@ -627,10 +627,10 @@ async def test_a_long_code_block_streams_without_a_parse_or_a_whole_highlight(
         highlighted.append(code.count("\n") + 1)
         return highlight(code, language, ansi=ansi, dark=dark)
 
-    fence_class = message_view._reply_markdown_class().BLOCKS["fence"]
+    fence_class = reply_markdown.ReplyMarkdown.BLOCKS["fence"]
     monkeypatch.setattr(fence_class, "highlight", staticmethod(counted))
     parses = 0
-    parser = message_view.markdown_parser()
+    parser = reply_markdown.markdown_parser()
 
     class CountedParser:
         def parse(self, text: str, env: object = None) -> object:
@@ -638,7 +638,7 @@ async def test_a_long_code_block_streams_without_a_parse_or_a_whole_highlight(
             parses += 1
             return parser.parse(text, env)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(message_view, "markdown_parser", CountedParser)
+    monkeypatch.setattr(reply_markdown, "markdown_parser", CountedParser)
 
     class Host(App[None]):
         def compose(self) -> ComposeResult:
