@@ -152,6 +152,36 @@ def test_bar_cells_fill_the_width() -> None:
     assert all(name != "history" for name, _ in cells)
 
 
+@pytest.mark.parametrize(
+    ("sizes", "width", "used_cells"),
+    [
+        # A new chat: 1,044 of 8,192 used or kept for the reply, 13 %.
+        ({"system": 11, "history": 0, "new": 9, "reply": 0, "reserved": 1024}, 12, 2),
+        # Five segments in 41 % of the window (seen in tmux as 7 of 12 cells).
+        ({"system": 40, "history": 2304, "new": 18, "reply": 118, "reserved": 906}, 12, 5),
+        ({"system": 40, "history": 2304, "new": 18, "reply": 118, "reserved": 906}, 20, 8),
+        # Almost full: 992 free, one cell of 12.
+        ({"system": 40, "history": 6000, "new": 18, "reply": 118, "reserved": 1024}, 12, 11),
+        # Over the window: no cell free.
+        ({"system": 40, "history": 9000, "new": 18, "reply": 0, "reserved": 1024}, 12, 12),
+    ],
+)
+def test_the_bar_is_as_full_as_the_window(
+    sizes: dict[str, int], width: int, used_cells: int
+) -> None:
+    """However many segments, the bar's filled cells are the window's used
+    share (a cell a segment stretched a nearly empty window to a third full)."""
+    total = 8192
+    free = total - sum(sizes.values())
+    cells = bar_cells({**sizes, "free": max(0, free)}, total, width)
+    assert sum(count for _, count in cells) == width
+    assert sum(count for name, count in cells if name != "free") == used_cells
+    # The largest segments are shown first; each shown takes a cell at least.
+    shown = [name for name, _ in cells if name != "free"]
+    largest = sorted((n for n in sizes if sizes[n]), key=lambda n: sizes[n], reverse=True)
+    assert set(shown) == set(largest[: len(shown)])
+
+
 # The real model needs longer than the helper's default.
 wait_for = partial(wait_for_the_app, timeout=60.0)
 

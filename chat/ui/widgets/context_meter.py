@@ -123,17 +123,32 @@ class MeterState:
 
 
 def bar_cells(sizes: dict[str, int], total: int, width: int) -> list[tuple[str, int]]:
-    """Split `width` cells between segments in proportion; a non-empty segment
-    gets at least one cell so it stays visible."""
+    """Split `width` cells between segments in proportion. The free part takes
+    its own share, so the bar is as full as the window; a non-empty segment
+    of the rest gets at least one cell while there are cells for it, the
+    largest first (the legend counts every segment, a tiny one included)."""
     if total <= 0:
         return [("free", width)]
-    cells = {
-        name: (max(1, round(size * width / total)) if size else 0) for name, size in sizes.items()
-    }
-    # Give or take the rounding difference from the largest segment.
-    largest = max(cells, key=lambda name: cells[name])
-    cells[largest] += width - sum(cells.values())
-    return [(name, count) for name, count in cells.items() if count > 0]
+    used = {name: size for name, size in sizes.items() if name != "free" and size > 0}
+    used_cells = width - round(sizes.get("free", 0) * width / total)
+    if used and not used_cells:
+        used_cells = 1  # something is used: the bar shows it
+    shown = sorted(used, key=lambda name: used[name], reverse=True)[:used_cells]
+    cells = dict.fromkeys(shown, 1)
+    # The cells left after one each, in proportion; the largest remainders
+    # take what rounding down leaves.
+    rest = used_cells - len(shown)
+    shown_total = sum(used[name] for name in shown)
+    shares = {name: rest * used[name] / shown_total for name in shown} if shown_total else {}
+    for name, share in shares.items():
+        cells[name] += int(share)
+    left = rest - sum(int(share) for share in shares.values())
+    for name in sorted(shares, key=lambda name: shares[name] - int(shares[name]), reverse=True)[
+        :left
+    ]:
+        cells[name] += 1
+    cells["free"] = width - used_cells
+    return [(name, cells[name]) for name in sizes if cells.get(name, 0) > 0]
 
 
 class ContextMeter(Static):
