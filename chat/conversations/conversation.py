@@ -36,9 +36,10 @@ FINISH_WORDS: dict[FinishReason, str] = {
     "stopped": "stopped",
     "max_tokens": "max tokens reached",
     "context_full": "context full",
-    "error": "failed",
+    "error": "cut off",
 }
-"""How a reply ended, as the app and the exports say it."""
+"""How a reply ended, as the app and the exports say it ("error": a model
+server's stream broke after some text, which is kept; Ctrl+L may go on)."""
 
 # What a conversation was made with: "local", a GGUF file loaded in process
 # (`Conversation.model_path`), or the kind of model server it talked to

@@ -61,7 +61,7 @@ def test_markdown_has_a_header_and_every_message() -> None:
     assert text.count("## User") == 2 and text.count("## Assistant") == 2
     assert "Arr, *under* the palm tree.\n\n```\nx = 1\n```" in text
     assert "15 tokens · 41.2 tokens/s · first token 0.31 s" in text
-    # How each reply ended, in the app's words (the export said "error" for "failed").
+    # How each reply ended, in the app's words (the export said "error" for "cut off").
     assert "(128 reused) · done*" in text and "(140 reused) · stopped*" in text
     assert text.index("Where is the gold?") < text.index("Arr,") < text.index("Cut short")
 
@@ -379,7 +379,7 @@ def test_read_import_file_errors_name_the_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("reason", "words"),
-    [("max_tokens", "max tokens reached"), ("context_full", "context full"), ("error", "failed")],
+    [("max_tokens", "max tokens reached"), ("context_full", "context full"), ("error", "cut off")],
 )
 def test_markdown_says_how_a_reply_ended_in_words(reason: str, words: str) -> None:
     stats = ReplyStats(10, 0, 5, 0.1, 20.0, reason)  # type: ignore[arg-type]
