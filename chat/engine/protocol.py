@@ -119,6 +119,14 @@ class ModelInfo:
     model in kvchat, or llama-server, which takes a prompt of token ids; a
     chat API always closes the last message."""
 
+    def cannot_continue(self) -> str:
+        """Why a reply cut short cannot go on in the same message here
+        (`continues_replies` False)."""
+        return (
+            f"A reply can be continued only with a model loaded in kvchat or on "
+            f"llama-server, not on {self.kind}."
+        )
+
     @property
     def calls_tools(self) -> bool:
         """Whether tools can be offered to this model."""

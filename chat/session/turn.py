@@ -436,6 +436,10 @@ class Turn:
                 "continued.",
                 severity="warning",
             )
+        info = self.session.engine.info
+        if reply is not None and not info.continues_replies:
+            # Said before the turn starts (the engine would refuse it too).
+            return Refused(info.cannot_continue(), severity="warning")
         if reply is not None and conversation.tree.children(reply):
             return Refused(
                 "This reply has messages after it in another branch; regenerate it "

@@ -376,10 +376,7 @@ class RemoteEngine:
         A chat API always closes the last message (the model would start a
         new reply, not go on with this one): only a kind that takes a prompt
         of token ids can."""
-        raise KvchatError(
-            f"A reply can be continued only with a model loaded in kvchat or on "
-            f"llama-server, not on {self.info.kind}."
-        )
+        raise KvchatError(self.info.cannot_continue())
 
     def _pieces(self, call: ReplyCall) -> Generator[Piece | Summary | PromptProgress, None, None]:
         """The reply's pieces as the server streams them, its figures last; a

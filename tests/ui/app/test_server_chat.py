@@ -267,15 +267,17 @@ async def test_sending_to_a_server_that_went_down_keeps_the_message_in_the_box(
 
 
 @asynccontextmanager
-async def app_on(routes: dict[tuple[str, str], Route]) -> AsyncIterator[tuple[ChatApp, Any, str]]:
+async def app_on(
+    routes: dict[tuple[str, str], Route],
+) -> AsyncIterator[tuple[ChatApp, Any, FakeServer]]:
     """The app attached to a fake server with `routes`, its engine ready:
-    the app, its pilot and the server's URL."""
+    the app, its pilot and the server."""
     server = serve(routes)
     try:
         app = server_app(server.url)
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_for(lambda: app.chat_screen.engine is not None, pilot, timeout=30)
-            yield app, pilot, server.url
+            yield app, pilot, server
     finally:
         server.stop()
 
@@ -283,7 +285,7 @@ async def app_on(routes: dict[tuple[str, str], Route]) -> AsyncIterator[tuple[Ch
 async def test_a_chat_api_that_drops_mid_reply_keeps_it_and_promises_no_ctrl_l() -> None:
     """A server whose chat API cannot continue a message (any but llama-server):
     the reply so far is kept, and the notice does not offer Ctrl+L."""
-    async with app_on(openai_routes(drop=True)) as (app, pilot, _):
+    async with app_on(openai_routes(drop=True)) as (app, pilot, server):
         await send(pilot, "Hello?")
         await wait_for(lambda: any("kept" in n for n in app_notices(app)), pilot)
         [said] = [n for n in app_notices(app) if "kept" in n]
@@ -291,17 +293,25 @@ async def test_a_chat_api_that_drops_mid_reply_keeps_it_and_promises_no_ctrl_l()
         reply = app.chat_screen.conversation.messages[-1]
         assert reply.content and reply.stats is not None
         assert reply.stats.finish_reason == "error"
+        # Ctrl+L says why not, before any request (a chat API closes the message).
+        asked = len(server.seen)
+        await pilot.press("ctrl+l")
+        await wait_for(lambda: "not on openai" in app_notices(app)[-1], pilot)
+        assert len(server.seen) == asked and not app.chat_screen.generating
+        # A refusal (a warning), not a turn that failed (an error).
+        assert [n.severity for n in app.notices if "not on openai" in n.message] == ["warning"]
+        assert app.chat_screen.conversation.messages[-1].content == reply.content
 
 
 async def test_a_server_answering_garbage_to_a_send_keeps_the_message() -> None:
     routes = openai_routes()
     routes[("POST", "/v1/chat/completions")] = lambda _: Stream([b"data: \x1b[2J not json"])
-    async with app_on(routes) as (app, pilot, url):
+    async with app_on(routes) as (app, pilot, server):
         screen = app.chat_screen
         await send(pilot, "Hello?")
         box = screen.query_one(PromptBox)
         await wait_for(lambda: box.text == "Hello?" and not screen.generating, pilot)
-        [said] = [n for n in app_notices(app) if url in n]
+        [said] = [n for n in app_notices(app) if server.url in n]
         assert "malformed" in said and "\x1b" not in said, said
         assert app.is_running
 
