@@ -19,7 +19,6 @@ says what is wrong), because a file is anyone's to edit. No I/O here.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -32,6 +31,7 @@ from chat.conversations.conversation import (
     ToolCallRecord,
     ToolStep,
 )
+from chat.json_numbers import is_figure, is_finite_number, is_token_id, is_whole_number
 
 __all__ = [
     "CALL_OUTCOMES",
@@ -50,8 +50,6 @@ __all__ = [
 
 STORED_VERSION = 1
 """The version of the stored form (`steps_json`); a newer one is not read."""
-
-_MAX_TOKEN_ID = 2**31 - 1
 
 
 class ToolStepsError(ValueError):
@@ -167,8 +165,7 @@ def _step(number: int, item: object) -> ToolStep:
     thinking = _string(item, "thinking", where, "")
     token_ids = item.get("token_ids")
     if token_ids is not None and not (
-        isinstance(token_ids, list)
-        and all(_is_int(token) and 0 <= token <= _MAX_TOKEN_ID for token in token_ids)
+        isinstance(token_ids, list) and all(is_token_id(token) for token in token_ids)
     ):
         raise ToolStepsError(f'{where} has "token_ids" that are not a list of token ids')
     stats = item.get("stats")
@@ -200,10 +197,10 @@ def _call(where: str, item: object) -> ToolCallRecord:
             f'{where} has an "outcome" that is not one of {", ".join(CALL_OUTCOMES)}'
         )
     result_tokens = item.get("result_tokens", 0)
-    if not _is_int(result_tokens) or result_tokens < 0:
+    if not is_whole_number(result_tokens) or result_tokens < 0:
         raise ToolStepsError(f'{where} has a "result_tokens" that is not a whole number')
     duration = item.get("duration_s", 0.0)
-    if not _is_number(duration) or not math.isfinite(duration) or duration < 0:
+    if not is_finite_number(duration) or duration < 0:
         raise ToolStepsError(f'{where} has a "duration_s" that is not a number of seconds')
     return ToolCallRecord(
         id=_string(item, "id", where),
@@ -227,39 +224,41 @@ def stats_from_dict(value: object, where: str) -> ReplyStats:
     if not isinstance(value, dict):
         raise ToolStepsError(f"{where} are not an object")
     for key in ("prompt_tokens", "prompt_evaluated", "generated_tokens"):
-        if not _is_int(value.get(key)):
+        if not is_whole_number(value.get(key)):
             raise ToolStepsError(f'{where} have no whole number "{key}"')
     for key in ("ttft_s", "decode_tps"):
-        if not _is_number(value.get(key)):
+        if not is_figure(value.get(key)):
             raise ToolStepsError(f'{where} have no number "{key}"')
     finish = value.get("finish_reason")
     if finish not in FINISH_REASONS:
         raise ToolStepsError(f'{where} have an unknown finish reason "{finish}"')
     seed = value.get("seed")
-    if seed is not None and not _is_int(seed):
+    if seed is not None and not is_whole_number(seed):
         raise ToolStepsError(f'{where} have a "seed" that is not a whole number')
     total = value.get("total_s", 0.0)
-    if not _is_number(total):
+    if not is_figure(total):
         raise ToolStepsError(f'{where} have a "total_s" that is not a number')
     thinking_tokens = value.get("thinking_tokens", 0)
-    if not _is_int(thinking_tokens) or not 0 <= thinking_tokens <= value["generated_tokens"]:
+    generated = value["generated_tokens"]
+    if not is_whole_number(thinking_tokens) or not 0 <= thinking_tokens <= generated:
         raise ToolStepsError(
             f'{where} have a "thinking_tokens" that is not a whole number of the tokens generated'
         )
     first_answer = value.get("first_answer_s")
-    if first_answer is not None and not _is_number(first_answer):
+    if first_answer is not None and not is_figure(first_answer):
         raise ToolStepsError(f'{where} have a "first_answer_s" that is not a number')
     return ReplyStats(
         prompt_tokens=value["prompt_tokens"],
         prompt_evaluated=value["prompt_evaluated"],
         generated_tokens=value["generated_tokens"],
-        ttft_s=value["ttft_s"],
-        decode_tps=value["decode_tps"],
+        # Floats: a JSON integer of 300 digits is a figure, and no SQLite integer.
+        ttft_s=float(value["ttft_s"]),
+        decode_tps=float(value["decode_tps"]),
         finish_reason=cast(FinishReason, finish),
         seed=seed,
-        total_s=total,
+        total_s=float(total),
         thinking_tokens=thinking_tokens,
-        first_answer_s=first_answer,
+        first_answer_s=None if first_answer is None else float(first_answer),
     )
 
 
@@ -275,11 +274,3 @@ def _flag(item: Mapping[str, Any], key: str, where: str) -> bool:
     if not isinstance(value, bool):
         raise ToolStepsError(f'{where} has an "{key}" that is not true or false')
     return value
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)

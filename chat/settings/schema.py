@@ -129,11 +129,16 @@ class FieldSpec:
         return ", or ".join([*parts, span])
 
 
+EXACT_WHOLE_NUMBERS = 2**53
+"""Up to here a float holds every whole number exactly: written out in full."""
+
+
 def plain_number(value: float | None) -> str:
-    """0 rather than 0.0 in messages; 4294967295 rather than 4.29e+09."""
+    """0 rather than 0.0 in messages; 4294967295 rather than 4.29e+09; but
+    1e+300 rather than its 301 digits."""
     if value is None:
         return "?"
-    if float(value).is_integer():
+    if float(value).is_integer() and abs(value) < EXACT_WHOLE_NUMBERS:
         return str(int(value))
     return str(value)
 

@@ -25,18 +25,26 @@ def _spec(key: str) -> FieldSpec:
         raise ConfigError(f"There is no setting called {key}.") from None
 
 
+SHOWN_LENGTH = 40
+"""The most characters of a value a message quotes."""
+
+
+def _shortened(text: str) -> str:
+    return text if len(text) <= SHOWN_LENGTH else text[: SHOWN_LENGTH - 1] + "…"
+
+
 def _show(raw: object) -> str:
     """A value as the user wrote it, TOML-style, short enough for one message."""
     if isinstance(raw, bool):
         return "true" if raw else "false"
     if isinstance(raw, str):
-        text = raw if len(raw) <= 40 else raw[:39] + "…"
+        text = _shortened(raw)
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     if isinstance(raw, float):
         return plain_number(raw) if math.isfinite(raw) else str(raw)
     if isinstance(raw, (list, tuple)):
-        return "[" + ", ".join(_show(item) for item in raw) + "]"
-    return str(raw)
+        return _shortened("[" + ", ".join(_show(item) for item in raw) + "]")
+    return _shortened(str(raw))  # a whole number of any length, from TOML
 
 
 def format_value(key: str, value: object) -> str:
@@ -75,7 +83,10 @@ def _parse_number(spec: FieldSpec, raw: object, whole: bool) -> float:
     # bool is a subclass of int, but `top_k = true` is a mistake, not 1.
     accepted = (int,) if whole else (int, float)
     if isinstance(raw, accepted) and not isinstance(raw, bool):
-        value = convert(raw)
+        try:
+            value = convert(raw)
+        except OverflowError:  # a TOML integer of hundreds of digits, as a float
+            raise ValueRefused(spec, raw, "is out of range") from None
     elif isinstance(raw, str):
         try:
             value = convert(raw.strip())

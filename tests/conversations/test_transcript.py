@@ -387,3 +387,59 @@ def test_markdown_says_how_a_reply_ended_in_words(reason: str, words: str) -> No
         Conversation(messages=[Message("user", "Hi"), Message("assistant", "Hel", stats=stats)])
     )
     assert f"(10 reused) · {words}*" in text
+
+
+def _set(data: dict[str, object], path: str, value: object) -> None:
+    """Set the field at `path` ("kvchat.tree.1.stats.ttft_s") in exported JSON."""
+    *parents, last = path.split(".")
+    node: object = data
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]  # type: ignore[index]
+    node[last] = value  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        *(
+            (field, value)
+            for field in ("kvchat.created", "kvchat.tree.0.created")
+            for value in (10**400, float("nan"), float("inf"))
+        ),
+        # A reply's figures may be Infinity (test_transcript_tools), not NaN.
+        *(("kvchat.tree.1.stats.ttft_s", value) for value in (10**400, float("nan"))),
+        *(
+            (field, value)
+            for field in (
+                "kvchat.tree.0.token_count",
+                "kvchat.tree.1.stats.prompt_tokens",
+                "kvchat.tree.1.stats.seed",
+            )
+            for value in (10**400, 2**63)
+        ),
+    ],
+    ids=lambda value: "400-digits" if value == 10**400 else str(value),
+)
+def test_a_number_kvchat_cannot_hold_is_refused_and_nothing_is_stored(
+    tmp_path: Path, field: str, value: float
+) -> None:
+    """Python's json reads an integer of any length, NaN and Infinity: a time
+    of 400 digits was a traceback (float() overflowed), and a count past 64
+    bits reached SQLite, which refused it as "no conversation with that id"."""
+    data = json.loads(to_json(conversation(), SAMPLING))
+    _set(data, field, value)
+    with pytest.raises(ImportFormatError, match="number"):
+        parse_import(json.dumps(data))
+
+
+@pytest.mark.parametrize("field", ["kvchat.tree.0.created", "kvchat.tree.1.stats.ttft_s"])
+def test_a_time_written_as_a_long_integer_is_stored_as_a_number(tmp_path: Path, field: str) -> None:
+    """10**300 is a number a float holds, and no SQLite integer: stored as a float."""
+    data = json.loads(to_json(conversation(), SAMPLING))
+    _set(data, field, 10**300)
+    conv, sampling = parse_import(json.dumps(data))
+    with Store(tmp_path / "c.db") as store:
+        stored = store.get_conversation(store.import_conversation(conv, sampling))
+    message = stored.messages[0] if field.endswith("created") else stored.messages[1]
+    value = message.created if field.endswith("created") else message.stats.ttft_s  # type: ignore[union-attr]
+    assert value == 1e300

@@ -720,3 +720,22 @@ def test_unknown_kvchat_variable_is_reported_with_a_hint(
         + (f" {hint}" if hint else "")
     ]
     assert resolved.settings == Settings()
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        (1e308, "1e+308"),
+        (-1e20, "-1e+20"),
+        (4294967296, "4294967296"),
+        (10**400, "1" + "0" * 38 + "…"),
+        ([1.5] * 30, "[" + ", ".join(["1.5"] * 8)[:38] + "…"),
+    ],
+    ids=["huge-float", "large-negative", "whole", "huge-int", "long-list"],
+)
+def test_a_refused_value_is_quoted_short(raw: object, shown: str) -> None:
+    """A value far out of range is quoted as written, in a line: not as
+    hundreds of digits (1e308 was its 309)."""
+    with pytest.raises(ConfigError) as caught:
+        parse_value("sampling.temperature", raw)
+    assert str(caught.value).startswith(f"sampling.temperature = {shown} is ")

@@ -33,6 +33,7 @@ from chat.conversations.tool_switches import switches_from_data
 from chat.conversations.transcript.json_export import FORMAT_VERSION
 from chat.conversations.tree import MessageTree
 from chat.errors import KvchatError
+from chat.json_numbers import is_finite_number, is_token_id, is_whole_number
 from chat.safe_files import UnsafeFileError, read_bytes, refusal_detail
 from chat.settings.schema import URL_PATTERN
 from chat.settings.server import public_url
@@ -49,14 +50,6 @@ class ImportFormatError(KvchatError):
         self.source = source
         where = source if source is not None else "this conversation"
         super().__init__(f"Cannot import {where}: {detail}.")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 THINKING_FIELDS = ("reasoning_content", "reasoning", "thinking")
@@ -240,11 +233,11 @@ def _apply_entry(message: Message, entry: dict[str, Any], number: int) -> None:
     """A message's time, token count, stats and state from its kvchat metadata."""
     created = entry.get("created")
     if created is not None:
-        if not _is_number(created):
+        if not is_finite_number(created):
             raise ImportFormatError(f'message {number} has a "created" that is not a number')
         message.created = float(created)
     token_count = entry.get("token_count")
-    if token_count is not None and not _is_int(token_count):
+    if token_count is not None and not is_whole_number(token_count):
         raise ImportFormatError(f'message {number} has a "token_count" that is not a whole number')
     message.token_count = token_count
     message.stats = _parse_stats(number, entry.get("stats"))
@@ -254,15 +247,10 @@ def _apply_entry(message: Message, entry: dict[str, Any], number: int) -> None:
     message.state = "interrupted" if interrupted else "complete"
 
 
-_MAX_TOKEN_ID = 2**31 - 1
-
-
 def _parse_token_ids(number: int, value: object) -> list[int] | None:
     if value is None:
         return None
-    if not isinstance(value, list) or not all(
-        _is_int(token) and 0 <= token <= _MAX_TOKEN_ID for token in value
-    ):
+    if not isinstance(value, list) or not all(is_token_id(token) for token in value):
         raise ImportFormatError(
             f'message {number} has "token_ids" that are not a list of token ids'
         )
@@ -297,14 +285,14 @@ def _parse_tree(entries: object, shown_key: object) -> tuple[MessageTree[Message
         message = _parse_message(number, entry)
         assert isinstance(entry, dict)  # checked by _parse_message
         key = entry.get("id")
-        if not (_is_int(key) or isinstance(key, str)):
+        if not (is_whole_number(key) or isinstance(key, str)):
             raise ImportFormatError(f'message {number} has no "id" (a number or a string)')
         assert isinstance(key, (int, str))
         if key in by_key:
             raise ImportFormatError(f'message {number} has the "id" of an earlier one ({key})')
         parent_key = entry.get("parent")
         if parent_key is not None:
-            if not (_is_int(parent_key) or isinstance(parent_key, str)):
+            if not (is_whole_number(parent_key) or isinstance(parent_key, str)):
                 raise ImportFormatError(f'message {number} has a "parent" that is not an id')
             if parent_key not in by_key:
                 raise ImportFormatError(
@@ -319,7 +307,7 @@ def _parse_tree(entries: object, shown_key: object) -> tuple[MessageTree[Message
         tree.add(message)
     if shown_key is None:
         shown = tree.newest_leaf()
-    elif (_is_int(shown_key) or isinstance(shown_key, str)) and shown_key in by_key:
+    elif (is_whole_number(shown_key) or isinstance(shown_key, str)) and shown_key in by_key:
         assert isinstance(shown_key, (int, str))
         shown = by_key[shown_key]
     else:
@@ -355,7 +343,7 @@ def _meta_backend(meta: dict[str, Any]) -> tuple[str, str]:
 
 def _meta_time(meta: dict[str, Any], key: str, default: float) -> float:
     value = meta.get(key, default)
-    if not _is_number(value):
+    if not is_finite_number(value):
         raise ImportFormatError(f'"kvchat.{key}" is not a number')
     return float(value)
 
@@ -390,7 +378,7 @@ def parse_import(text: str) -> tuple[Conversation, dict[str, Any]]:
     else:
         raise ImportFormatError('expected an object with a "messages" list, or a list of messages')
     version = meta.get("format", FORMAT_VERSION)
-    if not _is_int(version):
+    if not is_whole_number(version):
         raise ImportFormatError('"kvchat.format" is not a whole number')
     if version > FORMAT_VERSION:
         raise ImportFormatError(

@@ -50,6 +50,7 @@ from chat.errors import (
     PromptTooLongError,
     ServerError,
 )
+from chat.json_numbers import is_token_id
 from chat.sanitize import sanitize_line
 from chat.settings.schema import SamplingSettings
 
@@ -64,9 +65,6 @@ MAX_NAME_CHARS = 200
 """A served model's name is cut to this for showing (the status bar, errors)."""
 PLACEHOLDER_TOKEN_ID = 0
 """Stands for a token whose id the server does not report (see `Piece`)."""
-MAX_TOKEN_ID = 2**31 - 1
-"""The largest token id a reply's ids are kept with (they are saved as 32-bit
-integers; no vocabulary comes near it, a broken or hostile server may)."""
 
 
 _NO_SERVER_TOOLS = "This model server cannot call tools."
@@ -427,7 +425,9 @@ class RemoteEngine:
                     continue
                 raw_text.append(item.text)
                 ids.append(item.token_id)
-                ids_known = ids_known and item.known_id and 0 <= item.token_id <= MAX_TOKEN_ID
+                # Ids are saved as 32-bit integers: no vocabulary comes near the
+                # largest, a broken or hostile server may pass it.
+                ids_known = ids_known and item.known_id and is_token_id(item.token_id)
                 if item.choice is not None:
                     choices.append(item.choice)
                 yield TokenEvent(reply.feed(item.text.encode("utf-8")), item.token_id, item.choice)

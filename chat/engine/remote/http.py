@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import socket
 import ssl
 import threading
@@ -274,16 +273,6 @@ def _checked(line: bytes, url: str) -> bytes:
             "the reply was abandoned."
         )
     return line
-
-
-def json_number(value: object) -> float | None:
-    """A JSON number as a float, or None: `true` and `false` are not numbers
-    (Python's bool is an int), nor are the NaN and Infinity that Python's
-    json module reads."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
 
 
 def parse_json_line(line: bytes, url: str) -> dict[str, Any]:

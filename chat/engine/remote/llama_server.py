@@ -79,7 +79,7 @@ from chat.engine.remote.engine import (
     tool_definitions,
     window_size,
 )
-from chat.engine.remote.http import ServerHttp, json_number, parse_json_line, sse_data
+from chat.engine.remote.http import ServerHttp, parse_json_line, sse_data
 from chat.engine.remote.openai import (
     ASSUMED_N_CTX,
     chat_pieces,
@@ -92,6 +92,7 @@ from chat.engine.remote.sampled_ids import SPELLING_CACHE, SampledReplies
 from chat.engine.token_probs import TOP_N
 from chat.engine.tool_calls.calls import ToolDefinition
 from chat.errors import KvchatError, ServerError, UnknownServerModelError
+from chat.json_numbers import finite_number, is_count
 from chat.settings.schema import SamplingSettings
 
 _COUNT_CACHE = 256
@@ -747,14 +748,14 @@ def _read_timings(event: dict[str, Any], summary: Summary) -> None:
     if not isinstance(timings, dict):
         return
     prompt_n, cache_n = timings.get("prompt_n"), timings.get("cache_n")
-    if type(prompt_n) is int and type(cache_n) is int and min(prompt_n, cache_n) >= 0:
+    if is_count(prompt_n) and is_count(cache_n):
         summary.prompt_evaluated = prompt_n
         summary.prompt_tokens = prompt_n + cache_n
     # predicted_n counts the end-of-turn token too: the reply's own count is
     # the tokens streamed.
     predicted_n, tps = timings.get("predicted_n"), timings.get("predicted_per_second")
-    tps = json_number(tps)
-    if tps is not None and tps >= 0 and type(predicted_n) is int and predicted_n > 1:
+    tps = finite_number(tps)
+    if tps is not None and tps >= 0 and is_count(predicted_n) and predicted_n > 1:
         summary.decode_tps = tps
 
 

@@ -48,6 +48,7 @@ from chat.engine.remote.probs import token_choice
 from chat.engine.token_probs import TOP_N
 from chat.engine.tool_calls.calls import ToolCall
 from chat.errors import ServerError
+from chat.json_numbers import is_count
 from chat.sanitize import sanitize_line
 from chat.settings.schema import SamplingSettings
 
@@ -226,11 +227,11 @@ def _summary(event: dict[str, Any]) -> Summary:
         event.get("eval_count"),
         event.get("eval_duration"),
     )
-    if type(prompt) is int and prompt >= 0:
+    if is_count(prompt):
         summary.prompt_tokens = prompt
-    if type(count) is int and count >= 0:
+    if is_count(count):
         summary.generated_tokens = count
-        if type(duration) is int and duration > 0 and count > 0:
+        if is_count(duration) and duration > 0 and count > 0:
             summary.decode_tps = count / (duration / 1e9)
     return summary
 

@@ -43,6 +43,7 @@ from chat.engine.remote.probs import token_choice
 from chat.engine.token_probs import TOP_N
 from chat.engine.tool_calls.calls import ToolCall, new_call_id
 from chat.errors import ServerError, UnknownServerModelError
+from chat.json_numbers import is_count
 from chat.sanitize import sanitize_line
 from chat.settings.schema import SamplingSettings
 
@@ -112,13 +113,13 @@ def usage_summary(usage: Any, summary: Summary) -> None:
     if not isinstance(usage, dict):
         return
     prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    if type(prompt) is int and prompt >= 0:
+    if is_count(prompt):
         summary.prompt_tokens = prompt
         details = usage.get("prompt_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
-        if type(cached) is int and cached >= 0:
+        if is_count(cached):
             summary.prompt_evaluated = max(0, prompt - cached)
-    if type(completion) is int and completion >= 0:
+    if is_count(completion):
         summary.generated_tokens = completion
 
 

@@ -14,14 +14,14 @@ import math
 from collections.abc import Sequence
 
 from chat.conversations.conversation import TokenChoice
-from chat.engine.remote.http import json_number
 from chat.engine.token_probs import TOP_N
+from chat.json_numbers import finite_number
 from chat.sanitize import sanitize
 from chat.settings.schema import SamplingSettings
 
 
 def _prob(logprob: object) -> float:
-    value = json_number(logprob)  # not `true`, NaN or Infinity
+    value = finite_number(logprob)  # not `true`, NaN or Infinity
     if value is None:
         return 0.0
     return min(1.0, math.exp(min(value, 0.0)))

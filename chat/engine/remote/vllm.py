@@ -55,7 +55,7 @@ from chat.engine.remote.engine import (
     server_model_info,
     tool_definitions,
 )
-from chat.engine.remote.http import ServerHttp, json_number
+from chat.engine.remote.http import ServerHttp
 from chat.engine.remote.openai import (
     chat_pieces,
     choose_model,
@@ -71,6 +71,7 @@ from chat.engine.remote.sampled_ids import SPELLING_CACHE, Remembered, SampledRe
 from chat.engine.token_probs import TOP_N
 from chat.engine.tool_calls.calls import ToolDefinition
 from chat.errors import ServerError, ServerRefusedError
+from chat.json_numbers import finite_number
 from chat.settings.schema import SamplingSettings
 
 _COUNT_CACHE = 256
@@ -397,5 +398,5 @@ def _completion_logprobs(
 
 
 def _num(value: object) -> float:
-    number = json_number(value)
+    number = finite_number(value)
     return number if number is not None else float("-inf")

@@ -227,7 +227,9 @@ def test_an_ollama_num_ctx_no_model_has_is_not_taken(fake: list[FakeServer]) -> 
     engine.close()
 
 
-def test_true_is_never_a_count_or_a_probability(fake: list[FakeServer]) -> None:
+@pytest.mark.parametrize("bad", [True, 2**70, 10**400], ids=["true", "past-64-bits", "400-digits"])
+def test_true_is_never_a_count_or_a_probability(fake: list[FakeServer], bad: object) -> None:
+    # A count past 64 bits was taken, and failed the reply's save (SQLite).
     def chat(body: object) -> object:
         from tests.engine.remote.fake_servers import Stream
 
@@ -237,7 +239,7 @@ def test_true_is_never_a_count_or_a_probability(fake: list[FakeServer]) -> None:
             "finish_reason": "stop",
             "logprobs": {"content": [{"token": "Hi", "logprob": True, "top_logprobs": []}]},
         }
-        usage = {"prompt_tokens": True, "completion_tokens": True}
+        usage = {"prompt_tokens": bad, "completion_tokens": bad}
         return Stream(sse([{"choices": [choice]}, {"choices": [], "usage": usage}]))
 
     routes = openai_routes()
@@ -252,13 +254,16 @@ def test_true_is_never_a_count_or_a_probability(fake: list[FakeServer]) -> None:
     engine.close()
 
 
-def test_true_is_not_a_llama_server_timing(fake: list[FakeServer]) -> None:
+@pytest.mark.parametrize("rate", [True, 10**400], ids=["true", "400-digits"])
+def test_true_is_not_a_llama_server_timing(fake: list[FakeServer], rate: object) -> None:
+    # A rate of 400 digits (Python's json reads an integer of any length)
+    # overflowed float(): the reply failed on its last event.
     from chat.engine.remote.engine import Summary
     from chat.engine.remote.llama_server import _read_timings
 
     summary = Summary()
     event = {"timings": {"prompt_n": True, "cache_n": 3, "predicted_n": 5}}
-    event["timings"]["predicted_per_second"] = True
+    event["timings"]["predicted_per_second"] = rate
     _read_timings(json.loads(json.dumps(event)), summary)
     assert summary.prompt_tokens is None and summary.decode_tps is None
 
