@@ -15,6 +15,7 @@ vocabulary (only its length is kept).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import struct
@@ -396,6 +397,11 @@ def split_parts(path: Path) -> list[Path]:
     return [path.with_name(name) for name in names if path.with_name(name).exists()]
 
 
+MOST_LAYERS = 4096
+"""More layers than a header may say a model has: far above any model's (and
+above the 512 that llama.cpp loads)."""
+
+
 def read_metadata(path: Path) -> ModelMetadata:
     """The model described by the GGUF at `path` (the first part of a split
     model). Raises `ModelError` naming the file if it is not a readable GGUF."""
@@ -423,6 +429,12 @@ def read_metadata(path: Path) -> ModelMetadata:
         tensor_bytes.update(part_header.tensor_bytes)
 
     block_count = arch_int("block_count")
+    if not 0 <= block_count <= MOST_LAYERS:
+        # Each layer's figures are listed: 2**64 layers were a list no memory holds.
+        raise ModelError(
+            f"The model {path} says it has {block_count:,} layers, which no model has: "
+            "the file is damaged."
+        )
     embedding = arch_int("embedding_length")
     heads = _per_layer(fields.get(f"{arch}.attention.head_count"), block_count)
     head_count = max(heads, default=0)
@@ -490,14 +502,19 @@ def _swa_layers(fields: dict[str, Any], arch: str, block_count: int) -> int:
 def _per_layer(value: Any, block_count: int) -> list[int]:
     """A count the file gives once for all layers or as one value per layer."""
     if isinstance(value, list):
-        return [int(v) for v in value]
+        return [_int(v) for v in value]
     return [_int(value)] * max(block_count, 1) if value is not None else []
 
 
 def _int(value: Any, default: int = 0) -> int:
-    return (
-        int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
-    )
+    """A whole number from the header; `default` where the file holds none
+    there (a string, true, NaN or Infinity where a count goes: a broken or
+    hostile file, in a folder every picker lists)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return default
+    if isinstance(value, float) and not math.isfinite(value):
+        return default
+    return int(value)
 
 
 def _text(value: Any) -> str | None:

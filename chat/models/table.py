@@ -88,23 +88,26 @@ def model_rows(
         if entry.problem:
             rows.append(ModelRow(entry, None, None, unread, None, entry.problem))
             continue
+        # A file that cannot be read or estimated is a row that says why:
+        # one damaged file (or one with no attention sizes) in a folder
+        # took the whole list with it.
         try:
             meta = read_metadata(entry.path)
+            budget = memory_budget(ram, n_gpu_layers, meta.block_count, devices)
+            # On a GPU: what the GPU holds (the input embedding stays in RAM).
+            on_gpu = budget.on_gpu
+            memory = estimate_memory(meta, n_ctx, type_k, type_v, flash_attn, on_gpu=on_gpu)
+            largest = None
+            if budget.available is not None and not memory.fits(budget.available):
+                largest = (
+                    largest_fitting_context(
+                        meta, budget.available, type_k, type_v, flash_attn, on_gpu=on_gpu
+                    )
+                    or None
+                )
         except ModelError as error:
             rows.append(ModelRow(entry, None, None, unread, None, str(error)))
             continue
-        budget = memory_budget(ram, n_gpu_layers, meta.block_count, devices)
-        # On a GPU: what the GPU holds (the input embedding stays in RAM).
-        on_gpu = budget.on_gpu
-        memory = estimate_memory(meta, n_ctx, type_k, type_v, flash_attn, on_gpu=on_gpu)
-        largest = None
-        if budget.available is not None and not memory.fits(budget.available):
-            largest = (
-                largest_fitting_context(
-                    meta, budget.available, type_k, type_v, flash_attn, on_gpu=on_gpu
-                )
-                or None
-            )
         rows.append(ModelRow(entry, meta, memory, budget, largest, None))
     return rows
 

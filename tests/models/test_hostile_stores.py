@@ -168,6 +168,38 @@ def test_a_truncated_gguf_is_listed_as_not_usable_with_the_reason(tmp_path: Path
     )
 
 
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"llama.context_length": float("inf")}, None),  # taken as not given
+        ({"llama.block_count": float("nan")}, None),
+        ({"llama.attention.head_count_kv": [float("inf")] * 4}, None),
+        ({"llama.attention.head_count": float("inf")}, "gives no attention sizes"),
+        ({"llama.attention.head_count": None}, "gives no attention sizes"),
+        ({"llama.block_count": 2**64 - 1}, "18,446,744,073,709,551,615 layers"),
+    ],
+    ids=["inf-context", "nan-layers", "inf-kv-heads", "inf-heads", "no-heads", "2**64-layers"],
+)
+def test_a_gguf_whose_header_makes_no_sense_is_one_row_of_the_list(
+    tmp_path: Path, fields: dict[str, object], problem: str | None
+) -> None:
+    """A float where a count goes was a traceback (int() of Infinity or NaN),
+    2**64 layers a list no memory holds, and a model with no attention sizes
+    took the whole list with it (`chat --list-models` printed only that)."""
+    models = tmp_path / "models"
+    write_gguf(models / "good.gguf")
+    write_gguf(models / "odd.gguf", llama_fields(**fields))
+    rows = {
+        row.entry.name: row
+        for row in model_rows(entries=find_models(ModelRoots(models_dir=models)))
+    }
+    assert rows["good.gguf"].problem is None
+    if problem is None:
+        assert rows["odd.gguf"].problem is None
+    else:
+        assert problem in (rows["odd.gguf"].problem or "")
+
+
 # -- a hostile mirror -------------------------------------------------------------
 
 
