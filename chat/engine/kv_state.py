@@ -250,7 +250,7 @@ def _read_header(file: BinaryIO, path: Path, size: int) -> StateHeader:
         key = str(fields["conversation_key"])
         checksum = int(fields["checksum"])
         saved_at = float(fields["saved_at"])
-    except (ValueError, KeyError, TypeError) as error:
+    except (ValueError, KeyError, TypeError, OverflowError) as error:  # Overflow: 1e999
         raise CorruptStateError(f"{path} is damaged: its header cannot be read ({error})") from None
     if n_tokens < 0 or data_bytes < 0:
         raise CorruptStateError(f"{path} is damaged: negative sizes in its header")

@@ -215,8 +215,8 @@ class RememberedRates:
         try:
             decode = {int(n): float(r) for n, r in entry["decode"].items()}
             batch = {int(n): float(r) for n, r in entry["batch"].items()}
-        except (TypeError, KeyError, ValueError, AttributeError):
-            return None
+        except (TypeError, KeyError, ValueError, AttributeError, OverflowError):
+            return None  # Overflow: a rate of 400 digits
         cores = usable_cores()
         for rates in (decode, batch):
             # A file edited or damaged by hand: measuring again is the answer,

@@ -95,6 +95,28 @@ def test_damaged_data_or_header_is_refused(tmp_path: Path) -> None:
         read_header(path)
 
 
+@pytest.mark.parametrize("field", ["saved_at", "n_tokens"])
+def test_a_header_number_no_float_holds_is_damage(tmp_path: Path, field: str) -> None:
+    """A header of its own checksum, with a number of 400 digits (or
+    Infinity): a damaged file, not an OverflowError."""
+    import json
+    import zlib
+
+    from chat.engine.kv_state import _PREAMBLE
+
+    whole = saved(tmp_path).read_bytes()
+    magic, version, size, _ = _PREAMBLE.unpack(whole[: _PREAMBLE.size])
+    header = json.loads(whole[_PREAMBLE.size : _PREAMBLE.size + size])
+    header[field] = 10**400 if field == "saved_at" else float("inf")
+    raw = json.dumps(header).encode()
+    preamble = _PREAMBLE.pack(magic, version, len(raw), zlib.crc32(raw))
+    rest = whole[_PREAMBLE.size + size :]
+    path = tmp_path / "odd.kvstate"
+    path.write_bytes(preamble + raw + rest)
+    with pytest.raises(CorruptStateError, match="cannot be read"):
+        read_header(path)
+
+
 def test_a_foreign_file_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "x.kvstate"
     path.write_bytes(b"GGUF" + os.urandom(200))

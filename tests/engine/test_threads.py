@@ -127,6 +127,7 @@ def test_a_failed_measure_falls_back_to_llama_cpp_defaults(
         '{"k": {"decode": {"1": -1, "2": Infinity}, "batch": {"1": 1}, "quiet": true}}',
         '{"k": {"decode": {"1": 3, "9999999": 5}, "batch": {"1": 1}, "quiet": true}}',
         '{"k": {"decode": {"1": 3}, "batch": {"1": 0}, "quiet": true}}',
+        '{"k": {"decode": {"1": 1%s}, "batch": {"1": 1}, "quiet": true}}' % ("0" * 400),
     ],
 )
 def test_an_unreadable_file_only_means_measuring_again(
