@@ -36,6 +36,18 @@ def is_finite_number(value: object) -> bool:
     return finite_number(value) is not None
 
 
+LATEST_TIME = 2**37
+"""Later than this (the year 6325) is no time a message was written at; the
+C library's dates end not far beyond it on some platforms (`time.localtime`
+of 1e300 raises OverflowError)."""
+
+
+def is_time(value: object) -> bool:
+    """A time (seconds since the epoch) that dates can be shown for."""
+    number = finite_number(value)
+    return number is not None and abs(number) < LATEST_TIME
+
+
 def is_figure(value: object) -> bool:
     """A reply's figure (a rate, a time): a number a float holds, Infinity
     among them (JSON as Python writes it: a rate of tokens in no time), not

@@ -15,6 +15,8 @@ from typing import Any, cast
 from chat.conversations.attachments import Attachment
 from chat.conversations.conversation import (
     BACKENDS,
+    FINISH_REASONS,
+    ROLES,
     FinishReason,
     Message,
     ReplyState,
@@ -25,6 +27,7 @@ from chat.conversations.conversation import (
 from chat.conversations.token_probs_codec import StoredTokenChoices, encode_token_probs
 from chat.conversations.tool_steps import ToolStep, ToolStepsError, steps_from_json
 from chat.conversations.tree import MessageTree
+from chat.json_numbers import is_count, is_figure, is_time
 from chat.settings.server import public_url, split_credentials
 
 MESSAGE_COLUMNS = (
@@ -82,41 +85,84 @@ def message_tree(
     return tree, by_id
 
 
+# Values read back. SQLite keeps whatever another program put in a column (a
+# text where a time goes, Infinity, bytes where text goes): each value is
+# read as kvchat wrote it, else as not there, so that a conversation edited or
+# damaged by hand still lists, opens and exports (it was a traceback).
+
+
+def stored_text(value: object) -> str:
+    """Text as written; bytes (or a number) that another program put there, as
+    text (shown, never run: the UI sanitizes every text it draws)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def stored_time(value: object) -> float:
+    """A time (seconds since the epoch); 0 (1970) for one that is not a time."""
+    return float(value) if is_time(value) else 0.0  # type: ignore[arg-type]
+
+
+def _stored_count(value: object) -> int | None:
+    return value if is_count(value) else None
+
+
+def _stored_figure(value: object) -> float | None:
+    return float(value) if is_figure(value) else None  # type: ignore[arg-type]
+
+
+def _stats_from_row(values: Sequence[object]) -> ReplyStats | None:
+    """A reply's stats (`STATS_COLUMNS`); none when the finish reason is not
+    there (a message that is not a reply) or a figure is not what kvchat
+    writes (the reply shows no figures, as one saved without them)."""
+    (prompt, evaluated, generated, ttft_s, decode_tps, finish, seed, total_s) = values[:8]
+    thinking_tokens, first_answer_s = values[8:10]
+    counts = [_stored_count(value) for value in (prompt, evaluated, generated)]
+    figures = [_stored_figure(value) for value in (ttft_s, decode_tps)]
+    if finish not in FINISH_REASONS or None in counts or None in figures:
+        return None
+    prompt_tokens, prompt_evaluated, generated_tokens = cast(list[int], counts)
+    ttft, rate = cast(list[float], figures)
+    return ReplyStats(
+        prompt_tokens=prompt_tokens,
+        prompt_evaluated=prompt_evaluated,
+        generated_tokens=generated_tokens,
+        ttft_s=ttft,
+        decode_tps=rate,
+        finish_reason=cast(FinishReason, finish),
+        seed=_stored_count(seed),
+        total_s=_stored_figure(total_s) or 0.0,
+        # NULL in rows saved before replies were split (schema 8).
+        thinking_tokens=_stored_count(thinking_tokens) or 0,
+        first_answer_s=_stored_figure(first_answer_s),
+    )
+
+
 def message_from_row(row: tuple[Any, ...]) -> Message:
-    (id_, role, content, created, token_count, prompt_tokens, prompt_evaluated) = row[:7]
-    generated_tokens, ttft_s, decode_tps, finish_reason, seed, total_s = row[7:13]
+    (id_, role, content, created, token_count) = row[:5]
     token_probs, writer_pid, interrupted, token_ids = row[13:17]
-    thinking, thinking_tokens, first_answer_s, tool_steps, thought_open = row[18:23]
-    stats = None
-    if finish_reason is not None:  # a reply with stats always has a finish reason
-        stats = ReplyStats(
-            prompt_tokens=prompt_tokens,
-            prompt_evaluated=prompt_evaluated,
-            generated_tokens=generated_tokens,
-            ttft_s=ttft_s,
-            decode_tps=decode_tps,
-            finish_reason=cast(FinishReason, finish_reason),
-            seed=seed,
-            total_s=total_s,
-            # NULL in rows saved before replies were split (schema 8).
-            thinking_tokens=thinking_tokens or 0,
-            first_answer_s=first_answer_s,
-        )
+    thinking, tool_steps, thought_open = row[18], row[21], row[22]
+    stats = _stats_from_row((*row[5:13], row[19], row[20]))
     return Message(
-        role=cast(Role, role),
-        content=content,
-        created=created,
-        token_count=token_count,
+        # A role kvchat does not write is shown as the user's (never as the
+        # system prompt or a reply, which the next turn would send as such).
+        role=cast(Role, role if role in ROLES else "user"),
+        content=stored_text(content),
+        created=stored_time(created),
+        token_count=_stored_count(token_count),
         stats=stats,
         id=id_,
         # Decoded only when the token view reads it: opening a long conversation
         # does not pay for every reply's probabilities.
-        token_probs=None if token_probs is None else StoredTokenChoices(bytes(token_probs)),
-        state=_reply_state(writer_pid, interrupted),
-        token_ids=None if token_ids is None else _token_ids_from_blob(token_ids),
-        thinking=thinking,
+        token_probs=StoredTokenChoices(token_probs) if isinstance(token_probs, bytes) else None,
+        state=_reply_state(_stored_count(writer_pid), interrupted),
+        token_ids=_token_ids_from_blob(token_ids) if isinstance(token_ids, bytes) else None,
+        thinking=stored_text(thinking),
         thought_open=bool(thought_open),
-        tool_steps=_tool_steps(tool_steps),
+        tool_steps=_tool_steps(tool_steps if isinstance(tool_steps, str) else None),
     )
 
 

@@ -41,6 +41,8 @@ from chat.conversations.message_rows import (
     sampling_json,
     server_url_value,
     stats_values,
+    stored_text,
+    stored_time,
     token_ids_blob,
     token_probs_value,
 )
@@ -115,6 +117,29 @@ class ConversationSummary:
     """"local" or the kind of server the conversation was made with."""
     server_url: str = ""
     """The server's URL (no user name or password), "" for a local model."""
+
+
+def _summary(
+    conv_id: int,
+    title: object,
+    model_name: object,
+    message_count: int,
+    updated: object,
+    created: object,
+    backend: str,
+    server_url: str,
+) -> ConversationSummary:
+    """A row of the list, its texts and times as `message_rows` reads them."""
+    return ConversationSummary(
+        conv_id,
+        stored_text(title),
+        stored_text(model_name),
+        message_count,
+        stored_time(updated),
+        stored_time(created),
+        backend,
+        server_url,
+    )
 
 
 class Store:
@@ -384,7 +409,8 @@ class Store:
                     row = conn.execute(
                         "SELECT updated FROM conversations WHERE id = ?", (conv_id,)
                     ).fetchone()
-                    if row is not None and row[0] != seen_updated:
+                    # As it was read (`stored_time`): a damaged time is 0 both ways.
+                    if row is not None and stored_time(row[0]) != seen_updated:
                         raise ConversationChangedError(
                             f"Conversation {conv_id} changed in another kvchat window "
                             "since this one opened it."
@@ -562,14 +588,14 @@ class Store:
         shown = by_id.get(shown_leaf) if shown_leaf is not None else None
         leaf = tree.latest_leaf(shown) if shown is not None else tree.newest_leaf()
         return Conversation(
-            system_prompt=system_prompt,
+            system_prompt=stored_text(system_prompt),
             messages=[] if leaf is None else tree.path_to(leaf),
-            title=title,
+            title=stored_text(title),
             id=conv_id,
-            created=created,
-            updated=updated,
-            model_path=model_path,
-            model_name=model_name,
+            created=stored_time(created),
+            updated=stored_time(updated),
+            model_path=stored_text(model_path),
+            model_name=stored_text(model_name),
             tree=tree,
             backend=backend,
             server_url=server_url,
@@ -598,7 +624,7 @@ class Store:
             rows = conn.execute(
                 f"SELECT id, title FROM conversations WHERE id IN ({marks})", wanted
             ).fetchall()
-        return {int(conv_id): title for conv_id, title in rows}
+        return {int(conv_id): stored_text(title) for conv_id, title in rows}
 
     def latest_conversation_id(self) -> int | None:
         with self._read() as conn:
@@ -626,7 +652,7 @@ class Store:
         )
         with self._read() as conn:
             rows = conn.execute(sql, (*params, limit, offset)).fetchall()
-        return [ConversationSummary(*row) for row in rows]
+        return [_summary(*row) for row in rows]
 
     def count_conversations(self, query: str = "") -> int:
         """How many conversations `list_conversations(query)` pages through."""

@@ -33,7 +33,7 @@ from chat.conversations.tool_switches import switches_from_data
 from chat.conversations.transcript.json_export import FORMAT_VERSION
 from chat.conversations.tree import MessageTree
 from chat.errors import KvchatError
-from chat.json_numbers import is_finite_number, is_token_id, is_whole_number
+from chat.json_numbers import is_time, is_token_id, is_whole_number
 from chat.safe_files import UnsafeFileError, read_bytes, refusal_detail
 from chat.settings.schema import URL_PATTERN
 from chat.settings.server import public_url
@@ -233,8 +233,8 @@ def _apply_entry(message: Message, entry: dict[str, Any], number: int) -> None:
     """A message's time, token count, stats and state from its kvchat metadata."""
     created = entry.get("created")
     if created is not None:
-        if not is_finite_number(created):
-            raise ImportFormatError(f'message {number} has a "created" that is not a number')
+        if not is_time(created):
+            raise ImportFormatError(f'message {number} has a "created" that is not a time')
         message.created = float(created)
     token_count = entry.get("token_count")
     if token_count is not None and not is_whole_number(token_count):
@@ -343,8 +343,8 @@ def _meta_backend(meta: dict[str, Any]) -> tuple[str, str]:
 
 def _meta_time(meta: dict[str, Any], key: str, default: float) -> float:
     value = meta.get(key, default)
-    if not is_finite_number(value):
-        raise ImportFormatError(f'"kvchat.{key}" is not a number')
+    if not is_time(value):
+        raise ImportFormatError(f'"kvchat.{key}" is not a time')
     return float(value)
 
 
