@@ -13,10 +13,19 @@ tenth; another program's build or a second model is not light.
 So the engine decodes with the `wide` count and measures each window of a
 few tokens. When a window at `wide` is slower than the latest window at
 `narrow` (or none has been measured), the next window tries `narrow`, and the
-faster of the two goes on. While at `narrow`, `wide` is tried again after a
-while, waiting twice as long after each try it loses (the busy program may
-run for minutes), up to a limit, and at the first window of a reply that
-starts well after the last try. A reply's tokens are the same whichever
+faster of the two goes on: `narrow`'s window against what `wide` gave over
+its latest windows (`WIDE_WINDOWS_JUDGED`), not the one slow window that
+called the try. The app's own drawing makes single windows of `wide` 20-30 %
+slower now and then (a frame that lays the screen out stalls the team for a
+few milliseconds); judged on that one window, `narrow` won one reply in three
+in the pseudo-terminal and kept it for hundreds of tokens, at 70 tok/s where
+`wide` gave 85-90 (docs/performance.md, "Decode threads"). A stalled team
+is not noise: its one slow token outweighs the windows before it.
+
+While at `narrow`, `wide` is tried again after a while, waiting twice as
+long after each try it loses (the busy program may run for minutes), up to a
+limit, and at the first window of a reply that starts well after the last
+try. A reply's tokens are the same whichever
 count decodes them: each thread computes whole rows of a matrix.
 
 Timings find a busy machine only once its tokens stall, and a reply's prompt
@@ -32,6 +41,7 @@ still run.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 
 WINDOW_TOKENS = 8
@@ -43,6 +53,18 @@ FIRST_TRY_AFTER = 256
 
 LONGEST_TRY_AFTER = 2048
 """The most tokens at `narrow` between tries of `wide`."""
+
+WIDE_WINDOWS_JUDGED = 4
+"""`wide`'s latest windows, their tokens over their time, are what a window
+of `narrow` on trial must beat (unless the window that called the try was a
+stall)."""
+
+STALL_TOKENS = 5
+"""A window of `wide` that lost this many tokens' time against `narrow`'s
+rate is a stalled team, not the app's drawing: `narrow` is judged against it
+alone, and a stall costs one token (docs/performance.md: a token of a stalled
+team took 231 ms where one thread took 19; a frame that lays the screen out
+holds the team 10-30 ms)."""
 
 TRY_AFTER_PAUSE_S = 30.0
 """A reply that starts this long after the last try of `wide` tries it after
@@ -76,6 +98,11 @@ class DecodeThreads:
         """Other programs' threads on the cores as the coming work was asked for."""
         self._rates: dict[int, float] = {}
         """The latest window's rate at each count (tokens a second)."""
+        self._wide_windows: deque[tuple[int, float]] = deque(maxlen=WIDE_WINDOWS_JUDGED)
+        """`wide`'s latest windows since it last lost: (tokens, seconds)."""
+        self._stalled = False
+        """The window of `wide` that called the try of `narrow` lost
+        `STALL_TOKENS` or more: `narrow` is judged against it alone."""
         self._on_trial = False
         """The current count decodes one window, then the faster of the two goes on."""
         self._try_after = FIRST_TRY_AFTER
@@ -132,7 +159,9 @@ class DecodeThreads:
             return
         self._window_began, self._window_tokens, tokens = now, 0, self._window_tokens
         if elapsed > 0:
-            self._judge(tokens / elapsed)
+            if self.current == self.wide:
+                self._wide_windows.append((tokens, elapsed))
+            self._judge(tokens, elapsed)
 
     def _behind_narrow(self, elapsed: float) -> bool:
         """At `wide`, whether this window is already a token's time behind
@@ -145,7 +174,8 @@ class DecodeThreads:
             and elapsed * narrow_rate > self._window_tokens + 1
         )
 
-    def _judge(self, rate: float) -> None:
+    def _judge(self, tokens: int, elapsed: float) -> None:
+        rate = tokens / elapsed
         count = self.current
         other = self.narrow if count == self.wide else self.wide
         self._rates[count] = rate
@@ -153,7 +183,8 @@ class DecodeThreads:
             self._tried_at = self._clock()
         if self._on_trial:
             self._on_trial = False
-            other_rate = self._rates.get(other)
+            judged_on_windows = other == self.wide and not self._stalled
+            other_rate = self._wide_rate() if judged_on_windows else self._rates.get(other)
             # Started a thread fewer because other programs ran: one look is
             # an instant, so a second says whether they go on (the full
             # team's rate, from before they started, says nothing of now).
@@ -162,13 +193,20 @@ class DecodeThreads:
             winner = count if still_busy or other_rate is None or rate >= other_rate else other
             if winner == self.wide:
                 self._try_after = FIRST_TRY_AFTER
-            elif count == self.wide:  # a try of `wide` lost: wait longer next time
-                self._try_after = min(2 * self._try_after, LONGEST_TRY_AFTER)
+            else:  # the next try of `wide` is judged on its own windows
+                self._wide_windows.clear()
+                if count == self.wide:  # a try of `wide` lost: wait longer next time
+                    self._try_after = min(2 * self._try_after, LONGEST_TRY_AFTER)
             self._at_narrow = 0
             self._use(winner)
         elif count == self.wide:
             narrow_rate = self._rates.get(self.narrow)
-            if narrow_rate is None or rate < narrow_rate:
+            # Tokens' time lost against `narrow`: a stalled team loses ten
+            # and more in its first token, a frame drawn two or three.
+            lost = 0.0 if narrow_rate is None else elapsed * narrow_rate - tokens
+            self._stalled = lost >= STALL_TOKENS
+            wide_rate = self._wide_rate()
+            if narrow_rate is None or self._stalled or (wide_rate or rate) < narrow_rate:
                 self._try(self.narrow)
         else:
             self._at_narrow += WINDOW_TOKENS
@@ -179,6 +217,12 @@ class DecodeThreads:
                     self._at_narrow = 0
                 else:
                     self._try(self.wide)
+
+    def _wide_rate(self) -> float | None:
+        """What `wide` gave over its latest windows (None: none measured)."""
+        tokens = sum(count for count, _ in self._wide_windows)
+        seconds = sum(elapsed for _, elapsed in self._wide_windows)
+        return tokens / seconds if seconds > 0 else self._rates.get(self.wide)
 
     def _try(self, count: int, hinted: bool = False) -> None:
         self._on_trial = True

@@ -145,6 +145,37 @@ def test_where_a_thread_fewer_is_faster_it_stays_and_a_noisy_window_costs_one_tr
     assert threads.current == 2
 
 
+class DrawingMachine(Machine):
+    """A free machine where the app's drawing now and then stalls the full
+    team for a moment: every `every`th token at the full team takes `stall`
+    seconds more (a frame that lays the screen out, in the pseudo-terminal)."""
+
+    def __init__(self, rates: dict[int, float], every: int, stall: float) -> None:
+        super().__init__(rates)
+        self.every, self.stall = every, stall
+
+    def decode(self, threads: DecodeThreads, tokens: int) -> None:
+        for _ in range(tokens):
+            self.used.append(threads.current)
+            self.now += 1 / self.rates[threads.current]
+            if threads.current == 2 and len(self.used) % self.every == 0:
+                self.now += self.stall
+            threads.token_decoded()
+
+
+@pytest.mark.parametrize("every", [23, 37, 41, 53])
+def test_the_apps_own_drawing_does_not_send_the_team_to_a_thread_fewer(every: int) -> None:
+    """Measured in the pseudo-terminal: the full team 85-90 tok/s, a thread
+    fewer 70, and now and then a window of the team 20-30 % slower. Judged on
+    that one window, a thread fewer won one reply in three and kept it for
+    256 tokens; judged on the team's latest windows, it loses its tries."""
+    machine = DrawingMachine({2: 88.0, 1: 72.0}, every=every, stall=0.03)
+    threads = governed(machine)
+    machine.decode(threads, 600)
+    assert threads.current == 2
+    assert machine.used.count(1) <= 6 * WINDOW_TOKENS  # tries, each one window
+
+
 def test_the_time_between_replies_is_not_counted() -> None:
     machine, threads = settled()
     for _ in range(5):  # the user reads and writes for a minute each time
