@@ -25,3 +25,18 @@ def test_a_one_token_message_and_reply_say_one_token() -> None:
         total_s=0.1,
     )
     assert reply_summary(stats).startswith("1 token · ")
+
+
+def test_a_reply_of_one_token_says_no_rate() -> None:
+    """The rate counts the tokens after the first: a reply stopped at its
+    first token said "0.0 tok/s", as if the model had stalled."""
+    from dataclasses import replace
+
+    from chat.conversations.transcript.markdown import _stats_line
+
+    one = ReplyStats(10, 10, 1, 0.21, 0.0, "stopped", seed=7, total_s=0.21)
+    assert reply_summary(one) == "1 token · first token 0.21 s · seed 7"
+    assert "tokens/s" not in _stats_line(one)
+    two = replace(one, generated_tokens=2, decode_tps=40.0)
+    assert reply_summary(two) == "2 tokens · 40.0 tok/s · first token 0.21 s · seed 7"
+    assert "40.0 tokens/s" in _stats_line(two)

@@ -85,6 +85,12 @@ class ReplyStats:
         """Prompt tokens that the KV cache already held from the previous turn."""
         return self.prompt_tokens - self.prompt_evaluated
 
+    @property
+    def has_decode_rate(self) -> bool:
+        """The rate counts the tokens after the first (the first waits for
+        the prompt): a reply of one token (stopped at once) has none."""
+        return self.generated_tokens > 1
+
 
 @dataclass(frozen=True)
 class TokenChoice:

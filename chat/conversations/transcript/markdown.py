@@ -36,8 +36,9 @@ def _when(timestamp: float) -> str:
 def _stats_line(stats: ReplyStats) -> str:
     # A reply that thought first: its first answer token came later.
     answer = "" if stats.first_answer_s is None else f" · first answer {stats.first_answer_s:.2f} s"
+    rate = f" · {stats.decode_tps:.1f} tokens/s" if stats.has_decode_rate else ""
     return (
-        f"{stats.generated_tokens} tokens · {stats.decode_tps:.1f} tokens/s · "
+        f"{stats.generated_tokens} tokens{rate} · "
         f"first token {stats.ttft_s:.2f} s{answer} · prompt {stats.prompt_tokens} tokens "
         f"({stats.prompt_reused} reused) · {FINISH_WORDS[stats.finish_reason]}"
     )

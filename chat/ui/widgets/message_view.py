@@ -37,10 +37,12 @@ NO_ANSWER = "no answer: the model ended its turn while thinking"
 
 def reply_summary(stats: ReplyStats) -> str:
     """`212 tokens · 81.3 tok/s · first token 0.21 s · seed 42`; a reply that
-    thought first also gives its answer's first token (`first answer 3.40 s`)."""
+    thought first also gives its answer's first token (`first answer 3.40 s`).
+    A reply of one token has no rate (it said 0.0 tok/s)."""
     answer = "" if stats.first_answer_s is None else f" · first answer {stats.first_answer_s:.2f} s"
+    rate = f" · {stats.decode_tps:.1f} tok/s" if stats.has_decode_rate else ""
     return (
-        f"{counted(stats.generated_tokens, 'token')} · {stats.decode_tps:.1f} tok/s · "
+        f"{counted(stats.generated_tokens, 'token')}{rate} · "
         f"first token {stats.ttft_s:.2f} s{answer} · seed {stats.seed}"
     )
 

@@ -170,7 +170,7 @@ class StatusBar(Static):
             note = FINISH_NOTES[stats.finish_reason]
             parts = [
                 f"first {stats.ttft_s:.2f} s",
-                f"{stats.decode_tps:.1f} tok/s",
+                f"{stats.decode_tps:.1f} tok/s" if stats.has_decode_rate else "",
                 f"reused {stats.prompt_reused:,} · eval {stats.prompt_evaluated:,}",
                 f"seed {stats.seed}",
                 note,
