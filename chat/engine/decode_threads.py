@@ -204,10 +204,10 @@ class DecodeThreads:
             # Tokens' time lost against `narrow`: a stalled team loses ten
             # and more in its first token, a frame drawn two or three.
             lost = 0.0 if narrow_rate is None else elapsed * narrow_rate - tokens
-            self._stalled = lost >= STALL_TOKENS
+            stalled = lost >= STALL_TOKENS
             wide_rate = self._wide_rate()
-            if narrow_rate is None or self._stalled or (wide_rate or rate) < narrow_rate:
-                self._try(self.narrow)
+            if narrow_rate is None or stalled or (wide_rate or rate) < narrow_rate:
+                self._try(self.narrow, stalled=stalled)
         else:
             self._at_narrow += WINDOW_TOKENS
             if self._at_narrow >= self._try_after:
@@ -224,9 +224,10 @@ class DecodeThreads:
         seconds = sum(elapsed for _, elapsed in self._wide_windows)
         return tokens / seconds if seconds > 0 else self._rates.get(self.wide)
 
-    def _try(self, count: int, hinted: bool = False) -> None:
+    def _try(self, count: int, hinted: bool = False, stalled: bool = False) -> None:
         self._on_trial = True
         self._hinted = hinted
+        self._stalled = stalled
         self._use(count)
 
     def _use(self, count: int) -> None:
