@@ -70,7 +70,7 @@ def test_the_app_draws_edits_and_copies_no_escape(app: App) -> None:
     # A reply streamed from the server, then copied (F5: the last reply).
     app.terminal.send(b"hello")
     app.press(ENTER, TAGS["server_reply"])
-    app.shows("tok/s")
+    app.shows("first token")  # the reply's figures: it ended (one token: no rate)
     app.press(F5, "Copied")
     # The earlier message in F3's edit box (the last message of the user).
     app.press(F3, "Editing")
