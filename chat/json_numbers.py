@@ -19,16 +19,22 @@ def is_whole_number(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value in SQLITE_INTEGERS
 
 
-def finite_number(value: object) -> float | None:
-    """A JSON number as a float, or None: not true or false, NaN or Infinity,
-    nor an integer too large for a float."""
+def _as_float(value: object) -> float | None:
+    """A JSON number as a float (NaN and Infinity too), or None: not true or
+    false, nor an integer too large for a float."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:
-        number = float(value)
+        return float(value)
     except OverflowError:
         return None
-    return number if math.isfinite(number) else None
+
+
+def finite_number(value: object) -> float | None:
+    """A JSON number as a float, or None: not true or false, NaN or Infinity,
+    nor an integer too large for a float."""
+    number = _as_float(value)
+    return number if number is not None and math.isfinite(number) else None
 
 
 def is_finite_number(value: object) -> bool:
@@ -52,12 +58,8 @@ def is_figure(value: object) -> bool:
     """A reply's figure (a rate, a time): a number a float holds, Infinity
     among them (JSON as Python writes it: a rate of tokens in no time), not
     NaN (SQLite stores it as no value) nor an integer too large for a float."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return not math.isnan(float(value))
-    except OverflowError:
-        return False
+    number = _as_float(value)
+    return number is not None and not math.isnan(number)
 
 
 def is_count(value: object) -> TypeGuard[int]:

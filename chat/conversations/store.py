@@ -50,6 +50,7 @@ from chat.conversations.schema import MIGRATIONS, SCHEMA_VERSION, NewerSchemaErr
 from chat.conversations.tool_steps import ToolStep, search_text, steps_json
 from chat.conversations.tool_switches import ToolSwitches, switches_from_json, switches_json
 from chat.errors import StoreError
+from chat.json_numbers import SQLITE_INTEGERS
 
 __all__ = [
     "MIGRATIONS",
@@ -92,10 +93,6 @@ _INSERT_MESSAGE = (
 
 class ConversationChangedError(StoreError):
     """Another kvchat window added to the conversation since this one last saw it."""
-
-
-SQLITE_LARGEST_INTEGER = 2**63 - 1
-"""An id beyond this cannot be a row's: SQLite refuses to bind it."""
 
 
 class ConversationNotFoundError(StoreError):
@@ -616,7 +613,8 @@ class Store:
     def titles(self, conv_ids: Iterable[int]) -> dict[int, str]:
         """The titles of the conversations of `conv_ids` that exist (an id
         SQLite cannot hold names none)."""
-        wanted = sorted(i for i in set(conv_ids) if abs(i) <= SQLITE_LARGEST_INTEGER)
+        # An id past SQLite's integers cannot be a row's: SQLite refuses to bind it.
+        wanted = sorted(i for i in set(conv_ids) if i in SQLITE_INTEGERS)
         if not wanted:
             return {}
         marks = ", ".join("?" * len(wanted))
