@@ -38,7 +38,9 @@ class Terminal:
             finally:
                 os._exit(127)
         fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-        self.screen = b""
+        self.screen = bytearray()
+        """Everything drawn: extended in place (a bytes object copied whole at
+        each read grows to megabytes over the benchmark's long replies)."""
 
     @classmethod
     def chat(cls, model: Path, env: dict[str, str], args: Sequence[str] = ()) -> Terminal:

@@ -268,18 +268,28 @@ the UI's, and the program's exit waits for it like any `kvchat-` thread."""
 
 
 _Step = tuple[Logits, int, str]
+_Batch = list["_Step | TokenChoice"]
 
 
 class StepRecorder:
     """Records a reply's steps away from the thread that decodes it: each step's
     logits are copied (a few microseconds for a 49,152-token vocabulary) and
     summarised on a thread of the reply's own while llama.cpp evaluates the
-    next token. On the decode thread the summary took about 0.4 ms of each
+    next tokens. On the decode thread the summary took about 0.4 ms of each
     14 ms token (docs/performance.md), a cost every token paid in decode speed.
+    The thread is handed the steps `BATCH` at a time, so that it wakes a few
+    times a second, not at every token: where llama.cpp's threads take every
+    core, each wake takes a core from them and stalls their team, and the
+    thread's Python takes the GIL while the decode thread wants it back
+    (docs/performance.md, "The token probabilities wake their thread once
+    for 16 tokens").
     `choices()` gives them in order once the reply has ended; leaving the
     `with` block drops what is not summarised yet (a reply cut short) and ends
     the thread: nothing reads the model after the reply lets go of it (it may
     be closed next)."""
+
+    BATCH = 16
+    """Steps handed to the thread together (the last ones of a reply at its end)."""
 
     PENDING = 64
     """Steps the thread may be behind; beyond that the decode thread waits for
@@ -287,7 +297,9 @@ class StepRecorder:
 
     def __init__(self, sampling: SamplingSettings, token_text: Callable[[int], str]) -> None:
         self._recorder = ProbabilityRecorder(sampling, token_text)
-        self._inbox: queue.SimpleQueue[_Step | TokenChoice | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
+        self._batch: _Batch = []
+        """Steps not handed to the thread yet (touched by the decode thread only)."""
         self._room = threading.Semaphore(self.PENDING)
         self._done: list[TokenChoice] = []
         """The summaries so far, in order (appended by the thread)."""
@@ -320,27 +332,39 @@ class StepRecorder:
             )
             self._thread.start()
         self._room.acquire()
-        self._inbox.put(step)
+        self._batch.append(step)
+        if len(self._batch) >= self.BATCH:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        batch, self._batch = self._batch, []
+        self._inbox.put(batch)
 
     def _summarise(self) -> None:
         name_this_thread(WORKER_NAME.decode())
-        while (step := self._inbox.get()) is not None:
-            try:
-                if isinstance(step, TokenChoice):
-                    self._done.append(step)
-                elif not self._dropping and self._error is None:
-                    logits, token_id, text = step
-                    choice = self._recorder.choice(logits, token_id, text)
-                    if choice is not None:
-                        self._done.append(choice)
-                    self._spare.append(logits)
-            except Exception as error:  # the thread goes on, so the decode never waits on it
-                self._error = error
-            finally:
-                self._room.release()
+        while (batch := self._inbox.get()) is not None:
+            for step in batch:
+                self._summarise_step(step)
+
+    def _summarise_step(self, step: _Step | TokenChoice) -> None:
+        try:
+            if isinstance(step, TokenChoice):
+                self._done.append(step)
+            elif not self._dropping and self._error is None:
+                logits, token_id, text = step
+                choice = self._recorder.choice(logits, token_id, text)
+                if choice is not None:
+                    self._done.append(choice)
+                self._spare.append(logits)
+        except Exception as error:  # the thread goes on, so the decode never waits on it
+            self._error = error
+        finally:
+            self._room.release()
 
     def _end(self) -> None:
         if self._thread is not None and self._thread.is_alive():
+            if self._batch:
+                self._hand_over()
             self._inbox.put(None)
             self._thread.join()
 

@@ -237,13 +237,47 @@ def test_a_reply_cut_short_leaves_no_step_being_summarised() -> None:
         return "x"
 
     with StepRecorder(SamplingSettings(temperature=0), token_text) as recorder:
-        for token in range(10):
+        for token in range(StepRecorder.BATCH + 10):  # a batch handed over, and more
             recorder.record(_logits(token), token, "x")
         assert started.wait(5)
         threading.Timer(0.2, release.set).start()  # the step under way ends soon
     exited = True
     assert read_after_exit == []
     assert not any(t.name == WORKER_NAME.decode() for t in threading.enumerate())
+
+
+def test_the_thread_is_handed_the_steps_a_batch_at_a_time() -> None:
+    """The summarising thread wakes once for `BATCH` steps, not at every
+    token: where llama.cpp's threads take every core, each wake stalls their
+    team (docs/performance.md). The steps short of a batch are summarised at
+    the reply's end."""
+    from chat.engine.token_probs import StepRecorder
+
+    summarised: list[int] = []
+
+    def token_text(token_id: int) -> str:
+        summarised.append(token_id)
+        return "x"
+
+    def summarised_soon(count: int) -> bool:
+        deadline = time.monotonic() + 5
+        while len(summarised) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return len(summarised) >= count
+
+    batch = StepRecorder.BATCH
+    assert 2 * batch <= StepRecorder.PENDING  # a full batch never waits on room
+    with StepRecorder(SamplingSettings(temperature=0), token_text) as recorder:
+        for token in range(batch - 1):
+            recorder.record(_logits(token), token, "x")
+        time.sleep(0.2)
+        assert summarised == []  # not handed over yet
+        recorder.record(_logits(batch - 1), batch - 1, "x")
+        assert summarised_soon(batch)  # the whole batch at once
+        for token in range(batch, batch + 3):
+            recorder.record(_logits(token), token, "x")
+        choices = recorder.choices()  # the rest, at the end
+    assert [choice.token_id for choice in choices] == list(range(batch + 3))
 
 
 def test_a_failed_summary_is_raised_at_the_end_and_never_stalls_the_decode() -> None:
