@@ -11,7 +11,9 @@ prompt box in one piece, or, where anything else has focus, as the keys it is.
 A key read alone is a key event as before.
 
 Only the input thread's parser is replaced (`TypingDriver.run_input_thread`,
-Textual's own with `RunParser`); everything else is Textual's `LinuxDriver`.
+Textual's own with `RunParser`); the rest is Textual's `LinuxDriver`, but for
+its output: written through `TerminalOutput` (a closed terminal), and each
+frame handed to Textual's writer thread in one piece (`TypingDriver.write`).
 """
 
 from __future__ import annotations
@@ -244,9 +246,16 @@ class TerminalOutput:
         return self._stream.isatty()
 
 
+SYNC_START = "\x1b[?2026h"
+SYNC_END = "\x1b[?2026l"
+"""A synchronized frame's start and end (the terminal's mode 2026), as Textual
+writes them: each a piece of its own."""
+
+
 class TypingDriver(LinuxDriver):
-    """Textual's driver for Linux and macOS, reading input with `RunParser`, and
-    writing through `TerminalOutput`."""
+    """Textual's driver for Linux and macOS, reading input with `RunParser`,
+    writing through `TerminalOutput`, and handing each frame to the writer
+    thread in one piece."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -254,6 +263,28 @@ class TypingDriver(LinuxDriver):
         assert stream is not None  # Textual checked there is a terminal to draw on
         # Not a TextIOWrapper: Textual's writer thread calls only write, flush, fileno.
         self._file = TerminalOutput(stream)  # type: ignore[assignment]
+        self._frame: list[str] | None = None
+        """The pieces of a synchronized frame written so far (None: not in one)."""
+
+    def write(self, data: str) -> None:
+        """Textual writes a frame as three pieces, the synchronized output's
+        start, the frame and its end, and its writer thread wakes for each
+        and writes each to the terminal when it finds its queue empty: up to
+        three wakes and three writes a frame, each taking a core from
+        llama.cpp's threads while a reply streams (docs/performance.md, "A
+        frame goes to the terminal in one write"). The pieces between a
+        start and an end are joined and go as one."""
+        if data == SYNC_START:
+            self._frame = [data]
+            return
+        frame = self._frame
+        if frame is None:
+            super().write(data)
+            return
+        frame.append(data)
+        if data == SYNC_END:
+            self._frame = None
+            super().write("".join(frame))
 
     def run_input_thread(self) -> None:
         # Textual 8.2's LinuxDriver.run_input_thread, with RunParser and a

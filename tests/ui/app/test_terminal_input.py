@@ -119,3 +119,39 @@ def test_escape_alone_at_the_end_of_a_read_is_the_escape_key() -> None:
     parser = RunParser()
     assert list(parser.feed("\x1b")) == []
     assert [event.key for event in ticked(parser, bool)] == ["escape"]  # type: ignore[attr-defined]
+
+
+class WriterThread:
+    """Stands in for Textual's writer thread: what it is handed, piece by piece."""
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+
+    def write(self, text: str) -> None:
+        self.pieces.append(text)
+
+
+async def test_a_frame_goes_to_the_writer_thread_in_one_piece() -> None:
+    """Textual writes a synchronized frame as its start, the frame and its
+    end; the writer thread wakes and writes to the terminal for each piece
+    handed to it. kvchat's driver hands over the frame whole, and what is
+    written outside a frame as it comes."""
+    from textual._ansi_sequences import SYNC_END, SYNC_START  # Textual's own
+    from textual.app import App
+
+    from chat.ui.terminal_input import TypingDriver
+
+    driver = TypingDriver(App())
+    writer = WriterThread()
+    driver._writer_thread = writer  # type: ignore[assignment]
+    driver.write("\x1b[?25l")  # outside a frame: at once
+    assert writer.pieces == ["\x1b[?25l"]
+    for piece in (SYNC_START, "\x1b[1;1Hhello", "\x1b[2;1Hworld", SYNC_END):
+        driver.write(piece)
+    assert writer.pieces == ["\x1b[?25l", SYNC_START + "\x1b[1;1Hhello\x1b[2;1Hworld" + SYNC_END]
+    driver.write(SYNC_START)
+    assert len(writer.pieces) == 2  # held until its end
+    driver.write(SYNC_END)
+    assert writer.pieces[-1] == SYNC_START + SYNC_END
+    driver.write("after")
+    assert writer.pieces[-1] == "after"
