@@ -17,12 +17,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from chat.bench.startup import ESCAPE_SEQUENCE
+from chat.ui.terminal_input import SYNC_START as FRAME_START
 
 SYNC_QUERY = b"\x1b[?2026$p"
 """The app asks whether the terminal supports synchronized output (mode 2026)..."""
 SYNC_SUPPORTED = b"\x1b[?2026;2$y"
 """...and this answer says it does (reset for now: the app sets it for each frame)."""
-SYNC_START = b"\x1b[?2026h"
+SYNC_START = FRAME_START.encode()
+"""What starts each frame the app draws (kvchat's driver writes it)."""
 
 
 class Terminal:
@@ -39,8 +41,8 @@ class Terminal:
                 os._exit(127)
         fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
         self.screen = bytearray()
-        """Everything drawn: extended in place (a bytes object copied whole at
-        each read grows to megabytes over the benchmark's long replies)."""
+        """Everything drawn: extended in place (a bytes object was copied whole
+        at each read, however long it had grown)."""
 
     @classmethod
     def chat(cls, model: Path, env: dict[str, str], args: Sequence[str] = ()) -> Terminal:
