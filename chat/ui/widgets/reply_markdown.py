@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rich.cells import cell_len
@@ -75,6 +76,16 @@ when it ends (HTML; a table, whose rows Markdown's append updates in place,
 in widgets of other kinds than a table built whole)."""
 HIGHLIGHT_EVERY_S = 0.5
 """How often a streaming code block's code is highlighted again, whole (`CopyableFence.grow`)."""
+RUN_MAX_CHARS = 3000
+"""How much text a streaming paragraph draws, with the paragraphs it took
+in above it (`Paragraph.take_in`), before a new paragraph is mounted as
+Markdown mounts it: each delivery's cost grows a little with the text the
+last paragraph draws (its text joined, compared and its rows keyed), and a
+layout every 3,000 characters or so is a few ms (docs/performance.md, "A
+reply's paragraphs stream in one widget")."""
+PARAGRAPH_GAP = Content("\n\n")
+"""What stands between two paragraphs drawn by one widget: the end of the
+first one's last row, and the blank row of a paragraph's bottom margin."""
 
 
 def code_rows(code: Content) -> list[Row]:
@@ -377,7 +388,24 @@ class CopyableFence(SizedByTheLayout, MarkdownFence):
                 label.styles.min_width = None
 
 
+@dataclass(frozen=True)
+class FinishedParagraph:
+    """A paragraph of a streaming reply that another one began after, drawn
+    by the one after it until it gets a widget of its own (`Paragraph.take_in`)."""
+
+    token: Token
+    """Its `paragraph_open` token, as Markdown builds a paragraph from it."""
+    inline: Token
+    content: Content
+    source_range: tuple[int, int]
+
+
 class Paragraph(SizedByTheLayout, DrawsRowsOnce, RepaintsFromALine, MarkdownParagraph):
+    _finished: tuple[FinishedParagraph, ...] = ()
+    """The paragraphs before this one that it draws above its own text,
+    first to last: begun while the reply streamed (`take_in`)."""
+    _finished_text: Content = Content()
+    """Their text, as drawn: each one's words and the gap after it."""
     _lines_drawn = 0
     """Lines the text took when it was last set (its wrapped height)."""
     _wrap: GrowingWrap | None = None
@@ -461,6 +489,48 @@ class Paragraph(SizedByTheLayout, DrawsRowsOnce, RepaintsFromALine, MarkdownPara
         """No longer the reply's last block: as tall as its text."""
         if self.styles.min_height is not None:
             self.styles.min_height = None
+
+    def take_in(self, finished: Iterable[FinishedParagraph], token: Token, inline: Token) -> None:
+        """A new paragraph began after this one while the reply streams:
+        this one draws it below what it drew, and the ones before it,
+        finished, above it (each followed by the blank row a paragraph's
+        margin leaves). A new paragraph widget was mounted for each, and
+        the screen laid out again (5-15 ms here, more as the conversation
+        grows; docs/performance.md, "A reply's paragraphs stream in one
+        widget"); drawn here it is two rows more, which the paragraph's
+        reserve often has. The rows are what the widgets draw: Markdown's
+        paragraphs are text with a blank row of margin under each, on the
+        answer's background. They stay drawn here when the reply ends
+        (`ReplyMarkdown.settle`), and get widgets of their own when a block
+        of another kind follows (`give_back_finished`). The paragraph's
+        text (`_content`) is what it draws: theirs, then its own."""
+        self._finished += tuple(finished)
+        self._finished_text = Content("").join(
+            [part for done in self._finished for part in (done.content, PARAGRAPH_GAP)]
+        )
+        self._token = token
+        self._inline_token = inline
+        self.set_content(self._finished_text + self._token_to_content(inline))
+
+    def give_back_finished(self) -> list[Paragraph]:
+        """The paragraphs this one drew above its text, each a paragraph
+        widget as Markdown builds it (to be mounted before this one), and
+        this one draws its own text alone."""
+        finished, self._finished = self._finished, ()
+        if not finished:
+            return []
+        own = self._content[len(self._finished_text) :]
+        self._finished_text = Content()
+        self._wrap = None
+        self.set_content(own)
+        markdown = self._markdown
+        widgets = []
+        for done in finished:
+            paragraph = Paragraph(markdown, done.token, source_range=done.source_range)
+            paragraph._inline_token = done.inline
+            paragraph.set_content(done.content)
+            widgets.append(paragraph)
+        return widgets
 
 
 class ReplyMarkdown(SizedByTheLayout, DrawnAgainByTheLayout, Markdown):
@@ -555,7 +625,22 @@ class ReplyMarkdown(SizedByTheLayout, DrawnAgainByTheLayout, Markdown):
         if is_streaming_answer(self) and self._append_in_place(markdown):
             return AwaitComplete.nothing()
         self._parsed_paragraph = None
+        # Markdown's own append updates the last block from a parse of its
+        # own text on: the paragraphs it drew above that get their widgets.
+        self._mount_finished_paragraphs()
         return super().append(markdown)
+
+    def _mount_finished_paragraphs(self) -> None:
+        """The paragraphs the last one drew above its text (`Paragraph.take_in`),
+        mounted before it, each as Markdown builds it: the blocks are
+        Markdown's again."""
+        blocks = self.children
+        last = blocks[-1] if blocks else None
+        if isinstance(last, Paragraph):
+            finished = last.give_back_finished()
+            if finished:
+                # Markdown's own mount: no reserve to end or take (`mount_all`).
+                Markdown.mount_all(self, finished, before=last)
 
     def _append_in_place(self, markdown: str) -> bool:
         """Most deliveries of a streaming reply only add words to its last
@@ -589,16 +674,37 @@ class ReplyMarkdown(SizedByTheLayout, DrawnAgainByTheLayout, Markdown):
         if isinstance(last, CopyableFence):
             return self._grow_code_in_place(last, source, block, start_line, tokens)
         kinds = [token.type for token in tokens]
-        if kinds != ["paragraph_open", "inline", "paragraph_close"]:
+        count = len(kinds) // 3
+        if not count or kinds != ["paragraph_open", "inline", "paragraph_close"] * count:
             return False
-        opened, inline = tokens[0], tokens[1]
-        if opened.map is None or opened.map[0] != 0:
+        opened, inlines = tokens[0::3], tokens[1::3]
+        places = [token.map for token in opened if token.map is not None]
+        if len(places) != count or places[0][0] != 0:
             return False
+        if count > 1 and len(last._content.plain) + len(block) > RUN_MAX_CHARS:
+            return False  # Markdown mounts the new paragraph
         self._markdown = source
-        last.source_range = (start_line, start_line + opened.map[1])
-        last._token = opened
-        last._inline_token = inline
-        last.set_content(last._token_to_content(inline))
+        ranges = [(start_line + first, start_line + end) for first, end in places]
+        last.source_range = ranges[-1]
+        if count > 1:
+            # A paragraph began after the last one: it draws the new one
+            # (Paragraph.take_in), and the text is parsed from its first
+            # line on next, as Markdown's append parses from the last block's.
+            self._last_parsed_line = ranges[-1][0]
+            last.take_in(
+                [
+                    FinishedParagraph(token, inline, last._token_to_content(inline), place)
+                    for token, inline, place in zip(
+                        opened[:-1], inlines[:-1], ranges[:-1], strict=True
+                    )
+                ],
+                opened[-1],
+                inlines[-1],
+            )
+        else:
+            last._token = opened[0]
+            last._inline_token = inlines[0]
+            last.set_content(last._finished_text + last._token_to_content(inlines[0]))
         self._parsed_paragraph = last
         return True
 
@@ -674,12 +780,21 @@ class ReplyMarkdown(SizedByTheLayout, DrawnAgainByTheLayout, Markdown):
             for token in tokens
             if token.level == 0 and token.nesting >= 0 and token.map is not None
         ]
-        if len(firsts) != len(blocks) or any(t.type not in SETTLED_KINDS for t in firsts):
-            return False
-        for block, token in zip(blocks, firsts, strict=True):
+        # Each block's kind and lines; a paragraph that draws the ones
+        # before it (`Paragraph.take_in`) stands for them too, and keeps
+        # drawing them: the rows are the same, and giving them widgets of
+        # their own now was a mount and two layouts more.
+        shown: list[tuple[MarkdownBlock, str, tuple[int, int]]] = []
+        for block in blocks:
             if not isinstance(block, MarkdownBlock):
                 return False
-            if block._token.type != token.type or list(block.source_range) != token.map:
+            if isinstance(block, Paragraph):
+                shown += [(block, "paragraph_open", done.source_range) for done in block._finished]
+            shown.append((block, block._token.type, block.source_range))
+        if len(firsts) != len(shown) or any(t.type not in SETTLED_KINDS for t in firsts):
+            return False
+        for (block, kind, lines), token in zip(shown, firsts, strict=True):
+            if kind != token.type or list(lines) != token.map:
                 return False
             if isinstance(block, CopyableFence) and block.code != token.content.rstrip():
                 return False  # Markdown's append copies a code block's colours, not its code

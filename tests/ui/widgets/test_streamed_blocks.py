@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from textual.content import Content
 from textual.dom import DOMNode
 from textual.widget import Widget
 from textual.widgets import Label
@@ -222,87 +223,155 @@ async def test_the_prompt_cursor_stays_lit_while_a_reply_streams() -> None:
 SIX_PARAGRAPHS = [
     f"Paragraph {n}: " + "the keeper logged the tide and the wind. " * 4 for n in range(6)
 ]
-"""Each two or three lines at 100 columns: within a new paragraph's reserve."""
+"""Each two or three lines at 100 columns."""
 
 
-async def stream_six_paragraphs() -> list[int]:
-    """A reply of SIX_PARAGRAPHS streamed; the height of each of its blocks."""
+async def test_paragraphs_begun_while_a_reply_streams_are_drawn_by_the_streaming_one() -> None:
+    """A paragraph begun while the reply streams is drawn by the streaming
+    paragraph, below the one it drew (`Paragraph.take_in`): while the reply
+    streams, its answer is one block. When it ends, the answer draws what
+    Markdown draws from the whole text, row for row, with the paragraphs
+    Markdown builds."""
+    from chat.conversations.conversation import Message
+    from chat.ui.widgets.conversation_view import ConversationView
+
+    text = "\n\n".join(SIX_PARAGRAPHS)
+    engine = ScriptedEngine(replies=[token_pieces(text)], delay=0.005)
+    app = make_app(engine)
+    blocks_while_streaming: set[int] = set()
+    async with app.run_test(size=(100, 80)) as pilot:
+        screen = await ready(app, pilot)
+        await send(pilot, "six paragraphs please")
+        while not screen.query(AssistantMessageView) or not streaming_views(screen):
+            await pilot.pause(0.01)
+        streamed = app.query(AssistantMessageView).last()
+        while streamed.streaming:
+            blocks_while_streaming.add(len(streamed.body.children))
+            await pilot.pause(0.01)
+        await turn_done(screen, pilot, 2)
+        whole = AssistantMessageView(Message("assistant", text))
+        await app.query_one(ConversationView).mount(whole)
+        await pilot.pause()
+        assert blocks_while_streaming == {1}
+        assert blocks(streamed) == blocks(whole)
+        assert [kind for kind, _, _ in blocks(whole)] == ["Paragraph"] * len(SIX_PARAGRAPHS)
+        assert streamed.body.size == whole.body.size
+        assert drawn_rows(streamed.body) == drawn_rows(whole.body)
+
+
+async def test_past_the_run_limit_a_new_paragraph_is_mounted_and_the_answer_is_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past RUN_MAX_CHARS of text, a new paragraph is mounted as Markdown
+    mounts it, and the paragraphs the streaming one drew get their own
+    widgets: the answer is Markdown's blocks, drawn as a whole reply."""
+    from textual.app import App, ComposeResult
+
+    from chat.conversations.conversation import Message
+    from chat.ui.widgets import reply_markdown
+
+    monkeypatch.setattr(reply_markdown, "RUN_MAX_CHARS", 400)  # about two paragraphs
+
+    class Host(App[None]):
+        def compose(self) -> ComposeResult:
+            view = AssistantMessageView(Message("assistant", ""))
+            view.start_stream()
+            yield view
+
+    text = "\n\n".join(SIX_PARAGRAPHS)
+    most = 0
+    async with Host().run_test(size=(100, 60)) as pilot:
+        view = pilot.app.query_one(AssistantMessageView)
+        await pilot.pause()
+        for piece in token_pieces(text):
+            await view.append(piece)
+            await pilot.pause()
+            most = max(most, len(view.body.children))
+            drawn_by_one = max(len(block._finished) for block in view.body.children)
+            assert drawn_by_one <= 2
+        await view.finish(text, None)
+        whole = AssistantMessageView(Message("assistant", text))
+        await pilot.app.mount(whole)
+        await pilot.pause()
+        assert most >= 3
+        assert blocks(view) == blocks(whole)
+        assert drawn_rows(view.body) == drawn_rows(whole.body)
+
+
+async def test_a_streaming_reply_is_laid_out_only_as_its_rows_pass_the_reserve(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A paragraph begun while the reply streams was a widget mounted and a
+    layout of the whole screen (5-15 ms here); drawn by the streaming
+    paragraph it is two rows more, and the screen is laid out only when the
+    paragraph's rows pass its reserve: a layout for every
+    1 + STREAM_RESERVE_LINES rows at most, fewer than one a paragraph."""
+    from textual.screen import Screen
+
+    from chat.ui.widgets.reply_markdown import STREAM_RESERVE_LINES
+
+    layouts = 0  # full layouts while the reply streams, after its first words
+    refresh_layout = Screen._refresh_layout
+
+    def counting(self: Screen[object], size: object = None, scroll: bool = False) -> None:
+        nonlocal layouts
+        full = not (scroll and not self._layout_widgets)
+        streaming = streaming_views(self)
+        layouts += full and bool(streaming) and bool(streaming[-1].body.source)
+        refresh_layout(self, size, scroll)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Screen, "_refresh_layout", counting)
     engine = ScriptedEngine(replies=[token_pieces("\n\n".join(SIX_PARAGRAPHS))], delay=0.005)
     app = make_app(engine)
     async with app.run_test(size=(100, 40)) as pilot:
         await replied(app, pilot, "six paragraphs please")
-        streamed = app.query(AssistantMessageView).last()
-        return [block.size.height for block in streamed.body.children]
-
-
-async def test_a_new_streamed_paragraph_comes_with_its_reserve(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A paragraph mounted while the reply streams has its reserve lines from
-    the layout that mounts it: as its text grows to two or three lines it asks
-    for no layout of its own."""
-    from chat.ui.widgets import reply_markdown
-
-    layouts = 0
-    paragraph_class = reply_markdown.ReplyMarkdown.BLOCKS["paragraph_open"]
-    set_content = paragraph_class.set_content
-
-    def counting(self: Widget, content: object) -> None:
-        nonlocal layouts
-        before = self._layout_required
-        set_content(self, content)
-        layouts += self.is_mounted and not before and self._layout_required
-
-    monkeypatch.setattr(paragraph_class, "set_content", counting)
-    heights = await stream_six_paragraphs()
-    assert len(heights) == len(SIX_PARAGRAPHS) and all(2 <= height <= 3 for height in heights)
-    assert layouts == 0
-
-
-async def test_each_paragraph_a_streaming_reply_begins_costs_one_layout(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A paragraph begun while a reply streams is laid out by the layout its
-    mount asks for, and that layout asks for no second one: neither the new
-    paragraph (its text set before it was mounted) nor the views whose
-    virtual size it changed (`SizedByTheLayout`). Each was a second layout
-    of the whole screen a frame later, for every paragraph."""
-    from textual.screen import Screen
-
-    layouts: list[int] = []  # while the reply streams: its blocks at each full layout
-    refresh_layout = Screen._refresh_layout
-
-    def counting(self: Screen[object], size: object = None, scroll: bool = False) -> None:
-        full = not (scroll and not self._layout_widgets)
-        streaming = streaming_views(self)
-        if full and streaming:
-            layouts.append(len(streaming[-1].body.children))
-        refresh_layout(self, size, scroll)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(Screen, "_refresh_layout", counting)
-    await stream_six_paragraphs()
-    # From the second paragraph on (the reply's start lays out more: its
-    # view, the status bar): one layout each, none for a paragraph's growth
-    # within its reserve.
-    later = [blocks for blocks in layouts if blocks >= 2]
-    assert len(later) <= len(SIX_PARAGRAPHS) - 1, layouts
+        rows = app.query(AssistantMessageView).last().body.size.height
+    assert rows >= 2 * len(SIX_PARAGRAPHS) + 5  # the test's premise: two rows or more each
+    assert layouts <= math.ceil(rows / (1 + STREAM_RESERVE_LINES))
+    assert layouts < len(SIX_PARAGRAPHS) - 1
 
 
 def blocks(view: AssistantMessageView) -> list[tuple[str, str, list[object]]]:
     """The answer's blocks, nested ones included: kind, text and styles (a
-    code block's by line, as it is drawn: a streaming one keeps its lines)."""
+    code block's by line, as it is drawn: a streaming one keeps its lines).
+    A paragraph that draws the ones before it (`Paragraph.take_in`) stands
+    for each of them, as the widget Markdown builds for it."""
     shown = []
     for block in view.body.walk_children():
         content = getattr(block, "_content", None)
+        finished = getattr(block, "_finished", ())
+        for done in finished:
+            shown.append((type(block).__name__, done.content.plain, [spans_of(done.content)]))
+        if finished:
+            content = content[len(block._finished_text) :]
         text = getattr(content, "plain", "")
         pieces = [content] if content else []
         if "Fence" in type(block).__name__ and content:
             pieces = content.split("\n", allow_blank=True)
-        spans = [
-            [(span.start, span.end, str(span.style)) for span in piece.spans] for piece in pieces
-        ]
-        shown.append((type(block).__name__, text, spans))
+        shown.append((type(block).__name__, text, [spans_of(piece) for piece in pieces]))
     return shown
+
+
+def spans_of(content: Content) -> list[object]:
+    return [(span.start, span.end, str(span.style)) for span in content.spans]
+
+
+def drawn_rows(widget: Widget) -> list[list[tuple[str, str]]]:
+    """The screen's rows where `widget` is, as drawn: each cell's character
+    and style (a blank cell's background only: what shows of it), not the
+    places Textual marks in it for selecting."""
+    region = widget.region
+    strips = widget.screen._compositor.render_strips()[region.y : region.bottom]
+    rows = []
+    for strip in strips:
+        cells = []
+        for segment in strip.crop(region.x, region.right):
+            style = segment.style
+            for char in segment.text:
+                blank = char == " " and not (style and (style.underline or style.reverse))
+                cells.append((char, str(style.bgcolor if blank and style else style)))
+        rows.append(cells)
+    return rows
 
 
 MIXED = (
