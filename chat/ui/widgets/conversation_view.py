@@ -40,16 +40,19 @@ from textual.content import Content
 from textual.geometry import Size
 from textual.layout import DockArrangeResult
 from textual.message import Message as TextualMessage
+from textual.scrollbar import ScrollBar
 from textual.widgets import Static
 
 from chat.conversations.conversation import Message
 from chat.conversations.tree import index_of
+from chat.ui.textual_fixes import textual_known
 from chat.ui.widgets.message_view import (
     AssistantMessageView,
     MessageView,
     SystemMessageView,
     view_for,
 )
+from chat.ui.widgets.row_scrollbar import RowScrollBar
 from chat.ui.widgets.sized_by_layout import DrawnAgainByTheLayout, SizedByTheLayout
 
 
@@ -151,6 +154,19 @@ class ConversationView(SizedByTheLayout, DrawnAgainByTheLayout, VerticalScroll):
         self._earlier_lock = asyncio.Lock()
         self._after_scroll_drawn: set[Callable[[], None]] = set()
         """Pages to mount once the frame that shows a scroll is drawn (`watch_scroll_y`)."""
+
+    @property
+    def vertical_scrollbar(self) -> ScrollBar:
+        """The view's scrollbar: one that draws again only the rows that
+        change (chat.ui.widgets.row_scrollbar), made as Textual makes its
+        own, on the Textual versions that was checked with."""
+        if self._vertical_scrollbar is None and textual_known():
+            thickness = self.scrollbar_size_vertical
+            bar = RowScrollBar(vertical=True, name="vertical", thickness=thickness)
+            bar.display = False
+            self._vertical_scrollbar = bar
+            self.app._start_widget(self, bar)
+        return super().vertical_scrollbar
 
     def on_mount(self) -> None:
         self.screen.screen_layout_refresh_signal.subscribe(self, self._scroll_drawn)
