@@ -53,6 +53,10 @@ class GrowingWrap:
         self.kept = 0
         """How many rows, from the first, the last `rows` kept as they were."""
 
+    def holds(self, text: Content, width: int) -> bool:
+        """The rows kept are those of `text` (the same object) at `width`."""
+        return text is self._text and width == self._width
+
     def rows(self, text: Content, width: int) -> list[Row]:
         """`text` wrapped at `width`, as `Content.wrap` wraps each of its lines."""
         old, rows = self._text, self._rows

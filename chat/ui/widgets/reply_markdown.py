@@ -417,9 +417,14 @@ class Paragraph(SizedByTheLayout, DrawsRowsOnce, RepaintsFromALine, MarkdownPara
         (`GrowingWrap`): as Textual wraps a paragraph's text, where it is
         styled as paragraphs are by default (wrapped at words, a word too
         long cut, aligned left, no tabs). A paragraph that does not grow
-        is drawn by Textual, in one piece (cheaper than row by row)."""
+        is drawn by Textual, in one piece (cheaper than row by row), but
+        for one that streamed, at its text and width then: its rows are
+        drawn already (at the reply's end, the paragraph that drew the
+        reply's paragraphs is every row of it: 1.6 ms for 12 rows drawn
+        again here)."""
         styles = self.styles
-        if not in_streaming_answer(self):
+        wrap = self._wrap
+        if not in_streaming_answer(self) and not (wrap and wrap.holds(content, width)):
             self._wrap = None
             return None
         if (

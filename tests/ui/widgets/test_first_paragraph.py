@@ -6,6 +6,8 @@ ends as the reply shown whole."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from textual.app import App, ComposeResult
 from textual.screen import Screen
@@ -46,6 +48,27 @@ def count_layouts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return layouts
 
 
+async def streamed(pilot: Any, view: AssistantMessageView, text: str, reply: str) -> None:
+    """`text` streamed into `view` a piece at a time; the reply, `reply`, ended."""
+    for piece in token_pieces(text):
+        await view.append(piece)
+        await pilot.pause()
+    await view.finish(reply, None)
+    await pilot.pause()
+
+
+async def drawn_as_whole(pilot: Any, view: AssistantMessageView) -> AssistantMessageView:
+    """Asserts that `view` draws its reply as a view of the whole reply does
+    (mounted below it, which is returned): the same blocks, size and rows."""
+    whole = AssistantMessageView(Message("assistant", view.message.content))
+    await pilot.app.mount(whole)
+    await pilot.pause()
+    assert blocks(view) == blocks(whole)
+    assert view.body.size == whole.body.size
+    assert drawn_rows(view.body) == drawn_rows(whole.body)
+    return whole
+
+
 async def test_the_first_words_go_into_the_paragraph_mounted_with_the_reply(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -79,16 +102,8 @@ async def test_a_reply_that_begins_with_any_block_ends_as_shown_whole(reply: str
     async with Host().run_test(size=(80, 40)) as pilot:
         view = pilot.app.query_one(AssistantMessageView)
         await pilot.pause()
-        for piece in token_pieces(reply):
-            await view.append(piece)
-            await pilot.pause()
-        await view.finish(reply, None)
-        whole = AssistantMessageView(Message("assistant", reply))
-        await pilot.app.mount(whole)
-        await pilot.pause()
-        assert blocks(view) == blocks(whole)
-        assert view.body.size == whole.body.size
-        assert drawn_rows(view.body) == drawn_rows(whole.body)
+        await streamed(pilot, view, reply, reply)
+        await drawn_as_whole(pilot, view)
 
 
 async def test_a_reply_stopped_before_its_first_word_leaves_no_empty_paragraph() -> None:
@@ -179,3 +194,42 @@ async def test_a_replys_start_lays_out_neither_a_hidden_switch_nor_its_first_wor
     assert asked
     assert not any("BranchSwitch" in askers for _, askers in asked), asked
     assert not any(words for words, _ in asked), asked
+
+
+@pytest.mark.parametrize(
+    "more",
+    [
+        " goes on.\n\nA third paragraph.",
+        " goes on.\n\n- then a list\n- of two",
+        "\n\n## A heading\n\nand words.",
+    ],
+)
+async def test_a_continued_reply_drawn_by_one_paragraph_ends_as_shown_whole(more: str) -> None:
+    """A reply stopped with two paragraphs drawn by one widget
+    (`Paragraph.take_in`), then continued (Ctrl+L): whatever comes next, it
+    ends as the reply shown whole."""
+    first = "The keeper logged the tide.\n\nThen the wind"
+    async with Host().run_test(size=(80, 40)) as pilot:
+        view = pilot.app.query_one(AssistantMessageView)
+        await pilot.pause()
+        await streamed(pilot, view, first, first)
+        assert len(view.body.children) == 1  # both paragraphs, one widget
+        view.start_stream()
+        await streamed(pilot, view, more, first + more)
+        await drawn_as_whole(pilot, view)
+
+
+async def test_a_streamed_reply_drawn_from_its_kept_rows_rewraps_when_the_width_changes() -> None:
+    """At its end the paragraph that streamed is drawn from the rows it
+    kept; at another width it wraps again, as the reply shown whole does."""
+    reply = "The keeper logged the tide and the wind. " * 5 + "\n\nThen he slept. " * 3
+    async with Host().run_test(size=(80, 40)) as pilot:
+        view = pilot.app.query_one(AssistantMessageView)
+        await pilot.pause()
+        await streamed(pilot, view, reply, reply)
+        whole = await drawn_as_whole(pilot, view)
+        for width in (53, 80):
+            await pilot.resize_terminal(width, 40)
+            await pilot.pause()
+            assert view.body.size == whole.body.size
+            assert drawn_rows(view.body) == drawn_rows(whole.body)

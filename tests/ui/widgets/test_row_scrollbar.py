@@ -9,8 +9,8 @@ from textual._styles_cache import StylesCache
 
 from chat.ui.widgets.conversation_view import ConversationView
 from chat.ui.widgets.row_scrollbar import RowScrollBar, changed_runs
-from tests.fakes import ScriptedEngine
 from tests.conftest import turn_done
+from tests.fakes import ScriptedEngine
 from tests.ui.conftest import make_app, ready, send
 from tests.ui.widgets.test_streamed_blocks import drawn_as_fresh, streaming_views
 
