@@ -3,13 +3,15 @@ what it draws is what Textual's scrollbar draws."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from rich.segment import Segment
 from textual._styles_cache import StylesCache
 
 from chat.ui.widgets.conversation_view import ConversationView
 from chat.ui.widgets.row_scrollbar import RowScrollBar, changed_runs
-from tests.conftest import turn_done
+from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine
 from tests.ui.conftest import make_app, ready, send
 from tests.ui.widgets.test_streamed_blocks import drawn_as_fresh, streaming_views
@@ -62,10 +64,17 @@ async def test_the_scrollbar_draws_the_rows_that_change_as_textual_draws_them(
         monkeypatch.setattr(StylesCache, "render_widget", counted)
         monkeypatch.setattr(StylesCache, "render_line", counting)
         positions = set()
+        # The reply stalls after its first token, so its streaming is seen
+        # however slow the machine (a loop waiting for it to begin once hung a
+        # CI run that found it already over).
+        engine.hold_after = 1
         await send(pilot, "and one more")
-        while not streaming_views(screen):
-            await pilot.pause(0.01)
+        await wait_for(engine.holding.is_set, pilot)
+        assert streaming_views(screen)
+        engine.release.set()
+        deadline = time.monotonic() + 30
         while streaming_views(screen):
+            assert time.monotonic() < deadline, "the reply did not end"
             await pilot.pause(0.02)
             positions.add(bar.position)
             checking = True

@@ -12,7 +12,7 @@ from textual.widget import Widget
 from textual.widgets import Label
 
 from chat.ui.widgets.message_view import AssistantMessageView
-from tests.conftest import turn_done
+from tests.conftest import turn_done, wait_for
 from tests.fakes import ScriptedEngine
 from tests.ui.conftest import make_app, ready, replied, send
 
@@ -236,15 +236,18 @@ async def test_paragraphs_begun_while_a_reply_streams_are_drawn_by_the_streaming
     from chat.ui.widgets.conversation_view import ConversationView
 
     text = "\n\n".join(SIX_PARAGRAPHS)
-    engine = ScriptedEngine(replies=[token_pieces(text)], delay=0.005)
+    # The reply stalls after its first token, so its streaming is seen however
+    # slow the machine.
+    engine = ScriptedEngine(replies=[token_pieces(text)], delay=0.005, hold_after=1)
     app = make_app(engine)
     blocks_while_streaming: set[int] = set()
     async with app.run_test(size=(100, 80)) as pilot:
         screen = await ready(app, pilot)
         await send(pilot, "six paragraphs please")
-        while not screen.query(AssistantMessageView) or not streaming_views(screen):
-            await pilot.pause(0.01)
+        await wait_for(engine.holding.is_set, pilot)
+        await wait_for(lambda: streaming_views(screen), pilot)
         streamed = app.query(AssistantMessageView).last()
+        engine.release.set()
         while streamed.streaming:
             blocks_while_streaming.add(len(streamed.body.children))
             await pilot.pause(0.01)
