@@ -83,7 +83,9 @@ async def test_a_reply_dims_keys_and_moves_none(
 
     monkeypatch.setattr(KeysFooter, "compose", counting)
     words = [f"word{n} " for n in range(60)]
-    engine = ScriptedEngine(replies=[words, words, words], delay=0.01)
+    # Each reply stalls after its first token until the keys it shows are
+    # checked, so they are checked while it streams however slow the machine.
+    engine = ScriptedEngine(replies=[words, words, words], delay=0.01, hold_after=1)
     app = make_app(engine)
     async with app.run_test(size=(width, 40)) as pilot:
         screen = await ready(app, pilot)
@@ -103,12 +105,13 @@ async def test_a_reply_dims_keys_and_moves_none(
         places = {key.key: key.region for key in footer.query(FooterKey) if key.display}
         for turn in range(1, 4):
             await send(pilot, f"message {turn}")
-            await wait_for(lambda: screen.generating, pilot)
+            await wait_for(engine.holding.is_set, pilot)
             during = await settled()
             assert during == expected() == before
             assert "escape" not in dimmed_keys(footer)
             if width >= 120:  # narrower, F1 lists Regen
                 assert "ctrl+r" in during and "ctrl+r" in dimmed_keys(footer)
+            engine.release.set()
             await turn_done(screen, pilot, 2 * turn)
             after = await settled()
             assert after == expected() == before
