@@ -56,6 +56,7 @@ async def test_quitting_mid_reply_saves_it_as_stopped_then_frees_the_model() -> 
 
 
 @pytest.mark.model
+@pytest.mark.timeout(1500)  # about 250 s here: many real starts and quits
 def test_quitting_at_random_moments_never_crashes(demo_model: Path) -> None:
     # One llama.cpp thread each: three runs share two cores. Many more runs,
     # other seeds, kvchat's own threads: python -m tests.ui.app.quit_driver --help
