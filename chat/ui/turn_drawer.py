@@ -22,6 +22,7 @@ from textual.screen import Screen
 from textual.signal import Signal
 
 from chat.conversations.conversation import Message
+from chat.sanitize import sanitize, sanitize_line
 from chat.session.tool_loop import PermissionRequest
 from chat.session.tool_turn import (
     ToolCallAsked,
@@ -45,6 +46,7 @@ from chat.session.turn import (
     WaitingOver,
 )
 from chat.ui.messages import TurnUpdate
+from chat.ui.textual_fixes import textual_known
 from chat.ui.widgets.context_meter import ContextMeter, MeterState
 from chat.ui.widgets.conversation_view import ConversationView
 from chat.ui.widgets.draft import Draft
@@ -72,6 +74,25 @@ def tell(screen: Screen[None], refused: Refused) -> None:
         severity="warning" if refused.severity == "warning" else "error",
         timeout=refused.timeout,
     )
+
+
+def withdraw(screen: Screen[None], refused: Refused) -> None:
+    """Take down the notice `tell` put up for `refused`, if it is still up:
+    what it said no longer stands (the user has since sent a message, without
+    the file it named, or once the model loaded). The app's list of notices
+    keeps it. Textual takes down only all notices at once, so this reaches
+    its collection of them, on the versions it was tested with; on others
+    the notice stays until its timeout."""
+    if not textual_known():
+        return
+    app = screen.app
+    # As the app's `notify` put them up: sanitized.
+    message, title = sanitize(refused.text), sanitize_line(refused.title)
+    up = [n for n in app._notifications if n.message == message and n.title == title]
+    for notification in up:
+        app._unnotify(notification, refresh=False)
+    if up:
+        app._refresh_notifications()
 
 
 class TurnDrawer:

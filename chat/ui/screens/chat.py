@@ -39,7 +39,7 @@ from chat.runtime.model_loader import ModelLoader
 from chat.session.chat_session import ChatSession
 from chat.session.draft_attachments import DraftAttachments
 from chat.session.thinking_controls import set_thinking_budget, switch_thinking
-from chat.session.turn import Turn
+from chat.session.turn import Refused, Turn
 from chat.settings.presets import Preset, find_preset
 from chat.settings.schema import Settings
 from chat.ui.commands import ChatScreenCommands, PresetCommands
@@ -54,7 +54,7 @@ from chat.ui.screens.help import HelpScreen
 from chat.ui.screens.tool_flow import ToolFlow
 from chat.ui.terminal_scroll import ScrollingCompositor
 from chat.ui.textual_fixes import textual_known
-from chat.ui.turn_drawer import TurnDrawer, tell
+from chat.ui.turn_drawer import TurnDrawer, tell, withdraw
 from chat.ui.widgets.context_meter import ContextMeter
 from chat.ui.widgets.conversation_view import ConversationView
 from chat.ui.widgets.copy_button import CopyButton
@@ -99,6 +99,8 @@ class ChatScreen(DrawsWhenAsked, Screen[None]):
         self.model_status = ModelStatus(self, turn, self.meter, conversations.model_ready)
         self._models = models
         self._find_bar: FindBar | None = None
+        self._refusals_up: list[Refused] = []
+        """Sends refused since the last message sent: their notices may still be up."""
         """Mounted the first time Ctrl+F opens it."""
         self.tool_flow = ToolFlow(self, turn.tools) if turn.tools is not None else None
         """The question before a call, the calls' blocks, the tools pane."""
@@ -216,7 +218,15 @@ class ChatScreen(DrawsWhenAsked, Screen[None]):
             refused = self.turn.send(event.text)
         if refused is not None:
             tell(self, refused)
-        elif event.editing is not None and self.turn.waiting is None:
+            self._refusals_up.append(refused)
+            self.refresh_bindings()
+            return
+        # Sent: why an earlier try was refused (a file it named, a model not
+        # loaded yet) no longer stands, and its notice goes with it.
+        for earlier in self._refusals_up:
+            withdraw(self, earlier)
+        self._refusals_up.clear()
+        if event.editing is not None and self.turn.waiting is None:
             draft.edit_sent()
         else:
             draft.sent()

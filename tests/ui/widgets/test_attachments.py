@@ -183,3 +183,38 @@ async def test_real_model_receives_the_file_and_counts_it_as_the_meter_does(
         assert json.dumps(saved.messages[0].attachments[0].text) == json.dumps(
             "The secret word is PERIWINKLE.\n"
         )
+
+
+def toasts(app: ChatApp) -> list[str]:
+    """The notices on screen, as their text."""
+    from textual.widgets._toast import Toast
+
+    return [str(toast.render()) for toast in app.screen.query(Toast)]
+
+
+async def test_a_refused_sends_notice_goes_once_a_message_is_sent(folder: Path) -> None:
+    """A message refused for a file it names says why for 12 seconds; once the
+    user takes the name out and the message is sent, the notice goes at once
+    (the app's list of notices keeps it)."""
+    engine = ScriptedEngine()
+    app = make_app(engine)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        screen = await ready(app, pilot)
+        box = app.query_one(PromptBox)
+        box.focus()
+        box.insert("what is in @photo.png")
+        await pilot.press("enter")
+        await wait_for(
+            lambda: any("photo.png is not a text file" in toast for toast in toasts(app)), pilot
+        )
+        assert engine.calls == []
+        box.clear()
+        box.insert("what is in the notes, then")
+        await pilot.press("enter")
+        await turn_done(screen, pilot, 2)
+        await wait_for(
+            lambda: not any("photo.png is not a text file" in toast for toast in toasts(app)),
+            pilot,
+            2,
+        )
+        assert any("photo.png is not a text file" in n.message for n in app.notices)
