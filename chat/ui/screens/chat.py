@@ -99,9 +99,9 @@ class ChatScreen(DrawsWhenAsked, Screen[None]):
         self.model_status = ModelStatus(self, turn, self.meter, conversations.model_ready)
         self._models = models
         self._find_bar: FindBar | None = None
+        """Mounted the first time Ctrl+F opens it."""
         self._refusals_up: list[Refused] = []
         """Sends refused since the last message sent: their notices may still be up."""
-        """Mounted the first time Ctrl+F opens it."""
         self.tool_flow = ToolFlow(self, turn.tools) if turn.tools is not None else None
         """The question before a call, the calls' blocks, the tools pane."""
         self.message_draft = Draft(turn)
